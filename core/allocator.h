@@ -1,0 +1,25 @@
+// Memory for tensors. The CPU gets 64-byte aligned blocks (a cache line, and what AVX-512
+// loads like); CUDA memory comes from a caching allocator (core/cuda/caching_allocator.h)
+// so that a training step never calls cudaMalloc/cudaFree.
+#pragma once
+
+#include <cstddef>
+
+#include "core/device.h"
+
+namespace keel {
+
+void* allocate(Device device, size_t nbytes);
+void deallocate(Device device, void* ptr, size_t nbytes);
+
+// Byte counters the app reports: bytes handed out now, the most ever handed out at once, and
+// (CUDA) bytes held from the driver including the cache.
+struct MemoryStats {
+  size_t current = 0;
+  size_t peak = 0;
+  size_t reserved = 0;
+};
+MemoryStats memory_stats(Device device);
+void reset_peak_memory(Device device);
+
+}  // namespace keel

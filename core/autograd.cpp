@@ -1,0 +1,151 @@
+#include "core/autograd.h"
+
+#include <unordered_map>
+
+#include "core/copy.h"
+#include "core/cuda/kernels.h"
+#include "core/factory.h"
+
+namespace keel {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+
+// The node an input's gradient flows into: its grad_fn, or for a leaf requiring grad an
+// AccumulateGrad; null when the input needs no gradient.
+std::shared_ptr<Node> edge_for(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return nullptr;
+  if (t.grad_fn()) return t.grad_fn();
+  return std::make_shared<AccumulateGrad>(t.impl_ptr());
+}
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+bool needs_grad(std::initializer_list<Tensor> inputs) { return needs_grad(std::vector<Tensor>(inputs)); }
+
+void connect(Tensor& output, std::shared_ptr<Node> node, const std::vector<Tensor>& inputs) {
+  node->next.clear();
+  for (const Tensor& t : inputs) node->next.push_back(edge_for(t));
+  output.impl()->requires_grad = true;
+  output.impl()->grad_fn = std::move(node);
+}
+void connect(Tensor& output, std::shared_ptr<Node> node, std::initializer_list<Tensor> inputs) {
+  connect(output, std::move(node), std::vector<Tensor>(inputs));
+}
+
+void accumulate_into(Tensor& dst, const Tensor& src) {
+  if (dst.shape() != src.shape())
+    throw ShapeError("accumulate_into", "gradient of shape " + shape_str(src.shape()) +
+                                            " cannot be added to one of shape " + shape_str(dst.shape()));
+  if (dst.device() != src.device())
+    throw DeviceError("accumulate_into", "gradient on " + src.device().str() + ", accumulator on " +
+                                             dst.device().str());
+  Tensor s = src.dtype() == dst.dtype() ? src.contiguous() : src.detach().to(dst.dtype()).contiguous();
+  if (!dst.is_contiguous())
+    throw ValueError("accumulate_into", "the accumulator must be contiguous");
+  if (dst.device().is_cuda()) return cuda::add_inplace(dst, s);
+  int64_t n = dst.numel();
+  visit_dtype(dst.dtype(), [&]<typename T>() {
+    T* d = dst.data<T>();
+    const T* p = s.data<T>();
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<double>(d[i]) + static_cast<double>(p[i]));
+  });
+}
+
+std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
+  auto leaf = leaf_.lock();
+  if (!leaf) return {};
+  if (!leaf->grad) {
+    // Own a private copy: grad_output may be shared with another node's gradient.
+    Tensor g = empty(grad_output.shape(), {leaf->dtype, grad_output.device()});
+    copy_(g, grad_output);
+    leaf->grad = g.impl_ptr();
+  } else {
+    Tensor acc(leaf->grad);
+    accumulate_into(acc, grad_output);
+  }
+  return {};
+}
+
+void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) {
+  if (!root.requires_grad())
+    throw AutogradError("backward", "this tensor does not require grad and has no grad_fn",
+                        "set requires_grad on the leaves before computing it, outside NoGradGuard");
+  Tensor grad = grad_in;
+  if (!grad.defined()) {
+    if (root.numel() != 1)
+      throw AutogradError("backward", "backward() on a non-scalar tensor of shape " + shape_str(root.shape()) +
+                                          " needs an explicit gradient",
+                          "reduce to a scalar (e.g. keel::sum or mean) or pass the gradient of the same shape");
+    grad = ones(root.shape(), {root.dtype(), root.device()});
+  } else if (grad.shape() != root.shape()) {
+    throw ShapeError("backward", "gradient of shape " + shape_str(grad.shape()) + " for a tensor of shape " +
+                                     shape_str(root.shape()));
+  }
+  NoGradGuard no_grad;  // backward itself is not recorded (no higher-order gradients)
+
+  std::shared_ptr<Node> start = root.grad_fn() ? root.grad_fn() : std::make_shared<AccumulateGrad>(root.impl_ptr());
+
+  // Count, for every node reachable from the loss, how many edges lead into it. Iterative DFS
+  // so that deep graphs (long sequences of ops) cannot overflow the stack.
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack{start.get()};
+  dependencies[start.get()] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (n->released)
+      throw AutogradError("backward", std::string("the graph through ") + n->name() +
+                                          " was already freed by an earlier backward()",
+                          "recompute the forward pass, or pass retain_graph=true to the first backward()");
+    for (auto& next : n->next) {
+      if (!next) continue;
+      auto [it, inserted] = dependencies.try_emplace(next.get(), 0);
+      ++it->second;
+      if (inserted) stack.push_back(next.get());
+    }
+  }
+
+  // Kahn's algorithm: a node runs once every consumer has delivered its gradient.
+  std::unordered_map<Node*, Tensor> grads;
+  grads[start.get()] = grad;
+  std::vector<Node*> ready{start.get()};
+  while (!ready.empty()) {
+    Node* n = ready.back();
+    ready.pop_back();
+    Tensor g = std::move(grads[n]);
+    grads.erase(n);
+    std::vector<Tensor> input_grads = n->backward(g);
+    for (size_t i = 0; i < n->next.size(); ++i) {
+      Node* next = n->next[i].get();
+      if (!next) continue;
+      if (i < input_grads.size() && input_grads[i].defined()) {
+        auto it = grads.find(next);
+        if (it == grads.end() || !it->second.defined())
+          grads[next] = input_grads[i];
+        else {
+          // A tensor used twice: sum the two contributions into a fresh buffer we own.
+          Tensor sum = it->second.clone();
+          accumulate_into(sum, input_grads[i]);
+          it->second = sum;
+        }
+      }
+      if (--dependencies[next] == 0) ready.push_back(next);
+    }
+    if (!retain_graph) {
+      n->release();
+      n->released = true;
+    }
+  }
+}
+
+}  // namespace keel

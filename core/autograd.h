@@ -1,0 +1,86 @@
+// Reverse-mode automatic differentiation, define-by-run.
+//
+// Each differentiable op that sees an input requiring grad records a Node: what its backward
+// needs (and nothing more) plus edges to the nodes that made its inputs. Tensor::backward()
+// sorts the nodes reachable from the loss topologically and runs them from the loss down,
+// summing (+=) the gradients that reach a node along several paths. Leaves that require grad
+// are reached through an AccumulateGrad node, which adds into leaf.grad.
+//
+// Writing an op (see ops/ for many):
+//
+//   struct GeluBackward : Node {
+//     Tensor x;                                   // saved for backward
+//     const char* name() const override { return "GeluBackward"; }
+//     std::vector<Tensor> backward(const Tensor& gy) override { return {gelu_grad(x, gy)}; }
+//     void release() override { x = {}; }         // free what was saved
+//   };
+//   Tensor y = ...forward...;
+//   if (needs_grad({x})) connect(y, std::make_shared<GeluBackward>(...), {x});
+//
+// Never save an op's own output as it is (that would be a cycle: output -> node -> output);
+// save output.detach() instead.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace keel {
+
+class Node {
+ public:
+  virtual ~Node() = default;
+  virtual const char* name() const = 0;
+  // dL/d(output) in, dL/d(input i) out: one entry per input, undefined where next[i] is null.
+  virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
+  // Drop the saved tensors once backward has used them.
+  virtual void release() {}
+
+  bool needs_input_grad(size_t i) const { return i < next.size() && next[i] != nullptr; }
+
+  std::vector<std::shared_ptr<Node>> next;  // one per input; null = that input needs no grad
+  bool released = false;
+};
+
+// The node behind every leaf that requires grad: adds the incoming gradient into leaf.grad.
+class AccumulateGrad : public Node {
+ public:
+  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : leaf_(leaf) {}
+  const char* name() const override { return "AccumulateGrad"; }
+  std::vector<Tensor> backward(const Tensor& grad_output) override;
+
+ private:
+  std::weak_ptr<TensorImpl> leaf_;  // weak: a graph must not keep a dropped parameter alive
+};
+
+// Gradient recording is on by default and per thread; NoGradGuard turns it off in a scope.
+bool grad_enabled();
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True when recording is on and some input requires grad: only then is a node worth making.
+bool needs_grad(std::initializer_list<Tensor> inputs);
+bool needs_grad(const std::vector<Tensor>& inputs);
+
+// Makes `node` the grad_fn of `output`, with one edge per input.
+void connect(Tensor& output, std::shared_ptr<Node> node, std::initializer_list<Tensor> inputs);
+void connect(Tensor& output, std::shared_ptr<Node> node, const std::vector<Tensor>& inputs);
+
+// The engine behind Tensor::backward.
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+
+// dst += src, elementwise, same shape and device (dtypes may differ; dst's is kept). The one
+// piece of arithmetic the engine itself needs; CPU here, a CUDA kernel in core/cuda/.
+void accumulate_into(Tensor& dst, const Tensor& src);
+
+}  // namespace keel

@@ -1,0 +1,17 @@
+// The few device kernels core itself needs (copies between layouts and dtypes, fill, and
+// the gradient accumulation of the autograd engine). Plain C++ interface; the kernels are in
+// kernels.cu. All tensors must be on the same CUDA device.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace keel::cuda {
+
+// dst <- src, any strides (up to 8 dims), converting between any two dtypes.
+void copy_strided(Tensor& dst, const Tensor& src);
+// dst += src; both contiguous, same shape and floating dtype.
+void add_inplace(Tensor& dst, const Tensor& src);
+// Every element of contiguous t set to value.
+void fill(Tensor& t, double value);
+
+}  // namespace keel::cuda

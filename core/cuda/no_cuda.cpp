@@ -1,0 +1,34 @@
+// The CUDA entry points of core in a build without CUDA (preset `cpu`): there is no device,
+// so asking for one raises DeviceError with the way out.
+#include "core/cuda/caching_allocator.h"
+#include "core/cuda/kernels.h"
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+
+namespace keel::cuda {
+
+namespace {
+[[noreturn]] void no_cuda(const char* op) {
+  throw DeviceError(op, "keel was built without CUDA", "rebuild with the `cuda` preset on a machine with nvcc");
+}
+}  // namespace
+
+bool built_with_cuda() { return false; }
+int device_count() { return 0; }
+bool is_available() { return false; }
+DeviceInfo device_info(int) { no_cuda("device_info"); }
+void check_device(int, const char* op) { no_cuda(op); }
+void synchronize(int) { no_cuda("synchronize"); }
+void memcpy_host_to_device(void*, const void*, size_t, int) { no_cuda("memcpy"); }
+void memcpy_device_to_host(void*, const void*, size_t, int) { no_cuda("memcpy"); }
+void memcpy_peer(void*, int, const void*, int, size_t) { no_cuda("memcpy"); }
+void* caching_allocate(int, size_t) { no_cuda("cuda allocate"); }
+void caching_free(int, void*, size_t) {}
+MemoryStats caching_stats(int) { return {}; }
+void caching_reset_peak(int) {}
+void empty_cache(int) {}
+void copy_strided(Tensor&, const Tensor&) { no_cuda("copy_strided"); }
+void add_inplace(Tensor&, const Tensor&) { no_cuda("add_inplace"); }
+void fill(Tensor&, double) { no_cuda("fill"); }
+
+}  // namespace keel::cuda

@@ -1,0 +1,95 @@
+// Device discovery, streams, host/device copies and error reporting on the CUDA runtime.
+#include "core/cuda/runtime.h"
+
+#include <mutex>
+#include <vector>
+
+#include "core/cuda/check.h"
+
+namespace keel::cuda {
+
+namespace detail {
+void throw_cuda(cudaError_t err, const char* stmt, const char* file, int line) {
+  std::string where = std::string(stmt) + " at " + file + ":" + std::to_string(line);
+  if (err == cudaErrorMemoryAllocation)
+    throw OutOfMemoryError("cuda", "out of device memory in " + where,
+                           "use a smaller batch or sequence length, or a smaller model");
+  throw CudaError("cuda", std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ") in " + where);
+}
+
+void throw_library(const char* lib, int status, const char* what, const char* stmt, const char* file, int line) {
+  throw CudaError(lib, std::string(lib) + " status " + std::to_string(status) + (*what ? std::string(" (") + what + ")" : "") +
+                           " in " + stmt + " at " + file + ":" + std::to_string(line));
+}
+
+cudaStream_t stream(int device) {
+  static std::mutex mu;
+  static std::vector<cudaStream_t> streams;
+  std::lock_guard<std::mutex> lock(mu);
+  if (streams.empty()) streams.assign(device_count(), nullptr);
+  check_device(device, "stream");
+  if (!streams[device]) {
+    KEEL_CHECK_CUDA(cudaSetDevice(device));
+    KEEL_CHECK_CUDA(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking));
+  }
+  return streams[device];
+}
+}  // namespace detail
+
+bool built_with_cuda() { return true; }
+
+int device_count() {
+  // No driver or no device is a normal situation (CI), not an error: report zero GPUs.
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the sticky error so later calls start clean
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+bool is_available() { return device_count() > 0; }
+
+void check_device(int index, const char* op) {
+  int n = device_count();
+  if (index < 0 || index >= n)
+    throw DeviceError(op, "CUDA device " + std::to_string(index) + " is not available (" + std::to_string(n) +
+                              " device(s) found)",
+                      n == 0 ? "run on a machine with an NVIDIA GPU and driver, or use --device cpu"
+                             : "pick a device index below the device count");
+}
+
+DeviceInfo device_info(int index) {
+  check_device(index, "device_info");
+  cudaDeviceProp p{};
+  KEEL_CHECK_CUDA(cudaGetDeviceProperties(&p, index));
+  return {p.name, p.totalGlobalMem, p.multiProcessorCount, p.major, p.minor};
+}
+
+void synchronize(int index) {
+  check_device(index, "synchronize");
+  KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(index)));
+}
+
+void memcpy_host_to_device(void* dst, const void* src, size_t nbytes, int device) {
+  cudaStream_t s = detail::stream(device);
+  KEEL_CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s));
+  KEEL_CHECK_CUDA(cudaStreamSynchronize(s));  // the host buffer may be freed right after we return
+}
+
+void memcpy_device_to_host(void* dst, const void* src, size_t nbytes, int device) {
+  cudaStream_t s = detail::stream(device);
+  KEEL_CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s));
+  KEEL_CHECK_CUDA(cudaStreamSynchronize(s));
+}
+
+void memcpy_peer(void* dst, int dst_device, const void* src, int src_device, size_t nbytes) {
+  KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(src_device)));
+  KEEL_CHECK_CUDA(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, detail::stream(dst_device)));
+  KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(dst_device)));
+}
+
+}  // namespace keel::cuda

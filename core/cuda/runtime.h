@@ -1,0 +1,34 @@
+// The CUDA runtime as the rest of keel sees it: plain C++, no CUDA headers, so that code
+// above core compiles the same with or without the CUDA backend. When keel is built without
+// CUDA (preset `cpu`), device_count() is 0 and everything else raises DeviceError.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace keel::cuda {
+
+bool built_with_cuda();
+// Number of usable GPUs: 0 when there is no driver, no device, or no CUDA build.
+int device_count();
+bool is_available();
+
+struct DeviceInfo {
+  std::string name;
+  size_t total_memory = 0;
+  int multiprocessors = 0;
+  int major = 0, minor = 0;  // compute capability
+};
+DeviceInfo device_info(int index);
+
+// Throws DeviceError naming `op` when device `index` does not exist.
+void check_device(int index, const char* op);
+void synchronize(int index);
+
+// Host <-> device copies, ordered on the device's compute stream; they return when the data
+// has arrived (device-to-host waits for the kernels queued before it).
+void memcpy_host_to_device(void* dst, const void* src, size_t nbytes, int device);
+void memcpy_device_to_host(void* dst, const void* src, size_t nbytes, int device);
+void memcpy_peer(void* dst, int dst_device, const void* src, int src_device, size_t nbytes);
+
+}  // namespace keel::cuda

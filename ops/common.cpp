@@ -1,0 +1,75 @@
+#include "ops/common.h"
+
+namespace keel::detail {
+
+std::string describe(const char* name, const Tensor& t) {
+  if (!t.defined()) return std::string(name) + " (undefined)";
+  return std::string(name) + " " + shape_str(t.shape()) + " " + dtype_name(t.dtype()) + " " + t.device().str();
+}
+
+namespace {
+std::string list(std::initializer_list<Arg> args) {
+  std::string s;
+  for (const auto& [name, t] : args) {
+    if (!s.empty()) s += ", ";
+    s += describe(name, t);
+  }
+  return s;
+}
+}  // namespace
+
+void check_defined(const char* op, std::initializer_list<Arg> args) {
+  for (const auto& [name, t] : args)
+    if (!t.defined()) throw ValueError(op, std::string("argument ") + name + " is an undefined tensor");
+}
+
+void check_same_device(const char* op, std::initializer_list<Arg> args) {
+  check_defined(op, args);
+  Device d = args.begin()->second.device();
+  for (const auto& a : args)
+    if (a.second.device() != d)
+      throw DeviceError(op, "arguments are on different devices: " + list(args),
+                        "move them to one device with .to(Device)");
+}
+
+void check_same_dtype(const char* op, std::initializer_list<Arg> args) {
+  check_defined(op, args);
+  DType d = args.begin()->second.dtype();
+  for (const auto& a : args)
+    if (a.second.dtype() != d)
+      throw DTypeError(op, "arguments have different dtypes: " + list(args), "convert them with .to(DType)");
+}
+
+void check_floating(const char* op, std::initializer_list<Arg> args) {
+  check_defined(op, args);
+  for (const auto& [name, t] : args)
+    if (!is_floating(t.dtype()))
+      throw DTypeError(op, std::string("expected a floating tensor: ") + describe(name, t),
+                       "convert with .to(DType::f32)");
+}
+
+void check_integer(const char* op, std::initializer_list<Arg> args) {
+  check_defined(op, args);
+  for (const auto& [name, t] : args)
+    if (t.dtype() != DType::i32 && t.dtype() != DType::i64)
+      throw DTypeError(op, std::string("expected an i32 or i64 index tensor: ") + describe(name, t),
+                       "convert with .to(DType::i64)");
+}
+
+void check_dim(const char* op, const Arg& arg, int64_t ndim) {
+  if (arg.second.dim() != ndim)
+    throw ShapeError(op, std::string("expected ") + arg.first + " to have " + std::to_string(ndim) +
+                             " dimensions: " + describe(arg.first, arg.second));
+}
+
+void check_min_dim(const char* op, const Arg& arg, int64_t min_ndim) {
+  if (arg.second.dim() < min_ndim)
+    throw ShapeError(op, std::string("expected ") + arg.first + " to have at least " + std::to_string(min_ndim) +
+                             " dimensions: " + describe(arg.first, arg.second));
+}
+
+void no_cuda_kernel(const char* op) {
+  throw DeviceError(op, "this op has no CUDA kernel yet", "run it on the CPU (move tensors with .to(Device::cpu()))");
+}
+
+}  // namespace keel::detail

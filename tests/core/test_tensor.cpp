@@ -1,0 +1,82 @@
+// Tensor handles, views on shared storage, copies, dtypes and printing.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "core/copy.h"
+#include "core/factory.h"
+
+using namespace keel;
+
+TEST_CASE("a tensor is a shared handle: copies see the same data") {
+  Tensor a = zeros({2, 3});
+  Tensor b = a;
+  b.data<float>()[4] = 7.0f;
+  CHECK(a.to_vector<float>()[4] == 7.0f);
+  CHECK(a.numel() == 6);
+  CHECK(a.dim() == 2);
+  CHECK(a.size(-1) == 3);
+  CHECK(a.is_contiguous());
+  CHECK(a.strides() == Shape{3, 1});
+}
+
+TEST_CASE("as_strided views share storage; contiguous() packs them") {
+  Tensor a = from_vector<float>({0, 1, 2, 3, 4, 5}, {2, 3});
+  Tensor t = a.as_strided({3, 2}, {1, 3}, 0);  // the transpose
+  CHECK_FALSE(t.is_contiguous());
+  CHECK(t.storage() == a.storage());
+  CHECK(t.to_vector<float>() == std::vector<float>{0, 3, 1, 4, 2, 5});
+  Tensor c = t.contiguous();
+  CHECK(c.is_contiguous());
+  CHECK(c.storage() != a.storage());
+  CHECK(c.to_vector<float>() == std::vector<float>{0, 3, 1, 4, 2, 5});
+  Tensor same = a.contiguous();
+  CHECK(same.storage() == a.storage());
+}
+
+TEST_CASE("dtype conversions round as documented") {
+  Tensor a = from_vector<float>({1.0f, -2.5f, 3.14159f, 65504.0f, 1e-8f, 70000.0f}, {6});
+  auto h = a.to(DType::f16).to_vector<float>();
+  CHECK(h[0] == 1.0f);
+  CHECK(h[1] == -2.5f);
+  CHECK(h[2] == doctest::Approx(3.140625f));  // nearest f16
+  CHECK(h[3] == 65504.0f);                    // largest finite f16
+  CHECK(h[4] == doctest::Approx(0.0f).epsilon(1e-7));
+  CHECK(std::isinf(h[5]));
+  auto b = a.to(DType::bf16).to_vector<float>();
+  CHECK(b[0] == 1.0f);
+  CHECK(b[2] == doctest::Approx(3.140625f));  // bf16 keeps 8 bits of mantissa
+  auto i = from_vector<float>({1.9f, -1.9f}, {2}).to(DType::i64).to_vector<int64_t>();
+  CHECK(i == std::vector<int64_t>{1, -1});  // truncation toward zero, as C++ and PyTorch do
+}
+
+TEST_CASE("f16 conversion matches IEEE for every half value") {
+  // Every finite f16 bit pattern converts to float and back to itself.
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    f16 h;
+    h.bits = static_cast<uint16_t>(bits);
+    float f = h;
+    if (std::isnan(f)) continue;
+    CHECK_MESSAGE(f16(f).bits == bits, "bits " << bits);
+  }
+}
+
+TEST_CASE("factories and item") {
+  CHECK(full({2, 2}, 3.5).to_vector<float>() == std::vector<float>(4, 3.5f));
+  CHECK(scalar(2.0, {DType::f64}).item() == 2.0);
+  CHECK(arange(4, {DType::i32}).to_vector<int32_t>() == std::vector<int32_t>{0, 1, 2, 3});
+  CHECK_THROWS_AS(from_vector<float>({1, 2, 3}, {2, 2}), ShapeError);
+  CHECK_THROWS_AS(zeros({2, 2}).item(), ShapeError);
+  CHECK_THROWS_AS(zeros({-1}), ShapeError);
+  CHECK_THROWS_AS(Tensor().shape(), ValueError);
+  CHECK_THROWS_AS(zeros({2}).data<double>(), DTypeError);
+}
+
+TEST_CASE("printing is readable") {
+  Tensor a = from_vector<float>({1, 2, 3, 4}, {2, 2});
+  std::string s = a.str();
+  CHECK(s.find("tensor([[") == 0);
+  CHECK(s.find("shape=[2, 2], dtype=f32") != std::string::npos);
+  Tensor big = zeros({100, 100});
+  CHECK(big.str().find("...") != std::string::npos);
+}
