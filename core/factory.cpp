@@ -17,8 +17,8 @@ Tensor empty(const Shape& shape, Options opt) {
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
-  impl->dtype = opt.dtype;
-  impl->storage = std::make_shared<Storage>(numel_of(shape) * dtype_size(opt.dtype), opt.device);
+  impl->dtype = opt.dtype.value_or(DType::f32);
+  impl->storage = std::make_shared<Storage>(numel_of(shape) * dtype_size(impl->dtype), opt.device);
   Tensor t(impl);
   if (opt.requires_grad) t.set_requires_grad(true);
   return t;
@@ -65,8 +65,9 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape, Options opt
   if (!values.empty()) std::copy(values.begin(), values.end(), static_cast<T*>(impl->storage->data()));
   Tensor host(impl);
   Tensor out = host;
-  if (opt.dtype != host.dtype() || !opt.device.is_cpu()) {
-    out = empty(shape, {opt.dtype, opt.device});
+  DType want = opt.dtype.value_or(dtype_of<T>);
+  if (want != host.dtype() || !opt.device.is_cpu()) {
+    out = empty(shape, {want, opt.device});
     copy_(out, host);
   }
   if (opt.requires_grad) out.set_requires_grad(true);
@@ -80,6 +81,7 @@ template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, 
 Tensor arange(int64_t n, Options opt) {
   std::vector<double> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(i);
+  opt.dtype = opt.dtype.value_or(DType::i64);  // indices by default, as in PyTorch
   return from_vector(v, {n}, opt);
 }
 

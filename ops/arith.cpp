@@ -1,0 +1,209 @@
+// Elementwise arithmetic: front ends and their backward nodes.
+#include "ops/arith.h"
+
+#include <algorithm>
+
+#include "ops/common.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+
+namespace keel {
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw ShapeError(op, "shapes " + shape_str(a) + " and " + shape_str(b) + " do not broadcast",
+                       "dimensions must match or be 1, aligned from the right");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  Tensor r = g;
+  // Leading dimensions the input did not have: sum them away.
+  while (r.dim() > static_cast<int64_t>(shape.size())) r = sum(r, 0);
+  // Dimensions where the input had size 1: sum, keeping the 1.
+  for (int64_t d = 0; d < r.dim(); ++d)
+    if (shape[d] == 1 && r.size(d) != 1) r = sum(r, d, /*keepdim=*/true);
+  return r;
+}
+
+namespace {
+void check_binary(const char* op, const Tensor& a, const Tensor& b) {
+  detail::check_same_device(op, {{"a", a}, {"b", b}});
+  detail::check_same_dtype(op, {{"a", a}, {"b", b}});
+  detail::check_floating(op, {{"a", a}});
+}
+
+Tensor binary_forward(cpu::BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+  check_binary(name, a, b);
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  if (a.device().is_cuda()) detail::no_cuda_kernel(name);
+  Tensor out = empty(shape, {a.dtype(), a.device()});
+  cpu::binary(op, a, b, out);
+  return out;
+}
+
+struct AddBackward : Node {
+  Shape a_shape, b_shape;
+  double b_sign;  // +1 for add, -1 for sub
+  const char* name() const override { return b_sign > 0 ? "AddBackward" : "SubBackward"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    Tensor ga, gb;
+    if (needs_input_grad(0)) ga = sum_to_shape(g, a_shape);
+    if (needs_input_grad(1)) gb = sum_to_shape(b_sign > 0 ? g : neg(g), b_shape);
+    return {ga, gb};
+  }
+};
+
+struct MulBackward : Node {
+  Tensor a, b;
+  const char* name() const override { return "MulBackward"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    Tensor ga, gb;
+    if (needs_input_grad(0)) ga = sum_to_shape(mul(g, b), a.shape());
+    if (needs_input_grad(1)) gb = sum_to_shape(mul(g, a), b.shape());
+    return {ga, gb};
+  }
+  void release() override { a = {}, b = {}; }
+};
+
+struct DivBackward : Node {
+  Tensor a, b;
+  const char* name() const override { return "DivBackward"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    Tensor ga, gb;
+    Tensor g_over_b = div(g, b);
+    if (needs_input_grad(0)) ga = sum_to_shape(g_over_b, a.shape());
+    if (needs_input_grad(1)) gb = sum_to_shape(neg(mul(g_over_b, div(a, b))), b.shape());  // -g a / b^2
+    return {ga, gb};
+  }
+  void release() override { a = {}, b = {}; }
+};
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(cpu::BinaryOp::add, "add", a, b);
+  if (needs_grad({a, b})) {
+    auto n = std::make_shared<AddBackward>();
+    n->a_shape = a.shape(), n->b_shape = b.shape(), n->b_sign = 1;
+    connect(out, n, {a, b});
+  }
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(cpu::BinaryOp::sub, "sub", a, b);
+  if (needs_grad({a, b})) {
+    auto n = std::make_shared<AddBackward>();
+    n->a_shape = a.shape(), n->b_shape = b.shape(), n->b_sign = -1;
+    connect(out, n, {a, b});
+  }
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(cpu::BinaryOp::mul, "mul", a, b);
+  if (needs_grad({a, b})) {
+    auto n = std::make_shared<MulBackward>();
+    // Each input's gradient needs the other input (and sum_to_shape needs both shapes).
+    n->a = a.detach(), n->b = b.detach();
+    connect(out, n, {a, b});
+  }
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(cpu::BinaryOp::div, "div", a, b);
+  if (needs_grad({a, b})) {
+    auto n = std::make_shared<DivBackward>();
+    n->a = a.detach(), n->b = b.detach();
+    connect(out, n, {a, b});
+  }
+  return out;
+}
+
+// ---- unary ----
+
+namespace {
+Tensor unary_forward(cpu::UnaryOp op, const char* name, const Tensor& x, double s = 0.0) {
+  detail::check_floating(name, {{"x", x}});
+  if (x.device().is_cuda()) detail::no_cuda_kernel(name);
+  Tensor out = empty(x.shape(), {x.dtype(), x.device()});
+  cpu::unary(op, x, out, s);
+  return out;
+}
+
+// y = f(x) whose derivative is expressed through the saved x or y.
+struct UnaryBackward : Node {
+  cpu::UnaryOp op;
+  double s = 0;
+  Tensor saved;  // x for log/relu/square, y for exp/tanh, nothing for neg/add/mul scalar
+  const char* name() const override {
+    switch (op) {
+      case cpu::UnaryOp::neg: return "NegBackward";
+      case cpu::UnaryOp::exp: return "ExpBackward";
+      case cpu::UnaryOp::log: return "LogBackward";
+      case cpu::UnaryOp::tanh: return "TanhBackward";
+      case cpu::UnaryOp::relu: return "ReluBackward";
+      case cpu::UnaryOp::square: return "SquareBackward";
+      case cpu::UnaryOp::add_scalar: return "AddScalarBackward";
+      case cpu::UnaryOp::mul_scalar: return "MulScalarBackward";
+    }
+    return "UnaryBackward";
+  }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    switch (op) {
+      case cpu::UnaryOp::neg: return {neg(g)};
+      case cpu::UnaryOp::exp: return {mul(g, saved)};                         // d e^x = e^x
+      case cpu::UnaryOp::log: return {div(g, saved)};                         // d log x = 1/x
+      case cpu::UnaryOp::tanh: return {mul(g, add(neg(square(saved)), 1.0))};  // 1 - tanh^2
+      case cpu::UnaryOp::relu: {
+        Tensor mask = empty_like(saved);
+        detail::dispatch_float("relu", saved.dtype(), [&]<typename T>() {
+          const T* x = saved.data<T>();
+          T* m = mask.data<T>();
+          for (int64_t i = 0; i < saved.numel(); ++i) m[i] = x[i] > T(0) ? T(1) : T(0);
+        });
+        return {mul(g, mask)};
+      }
+      case cpu::UnaryOp::square: return {mul(g, mul(saved, 2.0))};
+      case cpu::UnaryOp::add_scalar: return {g};
+      case cpu::UnaryOp::mul_scalar: return {mul(g, s)};
+    }
+    return {};
+  }
+  void release() override { saved = {}; }
+};
+
+Tensor unary_op(cpu::UnaryOp op, const char* name, const Tensor& x, double s = 0.0) {
+  Tensor y = unary_forward(op, name, x, s);
+  if (needs_grad({x})) {
+    auto n = std::make_shared<UnaryBackward>();
+    n->op = op, n->s = s;
+    if (op == cpu::UnaryOp::exp || op == cpu::UnaryOp::tanh) n->saved = y.detach();
+    if (op == cpu::UnaryOp::log || op == cpu::UnaryOp::square) n->saved = x.detach();
+    if (op == cpu::UnaryOp::relu) n->saved = x.detach().contiguous();
+    connect(y, n, {x});
+  }
+  return y;
+}
+}  // namespace
+
+Tensor add(const Tensor& x, double s) { return unary_op(cpu::UnaryOp::add_scalar, "add", x, s); }
+Tensor mul(const Tensor& x, double s) { return unary_op(cpu::UnaryOp::mul_scalar, "mul", x, s); }
+Tensor neg(const Tensor& x) { return unary_op(cpu::UnaryOp::neg, "neg", x); }
+Tensor exp(const Tensor& x) { return unary_op(cpu::UnaryOp::exp, "exp", x); }
+Tensor log(const Tensor& x) { return unary_op(cpu::UnaryOp::log, "log", x); }
+Tensor tanh(const Tensor& x) { return unary_op(cpu::UnaryOp::tanh, "tanh", x); }
+Tensor relu(const Tensor& x) { return unary_op(cpu::UnaryOp::relu, "relu", x); }
+Tensor square(const Tensor& x) { return unary_op(cpu::UnaryOp::square, "square", x); }
+
+}  // namespace keel

@@ -1,0 +1,48 @@
+// CPU reductions over one dimension. The input is viewed as (outer, n, inner) with the
+// reduced dimension in the middle; sums accumulate in double so long rows stay accurate.
+#include "ops/cpu/reduce.h"
+
+#include "ops/common.h"
+
+namespace keel::cpu {
+
+// x (outer, n, inner) contiguous -> out (outer, inner), and for max the argmax (outer, inner) i64.
+void reduce_dim(Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
+                Tensor* argmax) {
+  detail::dispatch_float("reduce", x.dtype(), [&]<typename T>() {
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    int64_t* pi = argmax ? argmax->data<int64_t>() : nullptr;
+#pragma omp parallel for if (outer * n * inner > 32768)
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const T* row = px + o * n * inner + i;
+        if (kind == Reduce::sum) {
+          double acc = 0;
+          for (int64_t j = 0; j < n; ++j) acc += row[j * inner];
+          po[o * inner + i] = static_cast<T>(acc);
+        } else {
+          int64_t best = 0;
+          for (int64_t j = 1; j < n; ++j)
+            if (row[j * inner] > row[best * inner]) best = j;  // strict: the first maximum wins
+          po[o * inner + i] = row[best * inner];
+          if (pi) pi[o * inner + i] = best;
+        }
+      }
+    }
+  });
+}
+
+// g (outer, inner), idx (outer, inner) -> gx (outer, n, inner) zero except at the argmax.
+void scatter_max_grad(const Tensor& g, const Tensor& idx, int64_t outer, int64_t n, int64_t inner, Tensor& gx) {
+  detail::dispatch_float("max backward", g.dtype(), [&]<typename T>() {
+    const T* pg = g.data<T>();
+    const int64_t* pi = idx.data<int64_t>();
+    T* px = gx.data<T>();
+    std::fill(px, px + outer * n * inner, T(0));
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) px[(o * n + pi[o * inner + i]) * inner + i] = pg[o * inner + i];
+  });
+}
+
+}  // namespace keel::cpu

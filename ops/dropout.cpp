@@ -1,0 +1,43 @@
+// Dropout: the mask is a pure function of (seed, offset, element index), drawn from Philox.
+#include "ops/dropout.h"
+
+#include "ops/arith.h"
+#include "ops/common.h"
+
+namespace keel {
+
+namespace {
+struct DropoutBackward : Node {
+  Tensor mask;  // 0 or 1/(1-p), same shape as x
+  const char* name() const override { return "DropoutBackward"; }
+  std::vector<Tensor> backward(const Tensor& g) override { return {mul(g, mask)}; }
+  void release() override { mask = {}; }
+};
+}  // namespace
+
+// x (any) -> same shape.
+Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {
+  const char* op = "dropout";
+  detail::check_floating(op, {{"x", x}});
+  if (!(p >= 0.0 && p < 1.0))
+    throw ValueError(op, "probability p = " + std::to_string(p) + " is outside [0, 1)", "use 0 <= p < 1");
+  if (!training || p == 0.0) return x;
+  if (x.device().is_cuda()) detail::no_cuda_kernel(op);
+  const uint64_t key = gen.seed(), base = gen.advance(x.numel());
+  Tensor mask = empty(x.shape(), {x.dtype(), x.device()});
+  detail::dispatch_float(op, x.dtype(), [&]<typename T>() {
+    T* m = mask.data<T>();
+    const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
+    const float pf = static_cast<float>(p);
+    for (int64_t i = 0; i < x.numel(); ++i) m[i] = philox_uniform(key, base, i) > pf ? keep_scale : T(0);
+  });
+  Tensor out = mul(x.detach(), mask);  // detached: our own node records the product, not mul's
+  if (needs_grad({x})) {
+    auto n = std::make_shared<DropoutBackward>();
+    n->mask = mask;
+    connect(out, n, {x});
+  }
+  return out;
+}
+
+}  // namespace keel

@@ -1,0 +1,54 @@
+// Embedding lookup: front end and backward node.
+#include "ops/embedding.h"
+
+#include "ops/common.h"
+#include "ops/cpu/embedding.h"
+
+namespace keel {
+
+namespace {
+struct EmbeddingBackward : Node {
+  Tensor ids;
+  Shape weight_shape;
+  const char* name() const override { return "EmbeddingBackward"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    Tensor gw = zeros(weight_shape, {g.dtype(), g.device()});
+    cpu::embedding_backward(g.contiguous(), ids, gw);
+    return {gw, Tensor()};
+  }
+  void release() override { ids = {}; }
+};
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  const char* op = "embedding";
+  detail::check_same_device(op, {{"weight", weight}, {"ids", ids}});
+  detail::check_floating(op, {{"weight", weight}});
+  detail::check_integer(op, {{"ids", ids}});
+  detail::check_dim(op, {"weight", weight}, 2);
+  if (weight.device().is_cuda()) detail::no_cuda_kernel(op);
+  Tensor idx = ids.contiguous();
+  const int64_t V = weight.size(0), C = weight.size(1);
+  // Validate every id before touching memory: an id outside the table is a data bug.
+  detail::dispatch_index(op, idx.dtype(), [&]<typename I>() {
+    const I* p = idx.data<I>();
+    for (int64_t i = 0; i < idx.numel(); ++i)
+      if (p[i] < 0 || p[i] >= V)
+        throw IndexError(op, "id " + std::to_string(p[i]) + " at position " + std::to_string(i) +
+                                 " is outside the table of " + std::to_string(V) + " rows (" +
+                                 detail::describe("weight", weight) + ")",
+                         "check that the tokenizer's vocabulary matches the model's vocab_size");
+  });
+  Shape out_shape = ids.shape();
+  out_shape.push_back(C);
+  Tensor out = empty(out_shape, {weight.dtype(), weight.device()});
+  cpu::embedding_forward(weight.contiguous(), idx, out);
+  if (needs_grad({weight})) {
+    auto n = std::make_shared<EmbeddingBackward>();
+    n->ids = idx, n->weight_shape = weight.shape();
+    connect(out, n, {weight, ids});
+  }
+  return out;
+}
+
+}  // namespace keel

@@ -1,0 +1,102 @@
+// The CUDA part of core: device discovery, the caching allocator, host/device copies and
+// core's elementwise kernels (strided copy with casts, fill, +=). Without a GPU these tests
+// report themselves as skipped; the messages-without-a-device test runs everywhere.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/copy.h"
+#include "core/cuda/caching_allocator.h"
+#include "core/factory.h"
+#include "cuda_test.h"
+
+using namespace keel;
+
+TEST_CASE("size classes of the caching allocator") {
+  CHECK(cuda::round_size(0) == 512);
+  CHECK(cuda::round_size(1) == 512);
+  CHECK(cuda::round_size(513) == 1024);
+  CHECK(cuda::round_size((1 << 20) - 1) == (1 << 20));
+  CHECK(cuda::round_size((1 << 20) + 1) == (2 << 20));
+  CHECK(cuda::round_size(5 << 20) == (6 << 20));
+}
+
+TEST_CASE("asking for a missing device gives a DeviceError with the way out") {
+  if (cuda::is_available()) return;  // the situation this test is about does not arise
+  CHECK(cuda::device_count() == 0);
+  try {
+    (void)zeros({2}).to(Device::cuda(0));
+    FAIL("no error");
+  } catch (const DeviceError& e) {
+    CHECK(std::string(e.what()).find("cuda") != std::string::npos);
+    CHECK_FALSE(e.hint().empty());
+  }
+  CHECK_THROWS_AS(zeros({2}, {DType::f32, Device::cuda(0)}), DeviceError);
+}
+
+TEST_CASE("device discovery") {
+  KEEL_REQUIRE_CUDA();
+  auto info = cuda::device_info(0);
+  CHECK_FALSE(info.name.empty());
+  CHECK(info.total_memory > 0);
+  CHECK(info.major >= 7);
+  CHECK_THROWS_AS(cuda::device_info(cuda::device_count()), DeviceError);
+}
+
+TEST_CASE("the caching allocator reuses blocks and counts bytes") {
+  KEEL_REQUIRE_CUDA();
+  Device d = Device::cuda(0);
+  auto before = memory_stats(d);
+  void* p = allocate(d, 3000);
+  CHECK(memory_stats(d).current == before.current + 3072);
+  deallocate(d, p, 3000);
+  void* q = allocate(d, 2900);  // same size class: the cached block comes back
+  CHECK(q == p);
+  deallocate(d, q, 2900);
+  CHECK(memory_stats(d).current == before.current);
+  CHECK(memory_stats(d).peak >= before.current + 3072);
+  cuda::empty_cache(0);
+  CHECK(memory_stats(d).reserved == memory_stats(d).current);
+}
+
+TEST_CASE("host <-> device copies round-trip every dtype") {
+  KEEL_REQUIRE_CUDA();
+  Generator gen(1);
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64}) {
+    Tensor h = randn({37, 5}, gen, {DType::f64}, 0.0, 10.0).to(t);
+    Tensor back = h.to(Device::cuda(0)).to(Device::cpu());
+    CHECK(back.dtype() == t);
+    CHECK(back.to_vector<double>() == h.to_vector<double>());
+  }
+}
+
+TEST_CASE("device casts and strided copies match the CPU, on poisoned outputs") {
+  KEEL_REQUIRE_CUDA();
+  Generator gen(2);
+  Tensor h = randn({7, 9, 5}, gen);
+  Tensor d = h.to(Device::cuda(0));
+  for (DType t : {DType::f64, DType::bf16, DType::f16, DType::i32}) {
+    Tensor out = full(h.shape(), std::nan(""), {DType::f64}).to(t).to(Device::cuda(0));
+    copy_(out, d);
+    CHECK(out.to_vector<double>() == h.to(t).to_vector<double>());
+  }
+  // A transposed (strided) view packs the same way on both devices.
+  Tensor ht = h.as_strided({5, 9, 7}, {1, 5, 45}, 0);
+  Tensor dt = d.as_strided({5, 9, 7}, {1, 5, 45}, 0);
+  CHECK(dt.contiguous().to_vector<float>() == ht.contiguous().to_vector<float>());
+}
+
+TEST_CASE("fill and += on the device; the engine accumulates device gradients") {
+  KEEL_REQUIRE_CUDA();
+  Tensor a = full({1000}, 1.5, {DType::f32, Device::cuda(0)});
+  Tensor b = full({1000}, 2.0, {DType::f32, Device::cuda(0)});
+  accumulate_into(a, b);
+  for (float v : a.to_vector<float>()) CHECK(v == 3.5f);
+  // A leaf on the CPU used twice through device copies: its gradient is summed on the way back.
+  Tensor x = ones({4}, {DType::f32, Device::cpu(), true});
+  Tensor y1 = x.to(Device::cuda(0)), y2 = x.to(Device::cuda(0));
+  y1.backward(full({4}, 2.0, {DType::f32, Device::cuda(0)}));
+  y2.backward(full({4}, 3.0, {DType::f32, Device::cuda(0)}));
+  CHECK(x.grad().to_vector<float>() == std::vector<float>(4, 5.0f));
+}
