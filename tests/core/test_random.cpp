@@ -17,7 +17,7 @@ TEST_CASE("philox4x32-10 matches the Random123 known-answer vectors") {
   CHECK(r[3] == 0x9b00dbd8u);
 }
 
-TEST_CASE("the same seed gives the same numbers; the offset advances") {
+TEST_CASE("the same seed gives the same numbers, the offset advances") {
   Generator a(123), b(123), c(124);
   Tensor x = randn({64}, a), y = randn({64}, b), z = randn({64}, c);
   CHECK(x.to_vector<float>() == y.to_vector<float>());

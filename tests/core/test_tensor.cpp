@@ -20,7 +20,7 @@ TEST_CASE("a tensor is a shared handle: copies see the same data") {
   CHECK(a.strides() == Shape{3, 1});
 }
 
-TEST_CASE("as_strided views share storage; contiguous() packs them") {
+TEST_CASE("as_strided views share storage, contiguous() packs them") {
   Tensor a = from_vector<float>({0, 1, 2, 3, 4, 5}, {2, 3});
   Tensor t = a.as_strided({3, 2}, {1, 3}, 0);  // the transpose
   CHECK_FALSE(t.is_contiguous());

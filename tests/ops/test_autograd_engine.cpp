@@ -40,7 +40,7 @@ TEST_CASE("gradients through views of views reach the base leaf") {
   CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 2, 4, 0, 8, 10});
 }
 
-TEST_CASE("no_grad records nothing; detach cuts the history") {
+TEST_CASE("no_grad records nothing, detach cuts the history") {
   Tensor x = param({1.0}, {1});
   {
     NoGradGuard guard;

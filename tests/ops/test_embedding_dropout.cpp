@@ -10,7 +10,7 @@ using namespace keel;
 using keel::testing::gradcheck;
 using keel::testing::leaf;
 
-TEST_CASE("embedding picks rows; its gradient scatter-adds repeated ids") {
+TEST_CASE("embedding picks rows, its gradient scatter-adds repeated ids") {
   Tensor w = from_vector<float>({0, 1, 10, 11, 20, 21}, {3, 2});
   Tensor ids = from_vector<int64_t>({2, 0, 2, 1}, {2, 2});
   Tensor e = embedding(w, ids);

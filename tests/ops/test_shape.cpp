@@ -33,7 +33,7 @@ TEST_CASE("views share storage with their input") {
   CHECK(a.to_vector<float>()[1] == 100.0f);
 }
 
-TEST_CASE("reshape of a non-contiguous tensor copies; view refuses") {
+TEST_CASE("reshape of a non-contiguous tensor copies, view refuses") {
   Tensor a = reshape(arange(6).to(DType::f32), {2, 3});
   Tensor t = transpose(a, 0, 1);
   Tensor r = reshape(t, {6});
