@@ -1,0 +1,122 @@
+// attention(): argument checks, output allocation, the autograd node, dispatch to the kernels.
+#include "ops/attention.h"
+
+#include <cmath>
+#include <string>
+
+#include "ops/common.h"
+
+namespace keel {
+
+AttentionSpec AttentionSpec::mhsa(int64_t H) {
+  if (H < 0) throw ValueError("AttentionSpec::mhsa", "negative head count " + std::to_string(H));
+  return {0.0, std::vector<int64_t>(H, 0)};
+}
+
+AttentionSpec AttentionSpec::ls(int64_t H, int64_t local_heads, int64_t w) {
+  if (H < 0 || local_heads < 0 || local_heads > H)
+    throw ValueError("AttentionSpec::ls",
+                     "local_heads = " + std::to_string(local_heads) + " with H = " + std::to_string(H),
+                     "local_heads must be in [0, H]");
+  // w = 0 would silently turn the local heads global, so it is refused here.
+  if (w < 1)
+    throw ValueError("AttentionSpec::ls", "window " + std::to_string(w) + " for the local heads",
+                     "a local head sees the last w >= 1 keys; use mhsa() for full causal heads");
+  AttentionSpec spec = mhsa(H);
+  for (int64_t h = 0; h < local_heads; ++h) spec.window[h] = w;
+  return spec;
+}
+
+namespace {
+
+constexpr const char* kOp = "attention";
+
+void check_arguments(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
+  // Order matters for the messages a user sees: existence, then device, then dtype, then shape.
+  detail::check_defined(kOp, {{"q", q}, {"k", k}, {"v", v}});
+  detail::check_same_device(kOp, {{"q", q}, {"k", k}, {"v", v}});
+  detail::check_floating(kOp, {{"q", q}, {"k", k}, {"v", v}});
+  detail::check_same_dtype(kOp, {{"q", q}, {"k", k}, {"v", v}});
+  for (const detail::Arg& a : {detail::Arg{"q", q}, detail::Arg{"k", k}, detail::Arg{"v", v}})
+    if (a.second.dim() != 4)
+      throw ShapeError(kOp, std::string("expected (B, H, T, D) tensors, got ") + detail::describe(a.first, a.second),
+                       "split heads first: reshape (B, T, C) to (B, T, H, D) and transpose to (B, H, T, D)");
+  if (q.shape() != k.shape() || q.shape() != v.shape())
+    throw ShapeError(kOp,
+                     "q, k and v must have the same shape: " + detail::describe("q", q) + ", " +
+                         detail::describe("k", k) + ", " + detail::describe("v", v),
+                     "self-attention projects one input to q, k, v of equal shape (B, H, T, D)");
+  const int64_t H = q.size(1);
+  if (static_cast<int64_t>(spec.window.size()) != H)
+    throw ShapeError(kOp,
+                     "spec has " + std::to_string(spec.window.size()) + " windows for " + std::to_string(H) +
+                         " heads: " + detail::describe("q", q),
+                     "give one window per head (AttentionSpec::mhsa(H) or AttentionSpec::ls(H, local, w))");
+  for (int64_t h = 0; h < H; ++h)
+    if (spec.window[h] < 0)
+      throw ValueError(kOp, "head " + std::to_string(h) + " has negative window " + std::to_string(spec.window[h]),
+                       "window 0 is full causal, w >= 1 sees the last w keys");
+  if (!(std::isfinite(spec.softcap) && spec.softcap >= 0))
+    throw ValueError(kOp, "softcap is " + std::to_string(spec.softcap), "use 0 (no capping) or a cap c > 0");
+  if (!std::isfinite(spec.scale))
+    throw ValueError(kOp, "softmax scale is " + std::to_string(spec.scale),
+                     "use a finite scale, or 0 for 1/sqrt(D)");
+}
+
+double resolve_scale(double scale, int64_t D) {
+  if (scale != 0) return scale;
+  // With D = 0 every logit is 0 whatever the scale; 1 avoids 0 * inf = NaN.
+  return D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
+}
+
+// Saves what the flash backward needs: inputs, output and the row log-sum-exp, not the T x T
+// probabilities, which backward recomputes.
+struct AttentionBackward : Node {
+  Tensor q, k, v, out, lse;  // contiguous, detached
+  std::vector<int64_t> window;
+  double scale = 1, softcap = 0;
+
+  const char* name() const override { return "AttentionBackward"; }
+  std::vector<Tensor> backward(const Tensor& grad_out) override {
+    Tensor dout = grad_out.detach().contiguous();
+    if (dout.dtype() != q.dtype()) dout = dout.to(q.dtype());
+    if (q.device().is_cuda()) detail::no_cuda_kernel(kOp);
+    Tensor dq = empty_like(q), dk = empty_like(k), dv = empty_like(v);
+    cpu::attention_backward(q, k, v, out, lse, dout, window, scale, softcap, dq, dk, dv);
+    return {dq, dk, dv};
+  }
+  void release() override { q = k = v = out = lse = {}; }
+};
+
+}  // namespace
+
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
+  check_arguments(q, k, v, spec);
+  if (q.device().is_cuda()) detail::no_cuda_kernel(kOp);
+
+  // Kernels read packed rows; the graph edges still go to the caller's (possibly strided) tensors.
+  Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(), vc = v.detach().contiguous();
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const double scale = resolve_scale(spec.scale, D);
+  AttentionResult r;
+  r.out = empty({B, H, T, D}, {q.dtype(), q.device()});
+  r.max_logit = empty({H}, {DType::f32, q.device()});
+  Tensor lse = empty({B, H, T}, {q.dtype(), q.device()});
+  cpu::attention_forward(qc, kc, vc, spec.window, scale, spec.softcap, r.out, lse, r.max_logit);  // DTypeError for bf16/f16
+
+  if (needs_grad({q, k, v})) {
+    auto node = std::make_shared<AttentionBackward>();
+    node->q = qc;
+    node->k = kc;
+    node->v = vc;
+    node->out = r.out.detach();  // detached: saving the output itself would be a cycle
+    node->lse = lse;
+    node->window = spec.window;
+    node->scale = scale;
+    node->softcap = spec.softcap;
+    connect(r.out, node, {q, k, v});
+  }
+  return r;
+}
+
+}  // namespace keel

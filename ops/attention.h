@@ -1,0 +1,64 @@
+// Causal scaled dot-product attention with a per-head window: one op for MHSA and LS-attention.
+//
+// For every batch b and head h, query i attends to the keys j its head allows:
+//   window[h] == 0:  0 <= j <= i             (full causal)
+//   window[h] == w:  i - w < j <= i          (w keys, the query's own included; w >= T is full causal)
+// out_i = sum_j softmax_j(scale * q_i . k_j) v_j. MHSA is every window 0; LS-attention (arXiv
+// 2505.15548) is a few local heads of window w first, then global heads of window 0.
+//
+// Alongside the output the op returns, per head, the largest |logit| over every batch and every
+// allowed (i, j): the max-logit statistic that signals training instability. Masked pairs are
+// not counted, because they never reach the softmax.
+//
+// Optional logit soft-capping (a stabilisation baseline, as in Gemma 2): with softcap = c > 0
+// the logit scale * q_i . k_j becomes c * tanh(scale * q_i . k_j / c) before the softmax, and
+// the statistic reports these capped logits (what the softmax sees, so never above c).
+//
+// The CPU kernel is the reference the CUDA flash kernel is tested against. It works on blocks of
+// query rows against only the keys their bands reach, so a local head costs O(T*W*D) as in the flash
+// kernel, and it saves the row log-sum-exp (B, H, T) for backward, which recomputes the
+// probabilities from q, k and lse instead of keeping a T x T matrix.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace keel {
+
+struct AttentionSpec {
+  double scale = 0;             // softmax scale; 0 means 1/sqrt(D)
+  std::vector<int64_t> window;  // one per head: 0 = full causal, w >= 1 = the last w keys
+  double softcap = 0;           // c > 0: logits -> c * tanh(logits / c); 0 = no capping
+
+  // All H heads full causal.
+  static AttentionSpec mhsa(int64_t H);
+  // Heads [0, local_heads) get window w (>= 1), the rest full causal: local heads first, as in the paper.
+  static AttentionSpec ls(int64_t H, int64_t local_heads, int64_t w);
+};
+
+struct AttentionResult {
+  Tensor out;        // (B, H, T, D), q's dtype and device; differentiable w.r.t. q, k, v
+  Tensor max_logit;  // (H) f32, on q's device; a statistic, never differentiable
+};
+
+// q, k, v: (B, H, T, D), one floating dtype, one device; spec.window.size() == H.
+// Errors: ShapeError (not 4-D, shapes differ, window count != H), ValueError (negative window,
+// non-finite scale), DTypeError (non-floating or mixed dtypes; bf16/f16 on the CPU), DeviceError
+// (mixed devices; CUDA until its kernel lands).
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
+
+// The kernels behind the front end; call attention() instead. Every tensor is contiguous, f32 or
+// f64 alike, already allocated; `scale` is resolved (never 0 for D > 0); softcap 0 = none.
+namespace cpu {
+// q, k, v: (B, H, T, D) -> out (B, H, T, D), lse (B, H, T), max_logit (H) f32
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& window,
+                       double scale, double softcap, Tensor& out, Tensor& lse, Tensor& max_logit);
+// q, k, v, out, dout: (B, H, T, D), lse (B, H, T) -> dq, dk, dv (B, H, T, D)
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, const std::vector<int64_t>& window, double scale, double softcap,
+                        Tensor& dq, Tensor& dk, Tensor& dv);
+}  // namespace cpu
+
+}  // namespace keel

@@ -1,0 +1,168 @@
+// CPU reference kernels for attention(), forward and backward.
+//
+// Each (batch, head) pair is independent, so OpenMP spreads the B*H pairs over the cores and each
+// pair runs serially: the backward's dK/dV accumulation over query rows then needs no atomics.
+// Within a pair, query rows go in blocks of kRows, as the flash kernel's tiles do: a block's
+// logits are one small GEMM against the keys any of its rows may see, [band_start(first row),
+// last row]. Each row then softmaxes only its own band of that block; everything else in the row
+// is a masked pair and gets probability exactly 0, which is what masking with -inf would give.
+// So a local head costs O(T*(W+kRows)*D), not O(T^2*D), and Eigen's GEMM keeps the reference fast
+// enough to train the demo model on the CPU.
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+
+#include "ops/attention.h"
+#include "ops/common.h"
+
+namespace keel::cpu {
+
+namespace {
+
+template <typename Real>
+using Mat = Eigen::Matrix<Real, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename Real>
+using Vec = Eigen::Matrix<Real, Eigen::Dynamic, 1>;
+
+// First key query i may see under window w (0 = full causal; a window >= T reaches key 0 anyway).
+int64_t band_start(int64_t i, int64_t w) { return w == 0 ? 0 : std::max<int64_t>(0, i - w + 1); }
+
+// max that lets a NaN win, so a diverged head shows up in the statistic instead of hiding.
+double nan_max(double a, double b) { return (std::isnan(a) || a >= b) ? a : b; }
+
+constexpr int64_t kRows = 32;  // query rows per block: enough for GEMM to pay, few wasted keys
+
+// Waking a thread team costs tens of microseconds (far more on a loaded machine), more than a tiny
+// problem takes, so small calls (gradient checks, T = 1 decoding) stay on one thread.
+bool worth_threads(int64_t B, int64_t H, int64_t T, int64_t D) { return B * H * T * T * D >= (1 << 18); }
+
+// A block row holds query i's logits for keys [k0, k0 + nk); its band [lo, i] sits at columns
+// [lo - k0, i - k0]. Zeroes the masked columns around the band (their probability) and returns the band.
+template <typename Row>
+auto band_of(Row&& row, int64_t i, int64_t w, int64_t k0, int64_t nk) {
+  const int64_t lo = band_start(i, w) - k0, n = i - k0 - lo + 1;
+  row.head(lo).setZero();
+  row.tail(nk - lo - n).setZero();
+  return row.segment(lo, n);
+}
+
+// q, k, v: (B, H, T, D) -> out (B, H, T, D), lse (B, H, T), head_max (B*H) max |logit| per pair
+template <typename Real>
+void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& window,
+                  double scale, double softcap, Tensor& out, Tensor& lse, std::vector<double>& head_max) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const Real *qp = q.data<Real>(), *kp = k.data<Real>(), *vp = v.data<Real>();
+  Real *op = out.data<Real>(), *lp = lse.data<Real>();
+  const Real sc = static_cast<Real>(scale), cap = static_cast<Real>(softcap);
+
+#pragma omp parallel for schedule(dynamic, 1) if (worth_threads(B, H, T, D))
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const int64_t w = window[bh % H], off = bh * T * D;
+    Eigen::Map<const Mat<Real>> Q(qp + off, T, D), K(kp + off, T, D), V(vp + off, T, D);
+    Eigen::Map<Mat<Real>> O(op + off, T, D);
+    Real* L = lp + bh * T;
+    Mat<Real> S(std::min(kRows, T), T);  // a block's logits, then its probabilities
+    double amax = 0;
+    for (int64_t i0 = 0; i0 < T; i0 += kRows) {
+      const int64_t r = std::min(kRows, T - i0), k0 = band_start(i0, w), nk = i0 + r - k0;
+      auto Sb = S.topLeftCorner(r, nk);
+      Sb.noalias() = Q.middleRows(i0, r) * K.middleRows(k0, nk).transpose();
+      for (int64_t a = 0; a < r; ++a) {
+        auto s = band_of(Sb.row(a), i0 + a, w, k0, nk);
+        s *= sc;
+        if (cap > 0) s = cap * (s.array() / cap).tanh();
+        amax = nan_max(amax, static_cast<double>(s.cwiseAbs().template maxCoeff<Eigen::PropagateNaN>()));
+        // Subtract the row max before exp so that large logits cannot overflow.
+        const Real m = s.maxCoeff();
+        s = (s.array() - m).exp();
+        const Real l = s.sum();
+        s /= l;
+        L[i0 + a] = m + std::log(l);
+      }
+      O.middleRows(i0, r).noalias() = Sb * V.middleRows(k0, nk);
+    }
+    head_max[bh] = amax;
+  }
+}
+
+// q, k, v, out, dout: (B, H, T, D), lse (B, H, T) -> dq, dk, dv (B, H, T, D)
+//   P = exp(S - lse), dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K,
+//   dK = scale dS^T Q. rowsum(dO * O) equals rowsum(P * dP) but needs only O, as in the flash kernel.
+//   With soft-capping S = c tanh(S0 / c), and dS0 = dS * (1 - (S / c)^2) by the chain rule.
+template <typename Real>
+void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                   const Tensor& dout, const std::vector<int64_t>& window, double scale, double softcap, Tensor& dq,
+                   Tensor& dk, Tensor& dv) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const Real *qp = q.data<Real>(), *kp = k.data<Real>(), *vp = v.data<Real>();
+  const Real *op = out.data<Real>(), *gp = dout.data<Real>(), *lp = lse.data<Real>();
+  Real *dqp = dq.data<Real>(), *dkp = dk.data<Real>(), *dvp = dv.data<Real>();
+  const Real sc = static_cast<Real>(scale), cap = static_cast<Real>(softcap);
+
+#pragma omp parallel for schedule(dynamic, 1) if (worth_threads(B, H, T, D))
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const int64_t w = window[bh % H], off = bh * T * D;
+    Eigen::Map<const Mat<Real>> Q(qp + off, T, D), K(kp + off, T, D), V(vp + off, T, D);
+    Eigen::Map<const Mat<Real>> O(op + off, T, D), dO(gp + off, T, D);
+    Eigen::Map<Mat<Real>> dQ(dqp + off, T, D), dK(dkp + off, T, D), dV(dvp + off, T, D);
+    const Real* L = lp + bh * T;
+    dK.setZero();
+    dV.setZero();
+    Mat<Real> P(std::min(kRows, T), T), dS(std::min(kRows, T), T);
+    Mat<Real> dcap(cap > 0 ? std::min(kRows, T) : 0, cap > 0 ? T : 0);  // 1 - (S / c)^2 per pair
+    for (int64_t i0 = 0; i0 < T; i0 += kRows) {
+      const int64_t r = std::min(kRows, T - i0), k0 = band_start(i0, w), nk = i0 + r - k0;
+      auto Pb = P.topLeftCorner(r, nk);
+      auto dSb = dS.topLeftCorner(r, nk);
+      auto Kb = K.middleRows(k0, nk);
+      auto Vb = V.middleRows(k0, nk);
+      auto dOb = dO.middleRows(i0, r);
+      // Recompute P from the saved lse, as the flash kernel does, instead of storing T x T.
+      Pb.noalias() = Q.middleRows(i0, r) * Kb.transpose();
+      for (int64_t a = 0; a < r; ++a) {
+        auto s = band_of(Pb.row(a), i0 + a, w, k0, nk);
+        s *= sc;
+        if (cap > 0) {
+          s = cap * (s.array() / cap).tanh();
+          dcap.row(a).head(nk) = Real(1) - (Pb.row(a).array() / cap).square();  // masked columns: P = 0 anyway
+        }
+        s = (s.array() - L[i0 + a]).exp();
+      }
+      dV.middleRows(k0, nk).noalias() += Pb.transpose() * dOb;
+      dSb.noalias() = dOb * Vb.transpose();  // dP
+      const Vec<Real> Di = dOb.cwiseProduct(O.middleRows(i0, r)).rowwise().sum();
+      dSb = Pb.cwiseProduct(dSb.colwise() - Di);  // masked pairs have P = 0, hence dS = 0
+      if (cap > 0) dSb = dSb.cwiseProduct(dcap.topLeftCorner(r, nk));
+      dQ.middleRows(i0, r).noalias() = sc * (dSb * Kb);
+      dK.middleRows(k0, nk).noalias() += sc * (dSb.transpose() * Q.middleRows(i0, r));
+    }
+  }
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& window,
+                       double scale, double softcap, Tensor& out, Tensor& lse, Tensor& max_logit) {
+  const int64_t B = q.size(0), H = q.size(1);
+  std::vector<double> head_max(B * H, 0.0);
+  detail::dispatch_float("attention", q.dtype(), [&]<typename Real>() {
+    forward_impl<Real>(q, k, v, window, scale, softcap, out, lse, head_max);
+  });
+  // Reduce over the batch serially so the statistic does not depend on the thread count.
+  float* m = max_logit.data<float>();
+  for (int64_t h = 0; h < H; ++h) {
+    double x = 0;
+    for (int64_t b = 0; b < B; ++b) x = nan_max(x, head_max[b * H + h]);
+    m[h] = static_cast<float>(x);
+  }
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, const std::vector<int64_t>& window, double scale, double softcap,
+                        Tensor& dq, Tensor& dk, Tensor& dv) {
+  detail::dispatch_float("attention", q.dtype(), [&]<typename Real>() {
+    backward_impl<Real>(q, k, v, out, lse, dout, window, scale, softcap, dq, dk, dv);
+  });
+}
+
+}  // namespace keel::cpu

@@ -1,0 +1,113 @@
+// CPU kernels of layernorm: one row of C channels at a time, rows spread over the threads.
+// Row statistics are accumulated in double, so f32 results do not depend on C's size.
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/factory.h"
+#include "ops/common.h"
+#include "ops/layernorm.h"
+
+namespace keel::cpu {
+
+namespace {
+// Below this many elements the threads cost more than they save.
+constexpr int64_t kParallelMin = int64_t{1} << 15;
+}  // namespace
+
+// x (N, C), weight (C), bias (C) or undefined -> y (N, C), mean (N), rstd (N)
+Tensor layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& mean,
+                         Tensor& rstd) {
+  int64_t N = x.size(0), C = x.size(1);
+  Tensor y = empty({N, C}, {x.dtype()});
+  mean = empty({N}, {x.dtype()});
+  rstd = empty({N}, {x.dtype()});
+  detail::dispatch_float("layernorm", x.dtype(), [&]<typename T>() {
+    const T* px = x.data<T>();
+    const T* w = weight.data<T>();
+    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    T *py = y.data<T>(), *pm = mean.data<T>(), *pr = rstd.data<T>();
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+    for (int64_t r = 0; r < N; ++r) {
+      const T* row = px + r * C;
+      double s = 0;
+      for (int64_t c = 0; c < C; ++c) s += row[c];
+      double m = C > 0 ? s / C : 0.0;
+      double v = 0;  // two passes: the variance of a row with a large mean stays accurate
+      for (int64_t c = 0; c < C; ++c) v += (row[c] - m) * (row[c] - m);
+      double rs = 1.0 / std::sqrt((C > 0 ? v / C : 0.0) + eps);
+      pm[r] = static_cast<T>(m);
+      pr[r] = static_cast<T>(rs);
+      T* out = py + r * C;
+      for (int64_t c = 0; c < C; ++c) {
+        T n = static_cast<T>((row[c] - m) * rs);
+        out[c] = b ? n * w[c] + b[c] : n * w[c];
+      }
+    }
+  });
+  return y;
+}
+
+// grad, x (N, C), weight (C), mean, rstd (N) -> dx (N, C), dweight (C), dbias (C).
+// With xhat = (x - mean) * rstd and g = grad * weight:
+//   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),
+//   dweight = sum_rows(grad * xhat),  dbias = sum_rows(grad).
+void layernorm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, bool need_x, bool need_weight, bool need_bias, Tensor& dx,
+                        Tensor& dweight, Tensor& dbias) {
+  int64_t N = x.size(0), C = x.size(1);
+  if (need_x) dx = empty({N, C}, {x.dtype()});
+  bool need_params = need_weight || need_bias;
+  bool parallel = N * C >= kParallelMin;
+  // Each thread sums dweight and dbias over its own rows; the partial sums are added after.
+  int threads = parallel ? omp_get_max_threads() : 1;
+  std::vector<double> partial(need_params ? static_cast<size_t>(threads) * 2 * C : 0, 0.0);
+  detail::dispatch_float("layernorm", x.dtype(), [&]<typename T>() {
+    const T *pg = grad.data<T>(), *px = x.data<T>();
+    const T* w = need_x ? weight.data<T>() : nullptr;  // weight only scales dx
+    const T *pm = mean.data<T>(), *pr = rstd.data<T>();
+    T* pdx = need_x ? dx.data<T>() : nullptr;
+#pragma omp parallel if (parallel)
+    {
+      double* pw = need_params ? partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * C : nullptr;
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < N; ++r) {
+        const T *g = pg + r * C, *row = px + r * C;
+        double m = pm[r], rs = pr[r];
+        if (need_params)
+          for (int64_t c = 0; c < C; ++c) {
+            pw[c] += g[c] * ((row[c] - m) * rs);
+            pw[C + c] += g[c];
+          }
+        if (!need_x) continue;
+        double sg = 0, sgx = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          double gw = static_cast<double>(g[c]) * w[c];
+          sg += gw;
+          sgx += gw * ((row[c] - m) * rs);
+        }
+        sg /= C;
+        sgx /= C;
+        T* out = pdx + r * C;
+        for (int64_t c = 0; c < C; ++c)
+          out[c] = static_cast<T>(rs * (static_cast<double>(g[c]) * w[c] - sg - (row[c] - m) * rs * sgx));
+      }
+    }
+    if (!need_params) return;
+    for (int t = 1; t < threads; ++t)
+      for (int64_t c = 0; c < 2 * C; ++c) partial[c] += partial[static_cast<size_t>(t) * 2 * C + c];
+    if (need_weight) {
+      dweight = empty({C}, {x.dtype()});
+      T* p = dweight.data<T>();
+      for (int64_t c = 0; c < C; ++c) p[c] = static_cast<T>(partial[c]);
+    }
+    if (need_bias) {
+      dbias = empty({C}, {x.dtype()});
+      T* p = dbias.data<T>();
+      for (int64_t c = 0; c < C; ++c) p[c] = static_cast<T>(partial[C + c]);
+    }
+  });
+}
+
+}  // namespace keel::cpu

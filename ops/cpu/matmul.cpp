@@ -1,0 +1,282 @@
+// CPU kernels of matmul and linear: Eigen GEMM on strided views.
+//
+// Eigen maps a matrix in place when one of its two strides is 1: unit column stride is a
+// row-major matrix, unit row stride a column-major one (that is what a transposed view
+// looks like). So the transposes of the backward pass (grad @ b^T, a^T @ grad) cost no copy.
+// Eigen's GEMM threads itself through OpenMP; a batch of small products is instead spread
+// over the threads one product each (Eigen then stays single-threaded inside the region).
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+
+#include "core/copy.h"
+#include "core/factory.h"
+#include "ops/common.h"
+#include "ops/matmul.h"
+
+namespace keel::cpu {
+
+namespace {
+
+// How a (rows, cols) matrix with strides (rs, cs) maps onto Eigen. A size-1 dimension's
+// stride is never used, so it cannot rule a layout out.
+struct Layout {
+  bool ok = false;
+  bool row_major = true;
+  int64_t ld = 1;  // Eigen's outer stride
+};
+
+Layout layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= cols)) return {true, true, rows <= 1 ? std::max<int64_t>(cols, 1) : rs};
+  if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= rows)) return {true, false, cols <= 1 ? std::max<int64_t>(rows, 1) : cs};
+  return {};
+}
+
+// t (..., R, C): the layout of its last two dims (the same for every batch element).
+Layout layout_of(const Tensor& t) {
+  int64_t n = t.dim();
+  return layout_of(t.shape()[n - 2], t.shape()[n - 1], t.strides()[n - 2], t.strides()[n - 1]);
+}
+
+// t (..., R, C) as is when Eigen can map its matrices, else a packed copy.
+Tensor mappable(const Tensor& t) { return layout_of(t).ok ? t : t.detach().contiguous(); }
+
+// t (..., R, C) -> (..., C, R), a view.
+Tensor transpose_last(const Tensor& t) {
+  Shape shape = t.shape(), strides = t.strides();
+  size_t n = shape.size();
+  std::swap(shape[n - 1], shape[n - 2]);
+  std::swap(strides[n - 1], strides[n - 2]);
+  return t.as_strided(shape, strides, t.offset());
+}
+
+// Whether t's leading dims (all but the last) merge into one dim of stride row_stride: true
+// for a contiguous tensor or one sliced along the last dim, false for most transposes.
+bool leading_dims_merge(const Tensor& t, int64_t& row_stride) {
+  row_stride = std::max<int64_t>(t.size(-1), 1);
+  int64_t inner = -1;
+  for (int64_t d = t.dim() - 2; d >= 0; --d) {  // innermost leading dim outwards
+    if (t.shape()[d] == 1) continue;
+    if (inner < 0)
+      row_stride = t.strides()[d];
+    else if (t.strides()[d] != t.strides()[inner] * t.shape()[inner])
+      return false;
+    inner = d;
+  }
+  return true;
+}
+
+// t (..., C) -> (R, C) with R the product of the leading dims: a view when they merge, else
+// a packed copy.
+Tensor rows2d(const Tensor& t) {
+  int64_t C = t.size(-1), R = 1;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) R *= t.shape()[d];
+  int64_t row_stride;
+  if (leading_dims_merge(t, row_stride)) return t.as_strided({R, C}, {row_stride, t.strides().back()}, t.offset());
+  Tensor c = t.detach().contiguous();
+  return c.as_strided({R, C}, {C, 1}, c.offset());
+}
+
+// C (M, N) [+]= A (M, K) @ B (K, N) on raw pointers; ldc is C's row stride.
+template <typename T>
+void gemm2d(const T* a, Layout la, const T* b, Layout lb, T* c, int64_t ldc, int64_t M, int64_t K, int64_t N,
+            bool accumulate) {
+  using Stride = Eigen::OuterStride<>;
+  using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+  if (M == 0 || N == 0) return;
+  Eigen::Map<RowMat, 0, Stride> C(c, M, N, Stride(ldc));
+  if (K == 0) {  // an empty sum
+    if (!accumulate) C.setZero();
+    return;
+  }
+  auto with_map = [](const T* p, int64_t rows, int64_t cols, Layout l, auto&& f) {
+    if (l.row_major)
+      f(Eigen::Map<const RowMat, 0, Stride>(p, rows, cols, Stride(l.ld)));
+    else
+      f(Eigen::Map<const ColMat, 0, Stride>(p, rows, cols, Stride(l.ld)));
+  };
+  with_map(a, M, K, la, [&](const auto& A) {
+    with_map(b, K, N, lb, [&](const auto& B) {
+      if (accumulate)
+        C.noalias() += A * B;
+      else
+        C.noalias() = A * B;
+    });
+  });
+}
+
+// For each element of the broadcast `batch`, the element offset of t's matrix (relative to
+// t.data()); t's missing or size-1 batch dims repeat (stride 0).
+std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
+  int64_t nb = static_cast<int64_t>(batch.size()), tb = t.dim() - 2;
+  Shape strides(nb, 0);
+  for (int64_t d = 0; d < nb; ++d) {
+    int64_t td = d - (nb - tb);
+    if (td >= 0 && t.shape()[td] != 1) strides[d] = t.strides()[td];
+  }
+  std::vector<int64_t> offsets(numel_of(batch));
+  for_each_offset(batch, strides, 0, [&](int64_t i, int64_t off) { offsets[i] = off; });
+  return offsets;
+}
+
+// full (batch..., R, C) contiguous -> target (tbatch..., R, C), tbatch broadcasting to batch:
+// the sum over the batch elements that shared one target matrix.
+Tensor sum_to(const Tensor& full, const Shape& target) {
+  if (full.shape() == target) return full;
+  Tensor out = zeros(target, {full.dtype()});
+  int64_t n = full.dim(), tn = static_cast<int64_t>(target.size());
+  Shape tstrides = contiguous_strides(target), strides(n, 0);
+  for (int64_t d = 0; d < n; ++d) {
+    int64_t td = d - (n - tn);
+    if (td >= 0 && target[td] != 1) strides[d] = tstrides[td];
+  }
+  detail::dispatch_float("matmul", full.dtype(), [&]<typename T>() {
+    const T* f = full.data<T>();
+    T* o = out.data<T>();
+    for_each_offset(full.shape(), strides, 0, [&](int64_t i, int64_t off) { o[off] += f[i]; });
+  });
+  return out;
+}
+
+}  // namespace
+
+Shape matmul_batch_shape(const Tensor& a, const Tensor& b, const char* op) {
+  int64_t na = a.dim() - 2, nb = b.dim() - 2, n = std::max(na, nb);
+  Shape batch(n);
+  for (int64_t d = 0; d < n; ++d) {
+    int64_t sa = d - (n - na) >= 0 ? a.shape()[d - (n - na)] : 1;
+    int64_t sb = d - (n - nb) >= 0 ? b.shape()[d - (n - nb)] : 1;
+    if (sa != sb && sa != 1 && sb != 1)
+      throw ShapeError(op, "batch dimensions do not broadcast: " + detail::describe("a", a) + ", " +
+                               detail::describe("b", b),
+                       "the dims before the last two must be equal or 1 (or b a plain matrix)");
+    batch[d] = sa == 1 ? sb : sa;
+  }
+  return batch;
+}
+
+// a (M, K), b (K, N), c (M, N)
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool accumulate) {
+  Tensor pa = mappable(a), pb = mappable(b);
+  int64_t M = a.shape()[0], K = a.shape()[1], N = b.shape()[1];
+  int64_t ldc = M <= 1 ? std::max<int64_t>(N, 1) : c.strides()[0];
+  detail::dispatch_float("matmul", a.dtype(), [&]<typename T>() {
+    gemm2d<T>(pa.data<T>(), layout_of(pa), pb.data<T>(), layout_of(pb), c.data<T>(), ldc, M, K, N, accumulate);
+  });
+}
+
+// a (..., M, K), b (..., K, N) -> (..., M, N)
+Tensor matmul(const Tensor& a0, const Tensor& b0) {
+  Tensor a = mappable(a0), b = mappable(b0);
+  int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  Shape batch = matmul_batch_shape(a, b, "matmul");
+  Shape out_shape = batch;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor out = empty(out_shape, {a.dtype()});
+
+  // A matrix shared by the whole batch: one tall GEMM (batch*M, K) @ (K, N) threads best.
+  int64_t row_stride;
+  if (b.dim() == 2 && leading_dims_merge(a, row_stride)) {
+    Tensor a2 = rows2d(a);
+    Tensor o2 = out.as_strided({a2.size(0), N}, {N, 1}, 0);
+    gemm(a2, b, o2);
+    return out;
+  }
+
+  int64_t nbatch = numel_of(batch);
+  std::vector<int64_t> oa = batch_offsets(a, batch), ob = batch_offsets(b, batch);
+  Layout la = layout_of(a), lb = layout_of(b);
+  // Spread the batch over the threads when there are enough products to go round, or when
+  // each is too small for Eigen's own threading to pay.
+  bool by_batch = nbatch > 1 && (nbatch >= omp_get_max_threads() || M * N * K <= (int64_t{1} << 18));
+  detail::dispatch_float("matmul", a.dtype(), [&]<typename T>() {
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+#pragma omp parallel for schedule(static) if (by_batch)
+    for (int64_t i = 0; i < nbatch; ++i) gemm2d<T>(pa + oa[i], la, pb + ob[i], lb, po + i * M * N, N, M, K, N, false);
+  });
+  return out;
+}
+
+// grad (..., M, N), b (..., K, N) -> (a_shape) = sum over broadcast of grad @ b^T
+Tensor matmul_grad_a(const Tensor& grad, const Tensor& b, const Shape& a_shape) {
+  return sum_to(cpu::matmul(grad, transpose_last(b)), a_shape);
+}
+
+// grad (..., M, N), a (..., M, K) -> (b_shape) = sum over broadcast of a^T @ grad
+Tensor matmul_grad_b(const Tensor& grad, const Tensor& a, const Shape& b_shape) {
+  if (b_shape.size() == 2) {
+    // b was one (K, N) matrix for the whole batch (whose shape is then a's): one GEMM
+    // (K, batch*M) @ (batch*M, N) instead of a product per batch element and a sum.
+    Tensor a2 = rows2d(a), g2 = rows2d(grad);
+    Tensor db = empty(b_shape, {grad.dtype()});
+    gemm(transpose_last(a2), g2, db);
+    return db;
+  }
+  return sum_to(cpu::matmul(transpose_last(a), grad), b_shape);
+}
+
+// x (..., K), weight (N, K), bias (N) or undefined -> (..., N)
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::dispatch_float("linear", x.dtype(), []<typename T>() {});  // refuse half types as linear, not matmul
+  int64_t N = weight.size(0);
+  Tensor x2 = rows2d(x);
+  int64_t R = x2.size(0);
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor out = empty(out_shape, {x.dtype()});
+  Tensor o2 = out.as_strided({R, N}, {N, 1}, 0);
+  if (bias.defined()) {  // start every row from the bias, then accumulate the product into it
+    Tensor pb = bias.detach().contiguous();
+    detail::dispatch_float("linear", x.dtype(), [&]<typename T>() {
+      const T* b = pb.data<T>();
+      T* o = out.data<T>();
+      for (int64_t r = 0; r < R; ++r) std::copy(b, b + N, o + r * N);
+    });
+  }
+  gemm(x2, transpose_last(weight), o2, bias.defined());
+  return out;
+}
+
+// grad (..., N), weight (N, K) -> (..., K)
+Tensor linear_grad_x(const Tensor& grad, const Tensor& weight) {
+  int64_t K = weight.size(1);
+  Tensor g2 = rows2d(grad);
+  Shape shape = grad.shape();
+  shape.back() = K;
+  Tensor dx = empty(shape, {grad.dtype()});
+  Tensor dx2 = dx.as_strided({g2.size(0), K}, {K, 1}, 0);
+  gemm(g2, weight, dx2);
+  return dx;
+}
+
+// grad (..., N), x (..., K) -> (N, K)
+Tensor linear_grad_weight(const Tensor& grad, const Tensor& x) {
+  Tensor g2 = rows2d(grad), x2 = rows2d(x);
+  Tensor dw = empty({g2.size(1), x2.size(1)}, {grad.dtype()});
+  gemm(transpose_last(g2), x2, dw);
+  return dw;
+}
+
+// grad (..., N) -> (N)
+Tensor linear_grad_bias(const Tensor& grad) {
+  Tensor g2 = rows2d(grad).contiguous();
+  int64_t R = g2.size(0), N = g2.size(1);
+  Tensor db = empty({N}, {grad.dtype()});
+  detail::dispatch_float("linear", grad.dtype(), [&]<typename T>() {
+    // Summed in double: a bias gradient adds up batch*sequence rows.
+    std::vector<double> acc(N, 0.0);
+    const T* g = g2.data<T>();
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t n = 0; n < N; ++n) acc[n] += g[r * N + n];
+    T* d = db.data<T>();
+    for (int64_t n = 0; n < N; ++n) d[n] = static_cast<T>(acc[n]);
+  });
+  return db;
+}
+
+}  // namespace keel::cpu

@@ -1,0 +1,61 @@
+// Front end of cross_entropy: argument checks, dispatch, autograd node.
+#include "ops/cross_entropy.h"
+
+#include "core/autograd.h"
+#include "ops/common.h"
+
+namespace keel {
+
+namespace {
+
+struct CrossEntropyBackward : Node {
+  Tensor logits, targets, lse;  // logits (N, V), targets (N), lse (N)
+  Shape logits_shape;
+  int64_t ignore_index = -100, count = 0;
+  const char* name() const override { return "CrossEntropyBackward"; }
+  // grad [] -> dlogits (..., V); targets get none
+  std::vector<Tensor> backward(const Tensor& grad) override {
+    Tensor d = cpu::cross_entropy_backward(logits, targets, lse, ignore_index, count, grad.item());
+    return {d.as_strided(logits_shape, contiguous_strides(logits_shape), 0), Tensor()};
+  }
+  void release() override { logits = targets = lse = {}; }
+};
+
+}  // namespace
+
+// logits (..., V), targets (...) -> []
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  const char* op = "cross_entropy";
+  detail::check_same_device(op, {{"logits", logits}, {"targets", targets}});
+  detail::check_floating(op, {{"logits", logits}});
+  detail::check_integer(op, {{"targets", targets}});
+  detail::check_min_dim(op, {"logits", logits}, 1);
+  Shape rows(logits.shape().begin(), logits.shape().end() - 1);
+  if (targets.shape() != rows)
+    throw ShapeError(op, "targets must have logits' shape without the last dim: " +
+                             detail::describe("logits", logits) + ", " + detail::describe("targets", targets),
+                     "logits (..., V) go with targets (...)");
+  if (logits.device().is_cuda()) detail::no_cuda_kernel(op);
+
+  int64_t V = logits.size(-1), N = numel_of(rows);
+  Tensor lc = logits.detach().contiguous();
+  Tensor l2 = lc.as_strided({N, V}, {V, 1}, lc.offset());
+  Tensor tc = targets.detach().contiguous();
+  Tensor t1 = tc.as_strided({N}, {1}, tc.offset());
+  Tensor lse;
+  int64_t count = 0;
+  Tensor loss = cpu::cross_entropy_forward(l2, t1, ignore_index, lse, count);
+  if (needs_grad({logits})) {
+    auto node = std::make_shared<CrossEntropyBackward>();
+    node->logits = l2;
+    node->targets = t1;
+    node->lse = lse;
+    node->logits_shape = logits.shape();
+    node->ignore_index = ignore_index;
+    node->count = count;
+    connect(loss, node, {logits, targets});
+  }
+  return loss;
+}
+
+}  // namespace keel

@@ -1,0 +1,78 @@
+// Front end of layernorm: argument checks, dispatch, autograd node.
+#include "ops/layernorm.h"
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "ops/common.h"
+
+namespace keel {
+
+namespace {
+
+// t (..., C) -> (N, C): a packed, detached copy unless t already is contiguous.
+Tensor rows_of(const Tensor& t) {
+  Tensor c = t.detach().contiguous();
+  int64_t C = t.dim() > 0 ? t.size(-1) : 1;
+  return c.as_strided({C > 0 ? c.numel() / C : 0, C}, {C, 1}, c.offset());
+}
+
+struct LayerNormBackward : Node {
+  Tensor x, weight, mean, rstd;  // x (N, C); weight (C) only when x needs grad; mean, rstd (N)
+  Shape x_shape;
+  const char* name() const override { return "LayerNormBackward"; }
+  // grad (..., C) -> dx (..., C), dweight (C), dbias (C)
+  std::vector<Tensor> backward(const Tensor& grad) override {
+    Tensor dx, dw, db;
+    cpu::layernorm_backward(rows_of(grad), x, weight, mean, rstd, needs_input_grad(0), needs_input_grad(1),
+                            needs_input_grad(2), dx, dw, db);
+    if (dx.defined()) dx = dx.as_strided(x_shape, contiguous_strides(x_shape), 0);
+    return {dx, dw, db};
+  }
+  void release() override { x = weight = mean = rstd = {}; }
+};
+
+}  // namespace
+
+// x (..., C), weight (C), bias (C) or undefined -> (..., C)
+Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "layernorm";
+  if (bias.defined()) {
+    detail::check_same_device(op, {{"x", x}, {"weight", weight}, {"bias", bias}});
+    detail::check_floating(op, {{"x", x}, {"weight", weight}, {"bias", bias}});
+    detail::check_same_dtype(op, {{"x", x}, {"weight", weight}, {"bias", bias}});
+  } else {
+    detail::check_same_device(op, {{"x", x}, {"weight", weight}});
+    detail::check_floating(op, {{"x", x}, {"weight", weight}});
+    detail::check_same_dtype(op, {{"x", x}, {"weight", weight}});
+  }
+  detail::check_min_dim(op, {"x", x}, 1);
+  int64_t C = x.size(-1);
+  if (weight.dim() != 1 || weight.size(0) != C)
+    throw ShapeError(op, "weight must be (C) for x (..., C): " + detail::describe("x", x) + ", " +
+                             detail::describe("weight", weight));
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != C))
+    throw ShapeError(op, "bias must be (C) for x (..., C): " + detail::describe("x", x) + ", " +
+                             detail::describe("bias", bias));
+  if (!(eps >= 0) || !std::isfinite(eps))
+    throw ValueError(op, "eps must be a finite number >= 0, got " + std::to_string(eps));
+  if (x.device().is_cuda()) detail::no_cuda_kernel(op);
+
+  Tensor x2 = rows_of(x), w = weight.detach().contiguous();
+  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Tensor mean, rstd;
+  Tensor y2 = cpu::layernorm_forward(x2, w, b, eps, mean, rstd);
+  Tensor y = y2.as_strided(x.shape(), contiguous_strides(x.shape()), 0);
+  if (needs_grad({x, weight, bias})) {
+    auto node = std::make_shared<LayerNormBackward>();
+    node->x = x2;
+    if (x.requires_grad()) node->weight = w;
+    node->mean = mean;
+    node->rstd = rstd;
+    node->x_shape = x.shape();
+    connect(y, node, {x, weight, bias});
+  }
+  return y;
+}
+
+}  // namespace keel
