@@ -1,0 +1,120 @@
+// Dataset metadata and split streams (see dataset.h).
+#include "data/dataset.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/file_io.h"
+
+namespace keel::data {
+
+namespace fs = std::filesystem;
+
+DatasetMeta read_dataset_meta(const fs::path& dir) {
+  const fs::path path = dir / "meta.json";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw IoError("read_dataset_meta", fmt::format("{}: dataset directory not found", dir.string()),
+                  "create it with `gpt2 prepare --input FILE --out DIR`");
+  const std::string text = read_file(path);
+  DatasetMeta m;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    if (j.at("format").get<std::string>() != kDatasetFormat)
+      throw IoError("read_dataset_meta", fmt::format("{}: not a keel dataset (format \"{}\")",
+                                                     path.string(), j.at("format").get<std::string>()));
+    if (j.at("version").get<int>() != kDatasetVersion)
+      throw IoError("read_dataset_meta",
+                    fmt::format("{}: dataset version {} is not supported (this build reads {})",
+                                path.string(), j.at("version").get<int>(), kDatasetVersion),
+                    "re-run `gpt2 prepare`");
+    m.vocab_size = j.at("vocab_size").get<uint32_t>();
+    m.eot_id = j.at("eot_id").get<int32_t>();
+    m.token_bytes = j.at("token_bytes").get<uint32_t>();
+    for (auto [name, info] : {std::pair{"train", &m.train}, std::pair{"val", &m.val}}) {
+      const auto& s = j.at("splits").at(name);
+      info->shards = s.at("shards").get<std::vector<std::string>>();
+      info->tokens = s.at("tokens").get<uint64_t>();
+      info->documents = s.at("documents").get<uint64_t>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError("read_dataset_meta", fmt::format("{}: malformed: {}", path.string(), e.what()),
+                  "re-run `gpt2 prepare` to regenerate the dataset");
+  }
+  m.json = text;
+  return m;
+}
+
+std::shared_ptr<const TokenSplit> TokenSplit::open(const fs::path& dir, const std::string& split,
+                                                   uint32_t expected_vocab_size) {
+  if (split != "train" && split != "val")
+    throw ValueError("TokenSplit::open", fmt::format("unknown split \"{}\"", split),
+                     "use \"train\" or \"val\"");
+  const DatasetMeta meta = read_dataset_meta(dir);
+  if (expected_vocab_size && meta.vocab_size != expected_vocab_size)
+    throw ConfigError("TokenSplit::open",
+                      fmt::format("{}: the dataset's vocabulary has {} tokens but {} were asked for",
+                                  dir.string(), meta.vocab_size, expected_vocab_size),
+                      "prepare the data with the model's vocabulary, or set the model's "
+                      "vocab size to the dataset's");
+  const SplitInfo& info = split == "train" ? meta.train : meta.val;
+  std::shared_ptr<TokenSplit> s(new TokenSplit());
+  s->vocab_size_ = meta.vocab_size;
+  for (const auto& name : info.shards) {
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+      throw IoError("TokenSplit::open", fmt::format("{}: bad shard name \"{}\" in meta.json",
+                                                    dir.string(), name));
+    ShardReader r(dir / name);
+    if (r.header().vocab_size != meta.vocab_size)
+      throw IoError("TokenSplit::open",
+                    fmt::format("{}: vocab size {} disagrees with meta.json's {}",
+                                r.path().string(), r.header().vocab_size, meta.vocab_size),
+                    "re-run `gpt2 prepare`");
+    s->starts_.push_back(s->total_);
+    s->total_ += r.size();
+    s->shards_.push_back(std::move(r));
+  }
+  if (s->total_ != info.tokens)
+    throw IoError("TokenSplit::open",
+                  fmt::format("{}: the {} shards hold {} tokens but meta.json says {}",
+                              dir.string(), split, s->total_, info.tokens),
+                  "re-run `gpt2 prepare`");
+  return s;
+}
+
+std::shared_ptr<const TokenSplit> TokenSplit::from_tokens(std::vector<int32_t> tokens,
+                                                          uint32_t vocab_size) {
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= vocab_size)
+      throw ValueError("TokenSplit::from_tokens",
+                       fmt::format("token {} at {} is outside [0, {})", tokens[i], i, vocab_size));
+  std::shared_ptr<TokenSplit> s(new TokenSplit());
+  s->vocab_size_ = vocab_size;
+  s->total_ = tokens.size();
+  s->memory_ = std::move(tokens);
+  return s;
+}
+
+void TokenSplit::read(uint64_t pos, uint64_t n, int32_t* out) const {
+  if (pos + n > total_ || pos + n < pos)
+    throw IndexError("TokenSplit::read",
+                     fmt::format("tokens [{}, {}) are outside the split of {}", pos, pos + n, total_));
+  if (shards_.empty()) {
+    std::copy_n(memory_.begin() + static_cast<ptrdiff_t>(pos), n, out);
+    return;
+  }
+  // The shard holding pos, then onwards across boundaries.
+  size_t k = std::upper_bound(starts_.begin(), starts_.end(), pos) - starts_.begin() - 1;
+  while (n > 0) {
+    const uint64_t local = pos - starts_[k];
+    const uint64_t take = std::min<uint64_t>(n, shards_[k].size() - local);
+    shards_[k].read(local, take, out);
+    out += take, pos += take, n -= take;
+    ++k;
+  }
+}
+
+}  // namespace keel::data

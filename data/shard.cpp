@@ -1,0 +1,138 @@
+// Token shard writing and validated memory-mapped reading (format in shard.h).
+#include "data/shard.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "data/file_io.h"
+
+namespace keel::data {
+
+namespace {
+
+template <class T>
+void put(std::string& buf, size_t offset, T value) {
+  std::memcpy(buf.data() + offset, &value, sizeof value);  // hosts are little-endian (x86, arm)
+}
+template <class T>
+T get(const unsigned char* p, size_t offset) {
+  T v;
+  std::memcpy(&v, p + offset, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+uint32_t token_bytes_for(uint32_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
+
+void write_shard(const std::filesystem::path& path, std::span<const uint32_t> tokens,
+                 uint32_t vocab_size) {
+  const uint32_t tb = token_bytes_for(vocab_size);
+  std::string buf(kShardHeaderBytes + tokens.size() * tb, '\0');
+  std::memcpy(buf.data(), kShardMagic, sizeof kShardMagic);
+  put<uint32_t>(buf, 8, kShardVersion);
+  put<uint32_t>(buf, 12, kShardHeaderBytes);
+  put<uint32_t>(buf, 16, vocab_size);
+  put<uint32_t>(buf, 20, tb);
+  put<uint64_t>(buf, 24, tokens.size());
+  char* out = buf.data() + kShardHeaderBytes;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= vocab_size)
+      throw ValueError("write_shard", fmt::format("{}: token {} at {} is not below vocab size {}",
+                                                  path.string(), tokens[i], i, vocab_size));
+    if (tb == 2) {
+      const auto v = static_cast<uint16_t>(tokens[i]);
+      std::memcpy(out + 2 * i, &v, 2);
+    } else {
+      std::memcpy(out + 4 * i, &tokens[i], 4);
+    }
+  }
+  write_file_atomic(path, buf);
+}
+
+ShardReader::ShardReader(const std::filesystem::path& path) : path_(path) {
+  auto fail = [&](const std::string& what, const std::string& hint = {}) {
+    if (map_) munmap(map_, map_bytes_);
+    map_ = nullptr;
+    throw IoError("ShardReader", fmt::format("{}: {}", path.string(), what),
+                  hint.empty() ? "re-run `gpt2 prepare` to regenerate the shards" : hint);
+  };
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) fail(fmt::format("cannot open: {}", std::strerror(errno)));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    fail("not a regular file");
+  }
+  map_bytes_ = static_cast<size_t>(st.st_size);
+  if (map_bytes_ < kShardHeaderBytes) {
+    close(fd);
+    fail(fmt::format("truncated: {} bytes, less than the {}-byte header", map_bytes_,
+                     kShardHeaderBytes));
+  }
+  void* m = mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) fail(fmt::format("cannot map: {}", std::strerror(errno)));
+  map_ = m;
+  const auto* p = static_cast<const unsigned char*>(map_);
+  if (std::memcmp(p, kShardMagic, sizeof kShardMagic) != 0)
+    fail("not a keel token shard (wrong magic)");
+  const auto version = get<uint32_t>(p, 8);
+  if (version != kShardVersion)
+    fail(fmt::format("format version {} is not supported (this build reads version {})", version,
+                     kShardVersion));
+  const auto header_bytes = get<uint32_t>(p, 12);
+  header_.vocab_size = get<uint32_t>(p, 16);
+  header_.token_bytes = get<uint32_t>(p, 20);
+  header_.num_tokens = get<uint64_t>(p, 24);
+  if (header_bytes != kShardHeaderBytes)
+    fail(fmt::format("corrupt header: header size {} (expected {})", header_bytes,
+                     kShardHeaderBytes));
+  if (header_.vocab_size == 0 || header_.token_bytes != token_bytes_for(header_.vocab_size))
+    fail(fmt::format("corrupt header: {} bytes per token for vocab size {}", header_.token_bytes,
+                     header_.vocab_size));
+  const uint64_t want = kShardHeaderBytes + header_.num_tokens * header_.token_bytes;
+  if (header_.num_tokens > (UINT64_MAX - kShardHeaderBytes) / 4 || want != map_bytes_)
+    fail(fmt::format("size disagrees with the header: {} tokens of {} bytes need {} bytes, the "
+                     "file has {} (truncated or corrupt)",
+                     header_.num_tokens, header_.token_bytes, want, map_bytes_));
+  tokens_ = p + kShardHeaderBytes;
+  // One pass over the ids, so that a corrupt shard fails here and not as an out-of-range
+  // embedding lookup hours into training.
+  for (uint64_t i = 0; i < header_.num_tokens; ++i) {
+    const uint32_t v = header_.token_bytes == 2 ? get<uint16_t>(tokens_, 2 * i)
+                                                : get<uint32_t>(tokens_, 4 * i);
+    if (v >= header_.vocab_size)
+      fail(fmt::format("token {} at position {} is not below the vocab size {}", v, i,
+                       header_.vocab_size));
+  }
+}
+
+ShardReader::~ShardReader() {
+  if (map_) munmap(map_, map_bytes_);
+}
+
+ShardReader::ShardReader(ShardReader&& o) noexcept
+    : path_(std::move(o.path_)), header_(o.header_), map_(o.map_), map_bytes_(o.map_bytes_),
+      tokens_(o.tokens_) {
+  o.map_ = nullptr;
+  o.tokens_ = nullptr;
+}
+
+void ShardReader::read(uint64_t begin, uint64_t n, int32_t* out) const {
+  if (header_.token_bytes == 2) {
+    for (uint64_t i = 0; i < n; ++i) out[i] = get<uint16_t>(tokens_, 2 * (begin + i));
+  } else {
+    for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(get<uint32_t>(tokens_, 4 * (begin + i)));
+  }
+}
+
+}  // namespace keel::data

@@ -1,0 +1,185 @@
+// Bad input at the library level: each case throws the typed error, names the file and the
+// problem, and leaves an existing prepared dataset untouched.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/file_io.h"
+#include "data/prepare.h"
+#include "data/vocab.h"
+#include "test_util.h"
+
+using namespace keel::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_text(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+
+// Runs f, expects exception E whose message contains every one of `parts`.
+template <class E, class F>
+void expect_error(F&& f, std::vector<std::string> parts) {
+  try {
+    f();
+    FAIL("expected an error mentioning " << parts.front());
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) CHECK_MESSAGE(msg.find(p) != std::string::npos, msg);
+  }
+}
+
+// A copy of GPT-2's vocabulary directory to damage.
+fs::path vocab_copy(const keel::test::TempDir& dir) {
+  fs::create_directories(dir / "vocab");
+  for (const char* f : {"encoder.json", "vocab.bpe"})
+    fs::copy_file(keel::test::gpt2_vocab_dir() / f, dir / "vocab" / f);
+  return dir / "vocab";
+}
+
+PrepareOptions quiet(std::vector<fs::path> inputs, fs::path out) {
+  PrepareOptions o;
+  o.inputs = std::move(inputs);
+  o.out = std::move(out);
+  o.progress = false;
+  o.documents = {.min_chars = 1000, .max_chars = 20000};
+  return o;
+}
+
+// A good dataset in dir/out, and its meta.json to compare against after a failed run.
+std::string good_dataset(const keel::test::TempDir& dir) {
+  write_text(dir / "good.txt", keel::test::austen_slice(0, 40000));
+  prepare_dataset(quiet({dir / "good.txt"}, dir / "out"));
+  return read_file(dir / "out/meta.json");
+}
+
+}  // namespace
+
+TEST_CASE("bad input: vocabulary directory missing, or missing a file") {
+  keel::test::TempDir dir("bad");
+  expect_error<keel::IoError>([&] { load_vocab(dir / "nope"); }, {"nope", "not found"});
+  const auto v = vocab_copy(dir);
+  fs::remove(v / "vocab.bpe");
+  expect_error<keel::IoError>([&] { load_vocab(v); }, {(v / "vocab.bpe").string(), "not found"});
+  fs::remove(v / "encoder.json");
+  expect_error<keel::IoError>([&] { load_vocab(v); }, {"encoder.json", "not found"});
+}
+
+TEST_CASE("bad input: malformed encoder.json") {
+  keel::test::TempDir dir("bad");
+  const auto v = vocab_copy(dir);
+  const auto enc = v / "encoder.json";
+  const std::string good = read_file(enc);
+  write_text(enc, good.substr(0, good.size() / 2));  // truncated
+  expect_error<keel::IoError>([&] { load_vocab(v); }, {enc.string(), "malformed JSON"});
+  write_text(enc, "[1, 2, 3]");
+  expect_error<keel::IoError>([&] { load_vocab(v); }, {enc.string(), "JSON object"});
+  write_text(enc, "{\"a\": 0, \"b\": 5}");
+  expect_error<keel::IoError>([&] { load_vocab(v); }, {enc.string(), "ids must be"});
+  write_text(enc, "{\"a\": \"x\"}");
+  expect_error<keel::IoError>([&] { load_vocab(v); }, {enc.string(), "non-integer"});
+  write_text(enc, "{\"a b\": 0}");  // a raw space is not in GPT-2's alphabet
+  expect_error<keel::IoError>([&] { load_vocab(v); }, {enc.string(), "alphabet"});
+  write_text(enc, "{\"a\": 0}");
+  expect_error<keel::IoError>([&] { load_vocab(v); }, {enc.string(), "has no token"});
+}
+
+TEST_CASE("bad input: malformed vocab.bpe") {
+  keel::test::TempDir dir("bad");
+  const auto v = vocab_copy(dir);
+  const auto bpe = v / "vocab.bpe";
+  write_text(bpe, "#version: 0.2\nĠ t\nthisline\n");
+  expect_error<keel::IoError>([&] { load_vocab(v); }, {bpe.string() + ":3", "left right"});
+  write_text(bpe, "#version: 0.2\nĠ t\nzzzq xxxq\n");
+  expect_error<keel::IoError>([&] { load_vocab(v); }, {bpe.string() + ":3", "missing from"});
+}
+
+TEST_CASE("bad input: prepare with missing, empty or corrupt inputs leaves the output alone") {
+  keel::test::TempDir dir("bad");
+  const std::string meta = good_dataset(dir);
+  auto run = [&](std::vector<fs::path> in) { prepare_dataset(quiet(std::move(in), dir / "out")); };
+
+  expect_error<keel::IoError>([&] { run({dir / "good.txt", dir / "missing.txt"}); },
+                              {"missing.txt", "not found"});
+  write_text(dir / "empty.txt", "");
+  expect_error<keel::IoError>([&] { run({dir / "empty.txt"}); }, {"empty.txt", "is empty"});
+  write_text(dir / "blank.txt", "\n\n  \n");
+  expect_error<keel::IoError>([&] { run({dir / "blank.txt"}); }, {"blank.txt", "only whitespace"});
+  write_text(dir / "bad.txt.xz", "this is not xz data");
+  expect_error<keel::IoError>([&] { run({dir / "bad.txt.xz"}); }, {"bad.txt.xz", "corrupt"});
+  write_text(dir / "bad.txt.gz", std::string("\x1f\x8b\x08\x00garbage", 12));
+  expect_error<keel::IoError>([&] { run({dir / "bad.txt.gz"}); }, {"bad.txt.gz", "corrupt"});
+  expect_error<keel::IoError>([&] { run({dir.path()}); }, {"is a directory"});
+
+  CHECK(read_file(dir / "out/meta.json") == meta);
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+}
+
+TEST_CASE("bad input: prepare with bad options or vocabulary leaves the output alone") {
+  keel::test::TempDir dir("bad");
+  const std::string meta = good_dataset(dir);
+  auto o = quiet({dir / "good.txt"}, dir / "out");
+
+  auto bad_vocab = o;
+  bad_vocab.vocab_dir = vocab_copy(dir);
+  write_text(bad_vocab.vocab_dir / "encoder.json", "{oops");
+  expect_error<keel::IoError>([&] { prepare_dataset(bad_vocab); }, {"encoder.json", "malformed"});
+  auto both = o;
+  both.vocab_dir = dir / "vocab";
+  both.train_vocab = 1000;
+  expect_error<keel::ConfigError>([&] { prepare_dataset(both); }, {"--train-vocab"});
+  auto small = o;
+  small.train_vocab = 100;
+  expect_error<keel::ValueError>([&] { prepare_dataset(small); }, {"too small"});
+  auto frac = o;
+  frac.val_fraction = 1.0;
+  expect_error<keel::ValueError>([&] { prepare_dataset(frac); }, {"outside [0, 1)"});
+  write_text(dir / "tiny.txt", "one short document");
+  auto tiny = quiet({dir / "tiny.txt"}, dir / "out");
+  expect_error<keel::ConfigError>([&] { prepare_dataset(tiny); }, {"1 document", "--val-fraction"});
+
+  CHECK(read_file(dir / "out/meta.json") == meta);
+  tiny.val_fraction = 0;  // no validation split: fine
+  CHECK(prepare_dataset(tiny).val_documents == 0);
+}
+
+TEST_CASE("bad input: prepare refuses to replace a directory that is not a dataset") {
+  keel::test::TempDir dir("bad");
+  write_text(dir / "good.txt", keel::test::austen_slice(0, 10000));
+  fs::create_directories(dir / "home");
+  write_text(dir / "home/precious.txt", "keep me");
+  expect_error<keel::ConfigError>([&] { prepare_dataset(quiet({dir / "good.txt"}, dir / "home")); },
+                                  {"home", "refusing to overwrite"});
+  CHECK(read_file(dir / "home/precious.txt") == "keep me");
+  expect_error<keel::ConfigError>(
+      [&] { prepare_dataset(quiet({dir / "good.txt"}, dir / "home/precious.txt")); },
+      {"not a directory"});
+}
+
+TEST_CASE("bad input: damaged dataset directories") {
+  keel::test::TempDir dir("bad");
+  good_dataset(dir);
+  const auto out = dir / "out";
+  expect_error<keel::IoError>([&] { TokenSplit::open(dir / "nothing", "train"); }, {"not found"});
+  expect_error<keel::ValueError>([&] { TokenSplit::open(out, "test"); }, {"unknown split"});
+  expect_error<keel::ConfigError>([&] { TokenSplit::open(out, "train", 10000); },
+                                  {"50257", "10000"});
+
+  const std::string meta = read_file(out / "meta.json");
+  write_text(out / "meta.json", "{\"format\": \"keel-token-shards\"");
+  expect_error<keel::IoError>([&] { TokenSplit::open(out, "train"); }, {"meta.json", "malformed"});
+  write_text(out / "meta.json", "{\"format\": \"other\", \"version\": 1}");
+  expect_error<keel::IoError>([&] { TokenSplit::open(out, "train"); }, {"not a keel dataset"});
+  write_text(out / "meta.json", meta);
+
+  fs::resize_file(out / "train_000000.bin", fs::file_size(out / "train_000000.bin") - 2);
+  expect_error<keel::IoError>([&] { TokenSplit::open(out, "train"); },
+                              {"train_000000.bin", "size disagrees"});
+  fs::remove(out / "train_000000.bin");
+  expect_error<keel::IoError>([&] { TokenSplit::open(out, "train"); },
+                              {"train_000000.bin", "cannot open"});
+  fs::remove(out / "meta.json");
+  expect_error<keel::IoError>([&] { TokenSplit::open(out, "val"); }, {"meta.json", "not found"});
+}
