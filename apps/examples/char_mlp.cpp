@@ -88,7 +88,7 @@ int run(int argc, char** argv) {
   for (int step = 0; step < args.steps; ++step) {
     // A batch of random windows: kContext characters in, the next one as the target.
     std::vector<int32_t> x(kBatch * kContext), y(kBatch);
-    uint64_t base = sampler.advance(kBatch);
+    uint64_t base = sampler.advance(4 * kBatch);  // one Philox block (4 draws) per example
     for (int64_t b = 0; b < kBatch; ++b) {
       auto r = philox4x32(base + b, sampler.seed());
       size_t start = r[0] % (ids.size() - kContext - 1);

@@ -29,7 +29,7 @@ TEST_CASE("asking for a missing device gives a DeviceError with the way out") {
     (void)zeros({2}).to(Device::cuda(0));
     FAIL("no error");
   } catch (const DeviceError& e) {
-    CHECK(std::string(e.what()).find("CUDA device 0 is not available") != std::string::npos);
+    CHECK(std::string(e.what()).find("CUDA") != std::string::npos);  // "no CUDA device 0" or "built without CUDA"
     CHECK_FALSE(e.hint().empty());
   }
   CHECK_THROWS_AS(zeros({2}, {DType::f32, Device::cuda(0)}), DeviceError);
