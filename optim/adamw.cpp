@@ -1,0 +1,249 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <type_traits>
+
+#include "core/copy.h"
+#include "core/factory.h"
+#include "optim/adamw_math.h"
+#ifdef KEEL_WITH_CUDA
+#include "optim/cuda/adamw.h"
+#endif
+
+namespace keel::optim {
+
+namespace {
+
+bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
+DType moment_dtype(DType param) { return param == DType::f64 ? DType::f64 : DType::f32; }
+
+template <typename T> constexpr bool is_float_v =
+    std::is_floating_point_v<T> || std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
+
+// param (N) P, grad (N) G, m/v (N) C, master (N) f32 or null. C is f32 unless P is f64.
+template <typename P, typename G, typename C>
+void adamw_cpu(P* param, const G* grad, C* m, C* v, float* master, int64_t n, const AdamWScalars& s) {
+  const AdamWCoeffs<C> k(s);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    // Widen through float for the 16-bit types (their only conversion), then to C.
+    C g = static_cast<C>(static_cast<std::conditional_t<std::is_same_v<G, double>, double, float>>(grad[i]));
+    C w;
+    if constexpr (std::is_same_v<C, float>) w = master ? master[i] : static_cast<float>(param[i]);
+    else w = static_cast<C>(param[i]);
+    adamw_update(g, w, m[i], v[i], k);
+    if constexpr (std::is_same_v<C, float>) {
+      if (master) master[i] = w;
+    }
+    param[i] = static_cast<P>(w);
+  }
+}
+
+void check_option(bool ok, const std::string& what, double value, const char* hint) {
+  if (!ok) throw ConfigError("AdamW", what + ", got " + std::to_string(value), hint);
+}
+
+}  // namespace
+
+void AdamWOptions::validate() const {
+  check_option(lr >= 0 && std::isfinite(lr), "lr must be a finite number >= 0", lr, "the paper uses 6e-4");
+  check_option(beta1 >= 0 && beta1 < 1, "beta1 must lie in [0, 1)", beta1, "GPT-2 training uses 0.9");
+  check_option(beta2 >= 0 && beta2 < 1, "beta2 must lie in [0, 1)", beta2, "GPT-2 training uses 0.95");
+  check_option(eps >= 0 && std::isfinite(eps), "eps must be a finite number >= 0", eps, "the usual value is 1e-8");
+  check_option(weight_decay >= 0 && std::isfinite(weight_decay), "weight_decay must be a finite number >= 0",
+               weight_decay, "the paper uses 0.1");
+}
+
+AdamW::AdamW(NamedTensors params, AdamWOptions opt) : params_(std::move(params)), opt_(opt) {
+  opt_.validate();
+  if (params_.empty()) throw ConfigError("AdamW", "got an empty parameter list", "pass model.named_parameters()");
+  std::set<std::string> names;
+  std::set<const void*> impls;
+  for (auto& [name, p] : params_) {
+    if (!p.defined()) throw ConfigError("AdamW", "parameter '" + name + "' is an undefined tensor");
+    if (!names.insert(name).second) throw ConfigError("AdamW", "parameter name '" + name + "' appears twice");
+    if (!impls.insert(p.impl()).second)
+      throw ConfigError("AdamW", "parameter '" + name + "' is a tensor already in the list",
+                        "list a shared (tied) parameter once");
+    if (!is_floating(p.dtype()))
+      throw DTypeError("AdamW", "parameter '" + name + "' has dtype " + dtype_name(p.dtype()) + ", not a float type");
+    if (!p.is_contiguous())
+      throw ValueError("AdamW", "parameter '" + name + "' is not contiguous", "parameters are updated in place");
+    Slot s;
+    Options o{moment_dtype(p.dtype()), p.device()};
+    s.m = zeros(p.shape(), o);
+    s.v = zeros(p.shape(), o);
+    if (is_half(p.dtype())) s.master = p.detach().to(DType::f32);  // a fresh copy: to() converts
+    s.decay = p.dim() >= 2;
+    slots_.push_back(std::move(s));
+  }
+}
+
+void AdamW::set_lr(double lr) {
+  if (!(lr >= 0) || !std::isfinite(lr))
+    throw ValueError("AdamW::set_lr", "lr must be a finite number >= 0, got " + std::to_string(lr));
+  opt_.lr = lr;
+}
+
+void AdamW::zero_grad() {
+  for (auto& [name, p] : params_) p.zero_grad();
+}
+
+void AdamW::step() {
+  ++steps_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& [name, p] = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    update(name, p, g, slots_[i]);
+  }
+}
+
+// param (N), grad (N), slot moments (N): one parameter's update.
+void AdamW::update(const std::string& name, Tensor& param, const Tensor& grad_in, Slot& slot) {
+  if (grad_in.device() != param.device())
+    throw DeviceError("AdamW::step", "gradient of '" + name + "' is on " + grad_in.device().str() +
+                                         ", the parameter on " + param.device().str());
+  if (grad_in.shape() != param.shape())
+    throw ShapeError("AdamW::step", "gradient of '" + name + "' has shape " + shape_str(grad_in.shape()) +
+                                        ", the parameter " + shape_str(param.shape()));
+  if (!is_floating(grad_in.dtype()))
+    throw DTypeError("AdamW::step", "gradient of '" + name + "' is " + dtype_name(grad_in.dtype()));
+  Tensor grad = grad_in.detach().contiguous();
+  slot.steps += 1;
+  const double t = static_cast<double>(slot.steps);
+  AdamWScalars s;
+  s.beta1 = opt_.beta1;
+  s.beta2 = opt_.beta2;
+  s.eps = opt_.eps;
+  s.decay = slot.decay ? 1.0 - opt_.lr * opt_.weight_decay : 1.0;
+  s.step_size = opt_.lr / (1.0 - std::pow(opt_.beta1, t));
+  s.bc2_sqrt = std::sqrt(1.0 - std::pow(opt_.beta2, t));
+  const int64_t n = param.numel();
+  if (n == 0) return;
+
+  if (param.device().is_cuda()) {
+#ifdef KEEL_WITH_CUDA
+    Tensor pd = param.detach();
+    return cuda::adamw_step(pd, grad, slot.m, slot.v, slot.master, s);
+#else
+    throw DeviceError("AdamW::step", "a CUDA parameter reached a keel built without CUDA");
+#endif
+  }
+  float* master = slot.master.defined() ? slot.master.data<float>() : nullptr;
+  visit_dtype(param.dtype(), [&]<typename P>() {
+    if constexpr (is_float_v<P>) {
+      using C = std::conditional_t<std::is_same_v<P, double>, double, float>;
+      visit_dtype(grad.dtype(), [&]<typename G>() {
+        if constexpr (is_float_v<G>)
+          adamw_cpu<P, G, C>(static_cast<P*>(param.raw_data()), grad.data<G>(), slot.m.data<C>(), slot.v.data<C>(),
+                             master, n, s);
+      });
+    }
+  });
+}
+
+bool AdamW::is_decayed(const std::string& name) const {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].first == name) return slots_[i].decay;
+  throw ValueError("AdamW::is_decayed", "no parameter named '" + name + "'");
+}
+
+std::vector<std::string> AdamW::decayed_names() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (slots_[i].decay) out.push_back(params_[i].first);
+  return out;
+}
+
+std::vector<std::string> AdamW::undecayed_names() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!slots_[i].decay) out.push_back(params_[i].first);
+  return out;
+}
+
+NamedTensors AdamW::state() const {
+  NamedTensors out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string& name = params_[i].first;
+    const Slot& s = slots_[i];
+    out.emplace_back(name + ".m", s.m.clone());
+    out.emplace_back(name + ".v", s.v.clone());
+    if (s.master.defined()) out.emplace_back(name + ".master", s.master.clone());
+    out.emplace_back(name + ".step", from_vector<int64_t>({s.steps}, {}));
+  }
+  out.emplace_back("step", from_vector<int64_t>({steps_}, {}));
+  return out;
+}
+
+void AdamW::load_state(const NamedTensors& state) {
+  std::map<std::string, Tensor> by_name;
+  for (const auto& [name, t] : state)
+    if (!by_name.emplace(name, t).second) throw ConfigError("AdamW::load_state", "state entry '" + name + "' appears twice");
+  // Check everything before changing anything: a failed load leaves the optimizer as it was.
+  size_t used = 0;
+  auto take = [&](const std::string& key, const Shape& shape, DType dtype) -> Tensor {
+    auto it = by_name.find(key);
+    if (it == by_name.end())
+      throw ConfigError("AdamW::load_state", "state entry '" + key + "' is missing",
+                        "the checkpoint belongs to another model or was written without optimizer state");
+    const Tensor& t = it->second;
+    if (t.shape() != shape)
+      throw ShapeError("AdamW::load_state", "state entry '" + key + "' has shape " + shape_str(t.shape()) +
+                                                ", expected " + shape_str(shape));
+    if (t.dtype() != dtype)
+      throw DTypeError("AdamW::load_state", "state entry '" + key + "' has dtype " + dtype_name(t.dtype()) +
+                                                ", expected " + dtype_name(dtype));
+    ++used;
+    return t;
+  };
+  auto step_of = [&](const std::string& key) {
+    int64_t v = take(key, {}, DType::i64).to_vector<int64_t>()[0];
+    if (v < 0) throw ValueError("AdamW::load_state", "state entry '" + key + "' is negative: " + std::to_string(v));
+    return v;
+  };
+  struct Loaded { Tensor m, v, master; int64_t steps; };
+  std::vector<Loaded> loaded;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& [name, p] = params_[i];
+    DType md = moment_dtype(p.dtype());
+    Loaded l;
+    l.m = take(name + ".m", p.shape(), md);
+    l.v = take(name + ".v", p.shape(), md);
+    if (slots_[i].master.defined()) l.master = take(name + ".master", p.shape(), DType::f32);
+    l.steps = step_of(name + ".step");
+    loaded.push_back(std::move(l));
+  }
+  int64_t steps = step_of("step");
+  if (used != by_name.size()) {
+    for (const auto& [key, t] : by_name) {
+      bool known = key == "step";
+      for (size_t i = 0; i < params_.size() && !known; ++i) {
+        const std::string& n = params_[i].first;
+        known = key == n + ".m" || key == n + ".v" || key == n + ".step" ||
+                (slots_[i].master.defined() && key == n + ".master");
+      }
+      if (!known)
+        throw ConfigError("AdamW::load_state", "state entry '" + key + "' matches no parameter of this optimizer",
+                          "the checkpoint belongs to another model");
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Slot& s = slots_[i];
+    copy_(s.m, loaded[i].m);
+    copy_(s.v, loaded[i].v);
+    if (s.master.defined()) {
+      copy_(s.master, loaded[i].master);
+      // The parameter must be the rounded master, or the next step would start elsewhere.
+      Tensor p = params_[i].second.detach();
+      copy_(p, s.master);
+    }
+    s.steps = loaded[i].steps;
+  }
+  steps_ = steps;
+}
+
+}  // namespace keel::optim

@@ -1,0 +1,82 @@
+// AdamW (Loshchilov & Hutter; PyTorch's torch.optim.AdamW), the optimizer of GPT-2 training.
+//
+// - Decoupled weight decay on matrices only: parameters with dim >= 2 (Linear and Embedding
+//   weights) decay, vectors (biases, LayerNorm gains and shifts) do not, as in nanoGPT.
+// - Moments m, v are f32 (f64 for f64 parameters, which only tests use).
+// - Mixed precision: a bf16/f16 parameter gets an f32 master copy; the update runs on the
+//   master and the parameter receives the rounded master. An f32/f64 parameter is its own master.
+// - Bias correction uses each parameter's own step count, which advances only on steps where
+//   that parameter had a gradient (PyTorch's per-parameter "step" state).
+// - On CUDA the whole update is one fused kernel (optim/cuda/adamw.cu); on the CPU an OpenMP loop.
+//   Both call the per-element update in optim/adamw_math.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "optim/params.h"
+
+namespace keel::optim {
+
+struct AdamWOptions {
+  double lr = 6e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;  // GPT-2 / nanoGPT practice (PyTorch's default is 0.999)
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  void validate() const;  // ConfigError on lr < 0, betas outside [0, 1), eps < 0, weight_decay < 0
+};
+
+class AdamW {
+ public:
+  // params: distinct, named, contiguous floating tensors (any device). Throws ConfigError on an
+  // empty list or a repeated name or tensor, ValueError on a non-contiguous tensor.
+  explicit AdamW(NamedTensors params, AdamWOptions opt = {});
+
+  // One update of every parameter that has a gradient; the others are left alone.
+  void step();
+  void step(double lr) {  // the learning rate the schedule gives for this step
+    set_lr(lr);
+    step();
+  }
+  void set_lr(double lr);  // ValueError when negative or not finite
+  double lr() const { return opt_.lr; }
+  // Drops every parameter's gradient (the next backward starts from zero).
+  void zero_grad();
+
+  int64_t step_count() const { return steps_; }  // calls to step()
+  const AdamWOptions& options() const { return opt_; }
+  const NamedTensors& params() const { return params_; }
+  std::vector<Tensor> param_tensors() const { return tensors_of(params_); }
+  bool is_decayed(const std::string& name) const;  // ValueError for an unknown name
+  std::vector<std::string> decayed_names() const;
+  std::vector<std::string> undecayed_names() const;
+
+  // The state a resumed run needs to continue bit-exactly, as named tensors (clones):
+  //   "<name>.m", "<name>.v"  moments, shape of the parameter, f32 (f64 for f64 params)
+  //   "<name>.master"         f32 master weights (bf16/f16 parameters only)
+  //   "<name>.step"           i64 scalar: that parameter's update count (bias correction)
+  //   "step"                  i64 scalar: calls to step()
+  NamedTensors state() const;
+  // Restores state() output (from any device). Every expected name must be present with its
+  // shape and dtype (ShapeError / DTypeError / ConfigError for missing or unknown names), so a
+  // checkpoint of another model cannot load silently. Hyper-parameters are not part of state.
+  void load_state(const NamedTensors& state);
+
+ private:
+  struct Slot {
+    Tensor m, v, master;  // master undefined unless the parameter is bf16/f16
+    bool decay = false;
+    int64_t steps = 0;
+  };
+  void update(const std::string& name, Tensor& param, const Tensor& grad, Slot& slot);
+
+  NamedTensors params_;
+  std::vector<Slot> slots_;
+  AdamWOptions opt_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace keel::optim

@@ -1,0 +1,53 @@
+// The AdamW update of one element, shared by the CPU loop (optim/adamw.cpp) and the fused
+// CUDA kernel (optim/cuda/adamw.cu) so that both run the very same formula.
+//
+// PyTorch's AdamW (decoupled weight decay, bias correction), with t the parameter's step:
+//   w <- w * (1 - lr * wd)                        (wd = 0 for parameters that are not decayed)
+//   m <- b1 m + (1 - b1) g
+//   v <- b2 v + (1 - b2) g^2
+//   w <- w - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+#pragma once
+
+#include <math.h>
+
+#if defined(__CUDACC__)
+#define KEEL_HOST_DEVICE __host__ __device__
+#else
+#define KEEL_HOST_DEVICE
+#endif
+
+namespace keel::optim {
+
+// Overloads by hand: an unqualified sqrt(float) may resolve to the f64 ::sqrt on the host,
+// which would make the CPU and the GPU round differently.
+KEEL_HOST_DEVICE inline float adamw_sqrt(float x) { return sqrtf(x); }
+KEEL_HOST_DEVICE inline double adamw_sqrt(double x) { return ::sqrt(x); }
+
+// The per-step constants, computed once on the host in f64 from lr, betas and t.
+struct AdamWScalars {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double decay = 1.0;        // 1 - lr * wd
+  double step_size = 0.0;    // lr / (1 - b1^t)
+  double bc2_sqrt = 1.0;     // sqrt(1 - b2^t)
+};
+
+// The same constants in the compute type C (f32 for f32/bf16/f16 parameters, f64 for f64).
+template <typename C>
+struct AdamWCoeffs {
+  C beta1, one_minus_beta1, beta2, one_minus_beta2, eps, decay, step_size, bc2_sqrt;
+  explicit AdamWCoeffs(const AdamWScalars& s)
+      : beta1(C(s.beta1)), one_minus_beta1(C(1.0 - s.beta1)), beta2(C(s.beta2)), one_minus_beta2(C(1.0 - s.beta2)),
+        eps(C(s.eps)), decay(C(s.decay)), step_size(C(s.step_size)), bc2_sqrt(C(s.bc2_sqrt)) {}
+};
+
+// w (master weight), m, v updated in place from gradient g.
+template <typename C>
+KEEL_HOST_DEVICE inline void adamw_update(C g, C& w, C& m, C& v, const AdamWCoeffs<C>& k) {
+  w = w * k.decay;
+  m = k.beta1 * m + k.one_minus_beta1 * g;
+  v = k.beta2 * v + k.one_minus_beta2 * g * g;
+  C denom = adamw_sqrt(v) / k.bc2_sqrt + k.eps;
+  w = w - k.step_size * (m / denom);
+}
+
+}  // namespace keel::optim

@@ -1,0 +1,34 @@
+#include "optim/clip.h"
+
+#include <cmath>
+#include <string>
+
+#include "optim/grad_math.h"
+
+namespace keel::optim {
+
+double grad_norm(const std::vector<Tensor>& params) {
+  // Squares summed in f64 per tensor, then across tensors in list order: deterministic.
+  double total = 0;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) total += sum_of_squares(g);
+  }
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  if (!(max_norm > 0) || !std::isfinite(max_norm))
+    throw ValueError("clip_grad_norm", "max_norm must be a positive finite number, got " + std::to_string(max_norm),
+                     "pass e.g. 1.0, or skip clipping");
+  double norm = grad_norm(params);
+  if (!std::isfinite(norm) || norm <= max_norm) return norm;
+  const double coef = max_norm / (norm + 1e-6);
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) scale_(g, coef);
+  }
+  return norm;
+}
+
+}  // namespace keel::optim

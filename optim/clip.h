@@ -1,0 +1,24 @@
+// Global-norm gradient clipping (torch.nn.utils.clip_grad_norm_).
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+#include "optim/params.h"
+
+namespace keel::optim {
+
+// params: the parameters whose .grad to clip (undefined grads are skipped).
+// Returns the global L2 norm of all gradients before clipping, accumulated in f64. When it
+// exceeds max_norm (> 0), every gradient is scaled in place by max_norm / (norm + 1e-6).
+// When some gradient holds inf or NaN the result is inf or NaN and nothing is scaled: the
+// caller should skip the step (the norm is what goes into the log).
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+inline double clip_grad_norm(const NamedTensors& params, double max_norm) {
+  return clip_grad_norm(tensors_of(params), max_norm);
+}
+
+// The same norm without clipping (for logging when clipping is off).
+double grad_norm(const std::vector<Tensor>& params);
+
+}  // namespace keel::optim

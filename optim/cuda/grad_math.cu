@@ -1,0 +1,123 @@
+// Gradient passes for clipping and loss scaling: a deterministic f64 sum of squares (fixed
+// grid, per-block partials, one-block final pass; no atomics, so no run-to-run jitter in the
+// clip coefficient) and an in-place scale.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "core/cuda/check.h"
+#include "core/cuda/runtime.h"
+#include "core/factory.h"
+#include "optim/cuda/grad_math.h"
+
+namespace keel::optim::cuda {
+
+namespace {
+constexpr int kThreads = 256;
+constexpr int kBlocks = 512;  // fixed, so the summation order depends on n only
+
+template <typename T> __device__ float load_f32(T x) { return static_cast<float>(x); }
+template <> __device__ float load_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> __device__ float load_f32(__half x) { return __half2float(x); }
+__device__ double load_f64(double x) { return x; }
+template <typename T> __device__ double load_f64(T x) { return static_cast<double>(load_f32(x)); }
+
+template <typename T> __device__ T store_f32(float x) { return static_cast<T>(x); }
+template <> __device__ __nv_bfloat16 store_f32(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __half store_f32(float x) { return __float2half_rn(x); }
+
+// Tree sum of one value per thread within a block (blockDim.x == kThreads).
+__device__ double block_sum(double x) {
+  __shared__ double buf[kThreads];
+  buf[threadIdx.x] = x;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  return buf[0];
+}
+
+// t (N) -> partial[blockIdx.x]
+template <typename T>
+__global__ void sumsq_partial(const T* __restrict__ t, int64_t n, double* __restrict__ partial) {
+  double s = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    double x = load_f64(t[i]);
+    s += x * x;
+  }
+  double b = block_sum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = b;
+}
+
+// partial (P) -> out[0], one block.
+__global__ void sum_final(const double* __restrict__ partial, int p, double* __restrict__ out) {
+  double s = 0;
+  for (int i = threadIdx.x; i < p; i += blockDim.x) s += partial[i];
+  double b = block_sum(s);
+  if (threadIdx.x == 0) out[0] = b;
+}
+
+template <typename T, typename C>
+__global__ void scale_kernel(T* __restrict__ t, int64_t n, C k) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if constexpr (std::is_same_v<T, double>) t[i] = t[i] * k;
+    else t[i] = store_f32<T>(load_f32(t[i]) * k);
+  }
+}
+
+template <typename F>
+void visit_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: return f.template operator()<float>();
+    case DType::f64: return f.template operator()<double>();
+    case DType::bf16: return f.template operator()<__nv_bfloat16>();
+    case DType::f16: return f.template operator()<__half>();
+    default: throw DTypeError(op, std::string("expected a floating dtype, got ") + dtype_name(t));
+  }
+}
+
+void check(const Tensor& t, const char* op) {
+  if (!t.device().is_cuda() || !t.is_contiguous())
+    throw DeviceError(op, "expected a contiguous CUDA tensor, got one on " + t.device().str());
+}
+}  // namespace
+
+double sum_of_squares(const Tensor& t) {
+  check(t, "sum_of_squares");
+  const int64_t n = t.numel();
+  if (n == 0) return 0.0;
+  const int dev = t.device().index;
+  KEEL_CHECK_CUDA(cudaSetDevice(dev));
+  cudaStream_t stream = ::keel::cuda::detail::stream(dev);
+  Tensor partial = empty({kBlocks + 1}, {DType::f64, t.device()});  // kBlocks partials, then the total
+  double* p = static_cast<double*>(partial.raw_data());
+  visit_float(t.dtype(), "sum_of_squares", [&]<typename T>() {
+    sumsq_partial<T><<<kBlocks, kThreads, 0, stream>>>(static_cast<const T*>(t.raw_data()), n, p);
+    KEEL_CHECK_LAUNCH();
+  });
+  sum_final<<<1, kThreads, 0, stream>>>(p, kBlocks, p + kBlocks);
+  KEEL_CHECK_LAUNCH();
+  double out = 0;
+  ::keel::cuda::memcpy_device_to_host(&out, p + kBlocks, sizeof(double), dev);
+  return out;
+}
+
+void scale_inplace(Tensor& t, double s) {
+  check(t, "scale_inplace");
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  const int dev = t.device().index;
+  KEEL_CHECK_CUDA(cudaSetDevice(dev));
+  cudaStream_t stream = ::keel::cuda::detail::stream(dev);
+  int64_t b = (n + kThreads - 1) / kThreads;
+  int blocks = static_cast<int>(b < 65535 ? b : 65535);
+  visit_float(t.dtype(), "scale_inplace", [&]<typename T>() {
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    scale_kernel<T, C><<<blocks, kThreads, 0, stream>>>(static_cast<T*>(t.raw_data()), n, static_cast<C>(s));
+    KEEL_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace keel::optim::cuda

@@ -1,0 +1,62 @@
+// Dynamic loss scaling for f16 training (torch.cuda.amp.GradScaler's algorithm).
+//
+// f16 gradients underflow to zero below ~6e-8, so the trainer multiplies the loss by scale()
+// before backward; gradients come out scale times larger. Then, per optimizer step:
+//   bool finite = scaler.unscale_(params);  // grads /= scale; were they all finite?
+//   if (finite) { clip; optimizer.step(lr); }  // else skip the step: the grads are garbage
+//   scaler.update(!finite);                     // halve on overflow, double after a good run
+// With bf16 or f32 the range is wide enough: the scaler is disabled, scale() is 1 and
+// unscale_/update do nothing (unscale_ reports true), so the trainer needs no branches.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "optim/params.h"
+
+namespace keel::optim {
+
+struct LossScalerOptions {
+  double init_scale = 65536.0;  // 2^16
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;  // consecutive finite steps before the scale grows
+  double min_scale = 1.0;          // never back off below this (a scale < 1 only loses range)
+  double max_scale = 16777216.0;   // 2^24: growth stops here, far above any useful scale
+  void validate() const;           // ConfigError when inconsistent
+};
+
+class LossScaler {
+ public:
+  // Enabled only when the training dtype is f16.
+  explicit LossScaler(DType compute_dtype, LossScalerOptions opt = {});
+
+  bool enabled() const { return enabled_; }
+  double scale() const { return enabled_ ? cur_scale_ : 1.0; }
+
+  // Divides every defined gradient by scale() in place. Returns whether all of them are finite
+  // afterwards (always true, and nothing is touched, when disabled).
+  bool unscale_(const std::vector<Tensor>& params);
+  bool unscale_(const NamedTensors& params) { return unscale_(tensors_of(params)); }
+
+  // After each optimizer step (taken or skipped): backoff and count a skip on found_inf,
+  // else count a good step and grow the scale after growth_interval of them.
+  void update(bool found_inf);
+
+  int64_t skipped_steps() const { return skipped_; }
+  int64_t growth_tracker() const { return tracker_; }  // good steps since the last change
+
+  // "scale" (f64), "growth_tracker" (i64), "skipped_steps" (i64), all scalars.
+  NamedTensors state() const;
+  void load_state(const NamedTensors& state);  // ConfigError / ShapeError / ValueError on bad entries
+
+ private:
+  LossScalerOptions opt_;
+  bool enabled_;
+  double cur_scale_;
+  int64_t tracker_ = 0;
+  int64_t skipped_ = 0;
+};
+
+}  // namespace keel::optim

@@ -1,0 +1,238 @@
+// AdamW against a hand-written f64 reference: decay on matrices only, bias correction with
+// per-parameter step counts, f32 master weights for bf16/f16 parameters, state round trips.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+
+#include "core/copy.h"
+#include "core/factory.h"
+#include "optim/adamw.h"
+
+using namespace keel;
+using namespace keel::optim;
+
+namespace {
+
+// PyTorch's AdamW, written out in f64, for one parameter.
+struct RefParam {
+  std::vector<double> w, m, v;
+  int64_t t = 0;
+  bool decay = false;
+  void step(const std::vector<double>& g, double lr, const AdamWOptions& o) {
+    ++t;
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (decay) w[i] *= 1 - lr * o.weight_decay;
+      m[i] = o.beta1 * m[i] + (1 - o.beta1) * g[i];
+      v[i] = o.beta2 * v[i] + (1 - o.beta2) * g[i] * g[i];
+      double mhat = m[i] / (1 - std::pow(o.beta1, double(t)));
+      double vhat = v[i] / (1 - std::pow(o.beta2, double(t)));
+      w[i] -= lr * mhat / (std::sqrt(vhat) + o.eps);
+    }
+  }
+};
+
+RefParam ref_of(const Tensor& p) {
+  RefParam r;
+  r.w = p.to_vector<double>();
+  r.m.assign(r.w.size(), 0.0);
+  r.v.assign(r.w.size(), 0.0);
+  r.decay = p.dim() >= 2;
+  return r;
+}
+
+// Gradients that bf16 holds exactly (multiples of 1/64 in a small range), so the reference sees
+// the same values the optimizer does whatever the gradient dtype.
+std::vector<double> grad_values(int64_t n, int seed) {
+  std::vector<double> g(n);
+  for (int64_t i = 0; i < n; ++i) g[i] = double(((i * 7 + seed * 13) % 23) - 11) / 64.0;
+  return g;
+}
+
+double max_rel_err(const std::vector<double>& a, const std::vector<double>& b) {
+  double e = 0;
+  for (size_t i = 0; i < a.size(); ++i) e = std::max(e, std::abs(a[i] - b[i]) / std::max(1e-3, std::abs(b[i])));
+  return e;
+}
+
+Tensor tensor_of(const std::vector<double>& v, const Shape& s, DType t) { return from_vector<double>(v, s, {t}); }
+
+std::map<std::string, Tensor> as_map(const NamedTensors& n) { return {n.begin(), n.end()}; }
+
+}  // namespace
+
+TEST_CASE("AdamW matches the f64 reference over several steps, decay hits matrices only") {
+  Generator gen(3);
+  for (DType dt : {DType::f64, DType::f32}) {
+    CAPTURE(dtype_name(dt));
+    Tensor w = randn({3, 4}, gen, {dt}), b = randn({4}, gen, {dt}), e = randn({5, 2}, gen, {dt});
+    AdamWOptions o;
+    o.weight_decay = 0.1;
+    AdamW opt({{"w", w}, {"b", b}, {"emb", e}}, o);
+    CHECK(opt.decayed_names() == std::vector<std::string>{"w", "emb"});
+    CHECK(opt.undecayed_names() == std::vector<std::string>{"b"});
+    CHECK(opt.is_decayed("w"));
+    CHECK_FALSE(opt.is_decayed("b"));
+
+    std::vector<RefParam> ref{ref_of(w), ref_of(b), ref_of(e)};
+    std::vector<Tensor> ps{w, b, e};
+    const double lrs[] = {1e-3, 5e-2, 2e-2, 1e-2};
+    for (int s = 0; s < 4; ++s) {
+      for (size_t k = 0; k < ps.size(); ++k) {
+        auto g = grad_values(ps[k].numel(), s * 3 + int(k));
+        ps[k].set_grad(tensor_of(g, ps[k].shape(), dt));
+        ref[k].step(g, lrs[s], o);
+      }
+      opt.step(lrs[s]);
+    }
+    double tol = dt == DType::f64 ? 1e-13 : 2e-6;
+    for (size_t k = 0; k < ps.size(); ++k) CHECK(max_rel_err(ps[k].to_vector<double>(), ref[k].w) < tol);
+    CHECK(opt.step_count() == 4);
+  }
+}
+
+TEST_CASE("AdamW one step from zero state moves every element by lr (bias correction)") {
+  // With m = v = 0, the first step is w -= lr * g / (|g| + eps): sign(g) * lr, whatever beta.
+  Tensor b = from_vector<double>({1.0, -2.0, 3.0}, {3});
+  AdamW opt({{"b", b}}, {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 0.0, .weight_decay = 0.5});
+  b.set_grad(from_vector<double>({0.5, -4.0, 1e-3}, {3}));
+  opt.step();
+  auto v = b.to_vector<double>();
+  CHECK(v[0] == doctest::Approx(0.99).epsilon(1e-14));
+  CHECK(v[1] == doctest::Approx(-1.99).epsilon(1e-14));
+  CHECK(v[2] == doctest::Approx(2.99).epsilon(1e-14));  // a vector: no decay despite wd 0.5
+}
+
+TEST_CASE("AdamW skips parameters without a gradient, their bias correction starts when they get one") {
+  Tensor a = from_vector<double>({1.0, 2.0}, {2}), c = from_vector<double>({3.0, 4.0}, {2});
+  AdamWOptions o{.lr = 0.1, .weight_decay = 0.0};
+  AdamW opt({{"a", a}, {"c", c}}, o);
+  RefParam ra = ref_of(a), rc = ref_of(c);
+  a.set_grad(from_vector<double>({0.25, -0.5}, {2}));
+  ra.step({0.25, -0.5}, 0.1, o);
+  opt.step();
+  CHECK(c.to_vector<double>() == std::vector<double>{3.0, 4.0});
+  c.set_grad(from_vector<double>({1.0, 2.0}, {2}));
+  a.zero_grad();
+  rc.step({1.0, 2.0}, 0.1, o);
+  opt.step();
+  CHECK(max_rel_err(a.to_vector<double>(), ra.w) < 1e-15);  // unchanged by the second step
+  CHECK(max_rel_err(c.to_vector<double>(), rc.w) < 1e-14);  // its first step: t = 1
+  auto st = as_map(opt.state());
+  CHECK(st["a.step"].item() == 1);
+  CHECK(st["c.step"].item() == 1);
+  CHECK(st["step"].item() == 2);
+  opt.zero_grad();
+  CHECK_FALSE(a.grad().defined());
+  CHECK_FALSE(c.grad().defined());
+}
+
+TEST_CASE("bf16 and f16 parameters: f32 master follows the reference, the parameter is the rounded master") {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(dt));
+    Generator gen(5);
+    Tensor w = randn({4, 8}, gen, {dt});
+    AdamWOptions o{.lr = 1e-2};
+    AdamW opt({{"w", w}}, o);
+    RefParam ref = ref_of(w);  // starts from the bf16 values, which the master copies exactly
+    for (int s = 0; s < 5; ++s) {
+      auto g = grad_values(w.numel(), s);
+      w.set_grad(tensor_of(g, w.shape(), dt));  // low-precision gradient, as mixed precision makes
+      ref.step(g, o.lr, o);
+      opt.step();
+    }
+    auto st = as_map(opt.state());
+    REQUIRE(st.count("w.master"));
+    CHECK(st["w.master"].dtype() == DType::f32);
+    CHECK(st["w.m"].dtype() == DType::f32);
+    auto master = st["w.master"].to_vector<double>();
+    CHECK(max_rel_err(master, ref.w) < 1e-5);
+    // The parameter holds exactly master rounded to its dtype.
+    Tensor rounded = st["w.master"].to(dt);
+    CHECK(w.to_vector<double>() == rounded.to_vector<double>());
+    // And the master is more than the parameter: it has moved by steps bf16 cannot hold.
+    if (dt == DType::bf16) CHECK(w.to_vector<double>() != master);
+  }
+}
+
+TEST_CASE("AdamW state save/load continues bit-identically") {
+  Generator gen(9);
+  auto make = [&](Generator& g) {
+    return NamedTensors{{"w", randn({3, 5}, g, {DType::bf16})}, {"b", randn({5}, g, {DType::f32})}};
+  };
+  NamedTensors pa = make(gen);
+  AdamW a(pa, {.lr = 3e-2});
+  auto give_grads = [](NamedTensors& ps, int s) {
+    for (auto& [n, p] : ps) p.set_grad(tensor_of(grad_values(p.numel(), s), p.shape(), p.dtype()));
+  };
+  for (int s = 0; s < 3; ++s) {
+    give_grads(pa, s);
+    a.step();
+  }
+  NamedTensors saved = a.state();
+  // A fresh optimizer on a copy of the parameters (as a resumed run would have: model weights
+  // from the checkpoint, here deliberately perturbed for the bf16 one, which load_state must
+  // restore from the master).
+  Generator other(1);
+  NamedTensors pb = make(other);
+  Tensor bb = pb[1].second.detach();
+  copy_(bb, pa[1].second);
+  AdamW b(pb, {.lr = 3e-2});
+  b.load_state(saved);
+  CHECK(pb[0].second.to_vector<double>() == pa[0].second.to_vector<double>());
+  CHECK(b.step_count() == 3);
+  for (int s = 3; s < 6; ++s) {
+    give_grads(pa, s);
+    give_grads(pb, s);
+    a.step(1e-2);
+    b.step(1e-2);
+  }
+  for (int k = 0; k < 2; ++k) CHECK(pa[k].second.to_vector<double>() == pb[k].second.to_vector<double>());
+  auto sa = a.state(), sb = b.state();
+  REQUIRE(sa.size() == sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    CHECK(sa[i].first == sb[i].first);
+    CHECK(sa[i].second.to_vector<double>() == sb[i].second.to_vector<double>());
+  }
+}
+
+TEST_CASE("AdamW rejects bad hyper-parameters, parameter lists and state with typed errors") {
+  Tensor w = zeros({2, 2});
+  CHECK_THROWS_AS(AdamW({{"w", w}}, {.lr = -1.0}), ConfigError);
+  CHECK_THROWS_AS(AdamW({{"w", w}}, {.beta1 = 1.0}), ConfigError);
+  CHECK_THROWS_AS(AdamW({{"w", w}}, {.beta2 = -0.1}), ConfigError);
+  CHECK_THROWS_AS(AdamW({{"w", w}}, {.eps = -1e-8}), ConfigError);
+  CHECK_THROWS_AS(AdamW({{"w", w}}, {.weight_decay = -0.1}), ConfigError);
+  CHECK_THROWS_AS(AdamW(NamedTensors{}), ConfigError);
+  CHECK_THROWS_AS(AdamW({{"w", w}, {"w", zeros({2})}}), ConfigError);
+  CHECK_THROWS_AS(AdamW({{"w", w}, {"w2", w}}), ConfigError);  // one tensor listed twice
+  CHECK_THROWS_AS(AdamW({{"i", zeros({2}, {DType::i64})}}), DTypeError);
+  CHECK_THROWS_AS(AdamW({{"t", zeros({2, 3}).as_strided({3, 2}, {1, 3}, 0)}}), ValueError);
+
+  AdamW opt({{"w", w}, {"b", zeros({2})}});
+  CHECK_THROWS_AS(opt.set_lr(-1e-3), ValueError);
+  CHECK_THROWS_AS(opt.set_lr(NAN), ValueError);
+  CHECK_THROWS_AS((void)opt.is_decayed("nope"), ValueError);
+
+  auto good = opt.state();
+  auto with = [&](const std::string& key, Tensor t) {
+    NamedTensors s = good;
+    for (auto& [k, v] : s)
+      if (k == key) v = t;
+    return s;
+  };
+  CHECK_THROWS_AS(opt.load_state(with("w.m", zeros({2, 3}))), ShapeError);
+  CHECK_THROWS_AS(opt.load_state(with("w.v", zeros({2, 2}, {DType::f64}))), DTypeError);
+  CHECK_THROWS_AS(opt.load_state(with("b.step", from_vector<int64_t>({-1}, {}))), ValueError);
+  NamedTensors missing(good.begin() + 1, good.end());
+  CHECK_THROWS_AS(opt.load_state(missing), ConfigError);
+  NamedTensors extra = good;
+  extra.emplace_back("other.m", zeros({2}));
+  CHECK_THROWS_AS(opt.load_state(extra), ConfigError);
+  NamedTensors twice = good;
+  twice.push_back(good[0]);
+  CHECK_THROWS_AS(opt.load_state(twice), ConfigError);
+
+  w.set_grad(zeros({2, 2}, {DType::f32}));
+  CHECK_NOTHROW(opt.step());
+}
