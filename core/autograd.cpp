@@ -20,6 +20,19 @@ std::shared_ptr<Node> edge_for(const Tensor& t) {
 }
 }  // namespace
 
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> stack = std::move(next);
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = std::move(stack.back());
+    stack.pop_back();
+    // The last owner of n: take its edges before it dies, so its destructor recurses no further.
+    if (n && n.use_count() == 1) {
+      for (auto& e : n->next) stack.push_back(std::move(e));
+      n->next.clear();
+    }
+  }
+}
+
 bool grad_enabled() { return t_grad_enabled; }
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }

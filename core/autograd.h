@@ -31,7 +31,9 @@ namespace keel {
 
 class Node {
  public:
-  virtual ~Node() = default;
+  // Dismantles the chain of predecessors iteratively: a graph of 100k ops destroyed by
+  // recursion (node -> next -> next ...) would overflow the stack.
+  virtual ~Node();
   virtual const char* name() const = 0;
   // dL/d(output) in, dL/d(input i) out: one entry per input, undefined where next[i] is null.
   virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;

@@ -111,10 +111,14 @@ TEST_CASE("contiguous, clone and dtype casts pass gradients through") {
   CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 3, 5, 2, 4, 6});
 }
 
-TEST_CASE("a long chain does not overflow the stack") {
+TEST_CASE("a long chain does not overflow the stack, in backward or when it is dropped") {
   Tensor x = param({1.0}, {1});
   Tensor y = x;
-  for (int i = 0; i < 20000; ++i) y = y + 0.0;
+  for (int i = 0; i < 100000; ++i) y = y + 0.0;
   sum(y).backward();
+  CHECK(x.grad().item() == 1.0);
+  Tensor z = x;
+  for (int i = 0; i < 100000; ++i) z = z * 1.0;
+  z = Tensor();  // never backpropagated: the graph is destroyed with the tensor
   CHECK(x.grad().item() == 1.0);
 }
