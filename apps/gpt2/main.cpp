@@ -14,6 +14,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   keel::app::add_prepare_command(app);
   keel::app::add_tokenize_command(app);
+  keel::app::add_train_command(app);
+  keel::app::add_eval_command(app);
+  keel::app::add_compare_command(app);
+  keel::app::add_export_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,40 @@
+// Checkpoints of a training run:
+//
+//   RUN_DIR/checkpoints/step_00000100/model.safetensors      weights, Hugging Face names, keel layout
+//                                    /optimizer.safetensors  AdamW moments, masters, step counts
+//                                    /trainer.json           step, loader position, dropout RNG,
+//                                                            loss scale, the run's identity
+//
+// A checkpoint directory is written under a temporary name, every file fsync'd, and renamed
+// into place, so a crash leaves either the previous checkpoints or a complete new one, never a
+// half-written one. Only the newest `keep` checkpoints are kept.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "nn/module.h"
+
+namespace keel::app {
+
+struct Checkpoint {
+  std::filesystem::path dir;
+  nn::NamedTensors model, optimizer;
+  nlohmann::json trainer;
+};
+
+// Writes checkpoint `step` and prunes older ones beyond `keep`. Returns its directory.
+std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step,
+                                      const nn::NamedTensors& model, const nn::NamedTensors& optimizer,
+                                      const nlohmann::json& trainer, int64_t keep);
+
+// The newest complete checkpoint of a run, if any.
+std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);
+
+// Reads a checkpoint directory; IoError naming the file for anything missing or corrupt.
+Checkpoint load_checkpoint(const std::filesystem::path& dir);
+
+}  // namespace keel::app

@@ -1,0 +1,55 @@
+// `gpt2 train`: one training run (see trainer.h for the loop, train_config.h for the fields).
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+
+#include "apps/gpt2/commands.h"
+#include "apps/gpt2/trainer.h"
+#include "nn/file_util.h"
+
+namespace keel::app {
+
+TrainConfig resolve_train_config(CLI::App& cmd, const TrainConfig& flags, const std::string& config_file) {
+  TrainConfig cfg;
+  if (!config_file.empty()) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(nn::read_whole_file(config_file, "--config"));
+    } catch (const nlohmann::json::exception& e) {
+      throw ConfigError("--config", config_file + ": malformed JSON: " + e.what());
+    }
+    // A run directory's config.json nests the fields under "train"; accept it as it is.
+    cfg.merge_json(j.contains("train") ? j["train"] : j, config_file);
+  } else if (flags.resume && !flags.run_dir.empty()) {
+    // `gpt2 train --resume --run-dir DIR` needs no other flag: the run knows how it was made.
+    std::filesystem::path p = std::filesystem::path(flags.run_dir) / "config.json";
+    if (std::filesystem::exists(p))
+      cfg.merge_json(nlohmann::json::parse(nn::read_whole_file(p, "--resume"))["train"], p.string());
+  }
+  // Then every flag given on the command line, over whatever came from a file.
+  nlohmann::json given, all = flags.to_json();
+  for (auto& [key, value] : all.items()) {
+    std::string flag = "--" + key;
+    for (char& c : flag)
+      if (c == '_') c = '-';
+    if (cmd.count(flag) > 0) given[key] = value;
+  }
+  if (!given.is_null()) cfg.merge_json(given, "command line");
+  cfg.resume = flags.resume;
+  return cfg;
+}
+
+void add_train_command(CLI::App& app) {
+  auto flags = std::make_shared<TrainConfig>();
+  auto config_file = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("train", "Train a GPT-2 model on a prepared dataset");
+  add_train_flags(*cmd, flags.get(), config_file.get());
+  cmd->callback([cmd, flags, config_file] {
+    TrainConfig cfg = resolve_train_config(*cmd, *flags, *config_file);
+    TrainResult r = train(cfg);
+    fmt::print("gpt2 train: {} at step {}: train loss {:.4f}, val loss {:.4f} (ppl {:.2f}); run in {}\n",
+               r.interrupted ? "stopped" : "done", r.steps, r.final_loss, r.val_loss, r.val_perplexity, cfg.run_dir);
+  });
+}
+
+}  // namespace keel::app

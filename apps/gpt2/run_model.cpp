@@ -1,0 +1,41 @@
+#include "apps/gpt2/run_model.h"
+
+#include <nlohmann/json.hpp>
+
+#include "apps/gpt2/checkpoint.h"
+#include "nn/file_util.h"
+
+namespace fs = std::filesystem;
+
+namespace keel::app {
+
+namespace {
+nlohmann::json read_run_config(const fs::path& run_dir) {
+  fs::path p = run_dir / "config.json";
+  if (!fs::exists(p))
+    throw IoError("run", p.string() + " does not exist", "pass a run directory written by `gpt2 train`");
+  try {
+    nlohmann::json j = nlohmann::json::parse(nn::read_whole_file(p, "run"));
+    if (!j.contains("model") || !j.contains("train")) throw IoError("run", p.string() + ": no 'model'/'train' section");
+    return j;
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError("run", p.string() + ": malformed JSON: " + e.what());
+  }
+}
+}  // namespace
+
+std::unique_ptr<nn::GPT2> load_run_model(const fs::path& run_dir) {
+  nlohmann::json cfg = read_run_config(run_dir);
+  auto latest = latest_checkpoint(run_dir);
+  if (!latest)
+    throw IoError("run", run_dir.string() + " has no checkpoint yet", "train it first (gpt2 train)");
+  auto model = std::make_unique<nn::GPT2>(nn::GPT2Config::from_json(cfg["model"].dump(), (run_dir / "config.json").string()));
+  model->load_state(load_checkpoint(*latest).model);
+  return model;
+}
+
+fs::path run_data_dir(const fs::path& run_dir) {
+  return read_run_config(run_dir)["train"].value("data", std::string());
+}
+
+}  // namespace keel::app

@@ -1,0 +1,63 @@
+// Everything a training run is made of, in one struct: the model, the data, the optimizer,
+// the precision and the run's bookkeeping. `gpt2 train` fills it from an optional JSON config
+// file and then from flags (flags win), validates it, and writes the resolved result to
+// RUN_DIR/config.json, so a run directory always says exactly how it was made.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace CLI {
+class App;
+}
+
+namespace keel::app {
+
+struct TrainConfig {
+  // --- model (a preset, then overrides; 0 / empty = the preset's value) ---
+  std::string preset = "tiny";  // tiny | paper | gpt2-124m
+  std::string attention;        // mhsa | ls | qk_norm | softcap ("" = the preset's)
+  int64_t n_layer = 0, n_head = 0, n_embd = 0;
+  int64_t ls_local_heads = -1, ls_window = 0;  // -1 / 0 = the preset's
+  double softcap = 30.0;
+  double dropout = 0.0;
+  std::string init_from;  // a Hugging Face GPT-2 directory to start from
+
+  // --- data ---
+  std::string data;  // a directory written by `gpt2 prepare`
+  int64_t batch_size = 8, seq_len = 0, grad_accum = 1;  // seq_len 0 = the model's context
+
+  // --- optimisation ---
+  int64_t max_steps = 200, warmup_steps = 20;
+  double lr = 6e-4, min_lr = 6e-5, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
+
+  // --- precision and device ---
+  std::string dtype = "f32";    // f32 | bf16 | f16
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N
+
+  // --- the run ---
+  std::string run_dir;
+  std::string name;  // a label for reports ("" = the attention variant)
+  uint64_t seed = 1337;
+  int64_t log_every = 1, val_every = 50, val_batches = 20, ckpt_every = 100, keep_checkpoints = 2;
+  std::string on_nonfinite = "stop";  // stop | skip
+  double spike_factor = 2.0;          // log a spike when loss > factor * recent mean
+  bool resume = false;
+
+  nlohmann::json to_json() const;
+  // Fields present in j replace this config's; unknown keys are a ConfigError (typos).
+  void merge_json(const nlohmann::json& j, const std::string& source);
+  // ConfigError naming the field for anything that cannot work.
+  void validate() const;
+};
+
+// Registers the flags of every TrainConfig field on `cmd`, writing into *cfg.
+void add_train_flags(CLI::App& cmd, TrainConfig* cfg, std::string* config_file);
+
+// The fields whose change makes a resumed run a different run (model, data, optimiser,
+// precision, seed). Resuming with any of them changed is refused.
+nlohmann::json identity_of(const TrainConfig& cfg);
+
+}  // namespace keel::app

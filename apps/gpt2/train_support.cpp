@@ -1,0 +1,112 @@
+// What the training loop needs around it: device and dtype names, the model config a run
+// asks for, FLOP counting for MFU, and evaluation on a split.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "apps/gpt2/trainer.h"
+#include "core/autograd.h"
+#include "core/cuda/runtime.h"
+#include "core/factory.h"
+#include "data/loader.h"
+#include "ops/reduce.h"
+
+namespace keel::app {
+
+Device resolve_device(const std::string& name) {
+  if (name == "auto") return cuda::is_available() ? Device::cuda(0) : Device::cpu();
+  Device d = parse_device(name);
+  if (d.is_cuda()) cuda::check_device(d.index, "--device");
+  return d;
+}
+
+DType parse_dtype(const std::string& name) {
+  if (name == "f32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  if (name == "f16") return DType::f16;
+  throw ConfigError("--dtype", "unknown dtype '" + name + "'", "use f32, bf16 or f16");
+}
+
+nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size) {
+  nn::GPT2Config m = nn::GPT2Config::preset(cfg.preset);
+  m.vocab_size = vocab_size;
+  if (cfg.n_layer) m.n_layer = cfg.n_layer;
+  if (cfg.n_head) m.n_head = cfg.n_head;
+  if (cfg.n_embd) m.n_embd = cfg.n_embd;
+  if (cfg.seq_len) m.block_size = cfg.seq_len;  // learned positions exactly as long as the run's sequences
+  if (!cfg.attention.empty()) m.attention = nn::parse_attention_kind(cfg.attention);
+  if (cfg.ls_local_heads >= 0) m.ls_local_heads = cfg.ls_local_heads;
+  if (cfg.ls_window > 0) m.ls_window = cfg.ls_window;
+  if (m.attention == nn::AttentionKind::ls && m.ls_local_heads == 0)
+    m.ls_local_heads = std::max<int64_t>(1, m.n_head - 1);  // the paper's shape: one global head
+  if (m.attention == nn::AttentionKind::ls && m.ls_window == 0) m.ls_window = 50;
+  m.softcap = cfg.softcap;
+  m.dropout = cfg.dropout;
+  m.validate();
+  return m;
+}
+
+double train_flops_per_token(const nn::GPT2Config& m, int64_t T) {
+  const double C = double(m.n_embd), V = double(m.vocab_size), D = double(m.head_dim());
+  // Per layer and token, forward: qkv projection, output projection, the 4x MLP (2 FLOPs per MAC).
+  double per_layer = 2 * C * 3 * C + 2 * C * C + 2 * 2 * C * 4 * C;
+  // Attention: q.k and p.v cost 2 * 2 * D per visible key; average the visible keys over positions.
+  for (int64_t w : m.windows()) {
+    double keys = 0;
+    for (int64_t i = 0; i < T; ++i) keys += double(w == 0 ? i + 1 : std::min<int64_t>(i + 1, w));
+    per_layer += 4 * D * keys / double(T);
+  }
+  double forward = double(m.n_layer) * per_layer + 2 * C * V;  // + the lm_head
+  return 3 * forward;
+}
+
+double peak_flops(Device device, DType dtype) {
+  if (!device.is_cuda()) return 0;
+  std::string name = cuda::device_info(device.index).name;
+  bool half = dtype == DType::bf16 || dtype == DType::f16;
+  // Dense peaks from NVIDIA's data sheets (SXM parts); f32 without TF32 uses the CUDA cores.
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos)
+    return half ? 989e12 : 67e12;
+  if (name.find("A100") != std::string::npos) return half ? 312e12 : 19.5e12;
+  return 0;
+}
+
+EvalResult evaluate(nn::GPT2& model, std::shared_ptr<const data::TokenSplit> split, int64_t batch_size,
+                    int64_t seq_len, int64_t max_batches, Device device) {
+  NoGradGuard no_grad;
+  bool was_training = model.training();
+  model.eval();
+  data::EvalLoader loader(split, {batch_size, seq_len, 0, 0, 1});
+  const int64_t L = model.config().n_layer, H = model.config().n_head;
+  std::vector<float> max_logit(L * H, 0.0f);
+  double loss_sum = 0;
+  int64_t tokens = 0, batches = 0;
+  data::Batch b;
+  while ((max_batches == 0 || batches < max_batches) && loader.next(b)) {
+    ++batches;
+    if (b.valid_targets == 0) continue;
+    std::vector<int32_t> targets = b.targets;
+    for (int32_t& t : targets)
+      if (t < 0) t = -100;  // the loader pads with -1; cross_entropy ignores -100
+    Tensor ids = from_vector(b.inputs, {b.batch_size, b.seq_len}).to(device);
+    Tensor tgt = from_vector(targets, {b.batch_size, b.seq_len}).to(device);
+    nn::GPT2Output out = model.forward(ids, tgt);
+    loss_sum += out.loss.item() * double(b.valid_targets);
+    tokens += b.valid_targets;
+    auto m = out.max_logit.to_vector<float>();
+    for (size_t i = 0; i < m.size(); ++i) max_logit[i] = std::max(max_logit[i], m[i]);
+  }
+  if (was_training) model.train();
+  if (tokens == 0)
+    throw ConfigError("evaluate", "the validation split has no tokens to predict",
+                      "prepare the data with a larger --val-fraction");
+  EvalResult r;
+  r.loss = loss_sum / double(tokens);
+  r.perplexity = std::exp(r.loss);
+  r.tokens = tokens;
+  r.max_logit = from_vector(max_logit, {L, H});
+  return r;
+}
+
+}  // namespace keel::app

@@ -1,0 +1,365 @@
+// The training loop. Read train() top to bottom: set-up (data, model, optimizer, resume), then
+// one iteration per optimizer step (train_step), then logging, evaluation and checkpoints.
+#include "apps/gpt2/trainer.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <deque>
+#include <filesystem>
+#include <numeric>
+
+#include "apps/gpt2/checkpoint.h"
+#include "apps/gpt2/metrics.h"
+#include "core/allocator.h"
+#include "core/factory.h"
+#include "data/loader.h"
+#include "nn/file_util.h"
+#include "nn/hf.h"
+#include "ops/arith.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "optim/loss_scaler.h"
+#include "optim/schedule.h"
+
+namespace fs = std::filesystem;
+
+namespace keel::app {
+
+namespace {
+
+// SIGINT / SIGTERM ask the loop to stop after the current step, checkpoint, and exit cleanly.
+std::atomic<bool> g_stop{false};
+extern "C" void on_signal(int) { g_stop = true; }
+
+struct StepResult {
+  double loss = 0, grad_norm = 0;
+  bool finite = true, skipped = false;
+  std::vector<float> max_logit;  // (L * H), the max over the step's micro-batches
+};
+
+// ids (B, T) and targets (B, T) of one loader batch, on the device. The loader marks padding
+// with -1; cross_entropy's ignore index is -100.
+std::pair<Tensor, Tensor> to_tensors(const data::Batch& b, Device device) {
+  std::vector<int32_t> targets = b.targets;
+  for (int32_t& t : targets)
+    if (t < 0) t = -100;
+  return {from_vector(b.inputs, {b.batch_size, b.seq_len}).to(device),
+          from_vector(targets, {b.batch_size, b.seq_len}).to(device)};
+}
+
+std::vector<std::vector<double>> as_rows(const std::vector<float>& v, int64_t L, int64_t H) {
+  std::vector<std::vector<double>> rows(L, std::vector<double>(H));
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t h = 0; h < H; ++h) rows[l][h] = v[l * H + h];
+  return rows;
+}
+
+// "layer 3 head 1 (max |logit| 212.4)": where a diverging model's attention logits are largest.
+std::string hottest_head(const std::vector<float>& m, int64_t H) {
+  if (m.empty()) return "no attention statistics";
+  size_t at = 0;
+  for (size_t i = 1; i < m.size(); ++i)
+    if (std::isnan(m[i]) || m[i] > m[at]) at = i;
+  return fmt::format("layer {} head {} (max |logit| {:.1f})", at / H, at % H, m[at]);
+}
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainConfig& cfg) : cfg_(cfg) {}
+  TrainResult run();
+
+ private:
+  void setup();
+  void resume_from(const fs::path& ckpt);
+  StepResult train_step(double lr);
+  void log_step(const StepResult& s, double lr, double seconds);
+  void validate_now();
+  void checkpoint(int64_t next_step);
+  nlohmann::json trainer_state(int64_t next_step) const;
+  void event(const std::string& kind, const std::string& message);
+
+  TrainConfig cfg_;
+  Device device_;
+  DType dtype_ = DType::f32;
+  fs::path run_dir_;
+  nn::GPT2Config mcfg_;
+  int64_t T_ = 0;
+  std::unique_ptr<nn::GPT2> model_;
+  std::unique_ptr<optim::AdamW> opt_;
+  std::unique_ptr<optim::LossScaler> scaler_;
+  optim::CosineSchedule schedule_;
+  std::shared_ptr<const data::TokenSplit> train_split_, val_split_;
+  std::unique_ptr<data::TrainLoader> loader_;
+  std::unique_ptr<MetricsLog> log_;
+  int64_t step_ = 0;  // the next optimizer step to take
+  double flops_per_token_ = 0, peak_ = 0, elapsed_ = 0;
+  std::deque<double> recent_;  // recent losses, for spike detection
+  TrainResult result_;
+};
+
+void Trainer::setup() {
+  cfg_.validate();
+  device_ = resolve_device(cfg_.device);
+  dtype_ = parse_dtype(cfg_.dtype);
+  if (dtype_ != DType::f32 && device_.is_cpu())
+    throw ConfigError("train", "--dtype " + cfg_.dtype + " needs a GPU: CPU kernels compute in f32",
+                      "use --dtype f32 on the CPU");
+  run_dir_ = cfg_.run_dir;
+  if (cfg_.name.empty()) cfg_.name = cfg_.attention.empty() ? cfg_.preset : cfg_.attention;
+
+  data::DatasetMeta meta = data::read_dataset_meta(cfg_.data);
+  if (!cfg_.init_from.empty()) {
+    model_ = nn::load_pretrained(cfg_.init_from);
+    mcfg_ = model_->config();
+    if (mcfg_.vocab_size != int64_t(meta.vocab_size))
+      throw ConfigError("train", fmt::format("--init-from {} has a vocabulary of {} but --data {} has {}",
+                                             cfg_.init_from, mcfg_.vocab_size, cfg_.data, meta.vocab_size),
+                        "prepare the data with the model's vocabulary (--vocab)");
+  } else {
+    mcfg_ = model_config(cfg_, meta.vocab_size);
+  }
+  T_ = cfg_.seq_len ? cfg_.seq_len : mcfg_.block_size;
+  if (T_ > mcfg_.block_size)
+    throw ConfigError("train", fmt::format("--seq-len {} is longer than the model's context {}", T_, mcfg_.block_size));
+  train_split_ = data::TokenSplit::open(cfg_.data, "train", meta.vocab_size);
+  val_split_ = data::TokenSplit::open(cfg_.data, "val", meta.vocab_size);
+  loader_ = std::make_unique<data::TrainLoader>(train_split_, data::LoaderOptions{cfg_.batch_size, T_, cfg_.seed, 0, 1});
+
+  // The run directory: a fresh run must not clobber one that has checkpoints; a resume must
+  // continue the very same run.
+  auto latest = latest_checkpoint(run_dir_);
+  fs::path config_path = run_dir_ / "config.json";
+  if (cfg_.resume) {
+    if (!latest)
+      throw ConfigError("train", "--resume: " + run_dir_.string() + " has no checkpoint to resume from",
+                        "start it without --resume");
+    TrainConfig saved;
+    saved.merge_json(nlohmann::json::parse(nn::read_whole_file(config_path, "train")).at("train"), config_path);
+    if (identity_of(saved) != identity_of(cfg_))
+      throw ConfigError("train", "--resume: the configuration differs from the one in " + config_path.string(),
+                        "resume with the same model, data, optimiser, dtype and seed flags (or none: "
+                        "`gpt2 train --resume --run-dir DIR --data DIR` with --config " + config_path.string() + ")");
+  } else if (latest) {
+    throw ConfigError("train", run_dir_.string() + " already holds a run (checkpoints in it)",
+                      "continue it with --resume, or choose another --run-dir");
+  }
+  fs::create_directories(run_dir_);
+  nlohmann::json resolved{{"name", cfg_.name}, {"train", cfg_.to_json()}, {"model", nlohmann::json::parse(mcfg_.to_json())}};
+  nn::write_file_atomic(config_path, resolved.dump(2) + "\n", "train");
+
+  if (!model_) model_ = std::make_unique<nn::GPT2>(mcfg_, cfg_.seed);
+  model_->to(device_);
+  model_->to(dtype_);
+  model_->train();
+  opt_ = std::make_unique<optim::AdamW>(model_->named_parameters(),
+                                        optim::AdamWOptions{cfg_.lr, cfg_.beta1, cfg_.beta2, 1e-8, cfg_.weight_decay});
+  scaler_ = std::make_unique<optim::LossScaler>(dtype_);
+  schedule_ = {cfg_.lr, cfg_.min_lr, std::min(cfg_.warmup_steps, cfg_.max_steps), cfg_.max_steps};
+  schedule_.validate();
+  flops_per_token_ = train_flops_per_token(mcfg_, T_);
+  peak_ = peak_flops(device_, dtype_);
+
+  if (cfg_.resume) resume_from(*latest);
+  log_ = std::make_unique<MetricsLog>(run_dir_, cfg_.resume ? std::optional<int64_t>(step_ - 1) : std::nullopt);
+  if (cfg_.resume) event("resume", "resumed from " + latest->string());
+  fmt::print("gpt2 train: {} on {} ({}), {} parameters, B={} T={} accum={}, {} steps -> {}\n", mcfg_.summary(),
+             device_.str(), cfg_.dtype, model_->num_parameters(), cfg_.batch_size, T_, cfg_.grad_accum,
+             cfg_.max_steps, run_dir_.string());
+}
+
+nlohmann::json Trainer::trainer_state(int64_t next_step) const {
+  Generator& g = model_->dropout_generator();
+  return {{"step", next_step},
+          {"recent_losses", std::vector<double>(recent_.begin(), recent_.end())},
+          {"loader", nlohmann::json::parse(loader_->state().to_json())},
+          {"dropout_rng", {{"seed", g.seed()}, {"offset", g.offset()}}},
+          {"elapsed_s", elapsed_},
+          {"identity", identity_of(cfg_)}};
+}
+
+void Trainer::resume_from(const fs::path& ckpt) {
+  Checkpoint c = load_checkpoint(ckpt);
+  model_->load_state(c.model);
+  nn::NamedTensors opt_state, scaler_state;
+  // optimizer.safetensors holds AdamW's state and, under "scaler.", the loss scaler's.
+  for (auto& [name, t] : c.optimizer) {
+    if (name.rfind("scaler.", 0) == 0)
+      scaler_state.emplace_back(name.substr(7), t);
+    else
+      opt_state.emplace_back(name, t);
+  }
+  opt_->load_state(opt_state);
+  scaler_->load_state(scaler_state);
+  try {
+    step_ = c.trainer.at("step").get<int64_t>();
+    loader_->restore(data::LoaderState::from_json(c.trainer.at("loader").dump()));
+    model_->dropout_generator().set_state(c.trainer.at("dropout_rng").at("seed").get<uint64_t>(),
+                                          c.trainer.at("dropout_rng").at("offset").get<uint64_t>());
+    elapsed_ = c.trainer.value("elapsed_s", 0.0);
+    for (double l : c.trainer.value("recent_losses", std::vector<double>{})) recent_.push_back(l);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError("train", (ckpt / "trainer.json").string() + ": " + e.what(), "the checkpoint is corrupt");
+  }
+  if (step_ >= cfg_.max_steps)
+    throw ConfigError("train", fmt::format("--resume: the run already reached step {} of --max-steps {}", step_,
+                                           cfg_.max_steps));
+}
+
+// Saves the state after step_ has been taken; next_step is where a resume starts.
+void Trainer::checkpoint(int64_t next_step) {
+  nn::NamedTensors opt_state = opt_->state();
+  for (auto& [name, t] : scaler_->state()) opt_state.emplace_back("scaler." + name, t);
+  fs::path dir =
+      save_checkpoint(run_dir_, next_step, model_->state(), opt_state, trainer_state(next_step), cfg_.keep_checkpoints);
+  event("checkpoint", dir.string());
+}
+
+void Trainer::event(const std::string& kind, const std::string& message) {
+  MetricsRecord r;
+  r.kind = RecordKind::Event;
+  r.step = step_;
+  r.event = kind;
+  r.message = message;
+  log_->write(r);
+}
+
+StepResult Trainer::train_step(double lr) {
+  StepResult s;
+  const int64_t L = mcfg_.n_layer, H = mcfg_.n_head;
+  s.max_logit.assign(L * H, 0.0f);
+  const double micro_scale = scaler_->scale() / double(cfg_.grad_accum);
+  for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
+    auto [ids, targets] = to_tensors(loader_->next(), device_);
+    nn::GPT2Output out = model_->forward(ids, targets);
+    // Gradients of the micro-batches add up in the parameters; scaling each loss by 1/accum
+    // makes their sum the gradient of the mean loss (and by the loss scale for f16).
+    mul(out.loss, micro_scale).backward();
+    s.loss += out.loss.item() / double(cfg_.grad_accum);
+    auto m = out.max_logit.to_vector<float>();
+    for (size_t i = 0; i < m.size(); ++i)
+      if (std::isnan(m[i]) || m[i] > s.max_logit[i]) s.max_logit[i] = m[i];
+  }
+  std::vector<Tensor> params = opt_->param_tensors();
+  bool grads_finite = scaler_->unscale_(params);
+  s.grad_norm = cfg_.grad_clip > 0 ? optim::clip_grad_norm(params, cfg_.grad_clip) : optim::grad_norm(params);
+  s.finite = grads_finite && std::isfinite(s.grad_norm) && std::isfinite(s.loss);
+  if (s.finite) {
+    opt_->step(lr);
+  } else {
+    s.skipped = true;  // with f16 an overflow is routine: the scaler backs off and we go on
+  }
+  scaler_->update(!grads_finite);
+  opt_->zero_grad();
+  return s;
+}
+
+void Trainer::log_step(const StepResult& s, double lr, double seconds) {
+  const double tokens = double(cfg_.batch_size * T_ * cfg_.grad_accum);
+  MetricsRecord r;
+  r.step = step_;
+  r.loss = s.loss;
+  r.lr = lr;
+  r.grad_norm = s.grad_norm;
+  r.max_logit = as_rows(s.max_logit, mcfg_.n_layer, mcfg_.n_head);
+  r.tokens_per_s = tokens / seconds;
+  if (peak_ > 0) r.mfu = flops_per_token_ * r.tokens_per_s / peak_;
+  r.mem_bytes = int64_t(memory_stats(device_).peak);
+  r.loss_scale = scaler_->scale();
+  r.skipped = s.skipped;
+  r.elapsed_s = elapsed_;
+  if (step_ % cfg_.log_every == 0 || step_ + 1 == cfg_.max_steps) log_->write(r);
+
+  // A spike: the loss far above its recent mean (the instability this project is about).
+  if (recent_.size() >= 10) {
+    double mean = std::accumulate(recent_.begin(), recent_.end(), 0.0) / double(recent_.size());
+    if (s.loss > cfg_.spike_factor * mean)
+      event("spike", fmt::format("loss {:.4f} is {:.1f}x the mean of the last {} steps; hottest attention: {}", s.loss,
+                                 s.loss / mean, recent_.size(), hottest_head(s.max_logit, mcfg_.n_head)));
+  }
+  if (std::isfinite(s.loss)) recent_.push_back(s.loss);
+  if (recent_.size() > 50) recent_.pop_front();
+
+  // Progress: redrawn in place on a terminal, about 20 plain lines otherwise.
+  const double eta = seconds * double(cfg_.max_steps - step_ - 1);
+  const bool tty = isatty(STDOUT_FILENO);
+  const int64_t every = std::max<int64_t>(1, cfg_.max_steps / 20);
+  if (tty || step_ % every == 0 || step_ + 1 == cfg_.max_steps) {
+    float top = *std::max_element(s.max_logit.begin(), s.max_logit.end());
+    fmt::print("{}step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | max logit {:6.2f} | {:.0f} tok/s | ETA {:.0f}s{}",
+               tty ? "\r" : "", step_ + 1, cfg_.max_steps, s.loss, lr, s.grad_norm, top, r.tokens_per_s, eta,
+               tty ? "   " : "\n");
+    std::fflush(stdout);
+  }
+}
+
+void Trainer::validate_now() {
+  EvalResult e = evaluate(*model_, val_split_, cfg_.batch_size, T_, cfg_.val_batches, device_);
+  MetricsRecord r;
+  r.kind = RecordKind::Val;
+  r.step = step_;
+  r.val_loss = e.loss;
+  r.val_ppl = e.perplexity;
+  r.max_logit = as_rows(e.max_logit.to_vector<float>(), mcfg_.n_layer, mcfg_.n_head);
+  log_->write(r);
+  result_.val_loss = e.loss;
+  result_.val_perplexity = e.perplexity;
+  fmt::print("{}step {:>6} | val loss {:.4f} | val ppl {:.2f}\n", isatty(STDOUT_FILENO) ? "\n" : "", step_ + 1, e.loss,
+             e.perplexity);
+}
+
+TrainResult Trainer::run() {
+  setup();
+  g_stop = false;
+  auto old_int = std::signal(SIGINT, on_signal);
+  auto old_term = std::signal(SIGTERM, on_signal);
+  struct Restore {
+    decltype(old_int) i, t;
+    ~Restore() {
+      std::signal(SIGINT, i);
+      std::signal(SIGTERM, t);
+    }
+  } restore{old_int, old_term};
+
+  for (; step_ < cfg_.max_steps; ++step_) {
+    const double lr = schedule_.lr_at(step_);
+    auto t0 = std::chrono::steady_clock::now();
+    StepResult s = train_step(lr);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    elapsed_ += seconds;
+    result_.final_loss = s.loss;
+    log_step(s, lr, seconds);
+    if (!s.finite && !scaler_->enabled()) {
+      std::string what = fmt::format("non-finite {} at step {}; hottest attention: {}",
+                                     std::isfinite(s.loss) ? "gradient" : "loss", step_, hottest_head(s.max_logit, mcfg_.n_head));
+      event("nonfinite", what);
+      if (cfg_.on_nonfinite == "stop")
+        throw ValueError("train", "training diverged: " + what,
+                         "lower --lr, clip harder (--grad-clip), or try --attention ls; "
+                         "--on-nonfinite skip skips such steps instead");
+    }
+    const bool last = step_ + 1 == cfg_.max_steps;
+    if ((cfg_.val_every > 0 && (step_ + 1) % cfg_.val_every == 0) || last) validate_now();
+    const bool stop = g_stop.load();
+    if ((cfg_.ckpt_every > 0 && (step_ + 1) % cfg_.ckpt_every == 0) || last || stop) checkpoint(step_ + 1);
+    if (stop) {
+      event("stop", "stopped by a signal; continue with --resume");
+      fmt::print("\ngpt2 train: stopped by a signal after step {}; continue with --resume\n", step_ + 1);
+      result_.interrupted = true;
+      ++step_;
+      break;
+    }
+  }
+  result_.steps = step_;
+  return result_;
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& cfg) { return Trainer(cfg).run(); }
+
+}  // namespace keel::app

@@ -1,0 +1,56 @@
+#include "nn/attention.h"
+
+#include <cmath>
+
+#include "ops/dropout.h"
+#include "ops/shape.h"
+
+namespace keel::nn {
+
+namespace {
+double residual_std(const GPT2Config& c) { return c.init_std / std::sqrt(2.0 * static_cast<double>(c.n_layer)); }
+}  // namespace
+
+Attention::Attention(const GPT2Config& c, Generator& init, Generator* dropout_gen)
+    // Validate before the first member is built, so a bad config reports itself, not a size.
+    : c_attn((c.validate(), c.n_embd), 3 * c.n_embd, c.bias, init, c.init_std),
+      c_proj(c.n_embd, c.n_embd, c.bias, init, residual_std(c)),
+      n_head_(c.n_head),
+      head_dim_(c.head_dim()),
+      dropout_(c.dropout),
+      dropout_gen_(dropout_gen) {
+  register_module("c_attn", &c_attn);
+  register_module("c_proj", &c_proj);
+  if (c.attention == AttentionKind::qk_norm) {
+    q_norm = std::make_unique<LayerNorm>(head_dim_, c.bias, c.layer_norm_epsilon);
+    k_norm = std::make_unique<LayerNorm>(head_dim_, c.bias, c.layer_norm_epsilon);
+    register_module("q_norm", q_norm.get());
+    register_module("k_norm", k_norm.get());
+  }
+  spec_.window = c.windows();
+  if (c.attention == AttentionKind::softcap) spec_.softcap = c.softcap;
+  if (dropout_ > 0 && !dropout_gen_)
+    throw ConfigError("Attention", "dropout is " + std::to_string(dropout_) + " but no generator was given");
+}
+
+// x (B, T, C) -> out (B, T, C), max_logit (H)
+AttentionOutput Attention::forward(const Tensor& x) const {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  std::vector<Tensor> qkv = split(c_attn.forward(x), {C, C, C}, -1);  // 3 x (B, T, C)
+  for (Tensor& t : qkv) {
+    t = reshape(t, {B, T, n_head_, head_dim_});  // (B, T, H, D)
+  }
+  // LayerNorm over D acts on each head's vector alone, so it can run before the transpose.
+  if (q_norm) {
+    qkv[0] = q_norm->forward(qkv[0]);
+    qkv[1] = k_norm->forward(qkv[1]);
+  }
+  for (Tensor& t : qkv) t = transpose(t, 1, 2);  // (B, H, T, D)
+  AttentionResult r = attention(qkv[0], qkv[1], qkv[2], spec_);
+  Tensor y = reshape(transpose(r.out, 1, 2), {B, T, C});  // heads side by side again
+  y = c_proj.forward(y);
+  if (dropout_ > 0 && training()) y = dropout(y, dropout_, *dropout_gen_, true);
+  return {y, r.max_logit};
+}
+
+}  // namespace keel::nn

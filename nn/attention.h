@@ -1,0 +1,49 @@
+// Causal self-attention of a GPT-2 block, in the variants the config selects:
+//   mhsa     every head full causal (GPT-2)
+//   ls       LS-attention (arXiv 2505.15548): heads [0, n_local) see only their last w keys,
+//            the rest are global; local heads first, as in the paper
+//   qk_norm  q and k LayerNorm'ed per head over D before the dot product (learned gain (D), and
+//            a shift when config.bias): a stabilisation baseline
+//   softcap  logits -> c * tanh(logits / c) before the softmax (Gemma 2): the other baseline
+// All four are one call of keel::attention with a different AttentionSpec, so the CUDA kernel
+// serves them all.
+#pragma once
+
+#include <memory>
+
+#include "nn/config.h"
+#include "nn/layernorm.h"
+#include "nn/linear.h"
+#include "ops/attention.h"
+
+namespace keel::nn {
+
+struct AttentionOutput {
+  Tensor out;        // (B, T, C)
+  Tensor max_logit;  // (H) f32 on the input's device: the largest |pre-softmax logit| per head
+};
+
+class Attention : public Module {
+ public:
+  // Draws c_attn then c_proj from `init` (c_proj with GPT-2's residual scaling 1/sqrt(2 n_layer)).
+  // `dropout_gen` (may be null when config.dropout is 0) drives the output dropout.
+  Attention(const GPT2Config& config, Generator& init, Generator* dropout_gen);
+
+  // x (B, T, C) -> out (B, T, C), max_logit (H)
+  AttentionOutput forward(const Tensor& x) const;
+
+  const AttentionSpec& spec() const { return spec_; }
+
+  Linear c_attn;                     // C -> 3C: q, k, v side by side, as GPT-2 stores them
+  Linear c_proj;                     // C -> C
+  std::unique_ptr<LayerNorm> q_norm;  // (D), only for qk_norm
+  std::unique_ptr<LayerNorm> k_norm;
+
+ private:
+  int64_t n_head_, head_dim_;
+  double dropout_;
+  Generator* dropout_gen_;
+  AttentionSpec spec_;
+};
+
+}  // namespace keel::nn

@@ -1,0 +1,26 @@
+#include "nn/block.h"
+
+#include "ops/arith.h"
+
+namespace keel::nn {
+
+Block::Block(const GPT2Config& c, Generator& init, Generator* dropout_gen)
+    : ln_1(c.n_embd, c.bias, c.layer_norm_epsilon),
+      attn(c, init, dropout_gen),
+      ln_2(c.n_embd, c.bias, c.layer_norm_epsilon),
+      mlp(c, init, dropout_gen) {
+  register_module("ln_1", &ln_1);
+  register_module("attn", &attn);
+  register_module("ln_2", &ln_2);
+  register_module("mlp", &mlp);
+}
+
+// x (B, T, C) -> (B, T, C)
+Tensor Block::forward(const Tensor& x, Tensor* max_logit) const {
+  AttentionOutput a = attn.forward(ln_1.forward(x));
+  if (max_logit) *max_logit = a.max_logit;
+  Tensor h = x + a.out;
+  return h + mlp.forward(ln_2.forward(h));
+}
+
+}  // namespace keel::nn

@@ -1,0 +1,22 @@
+// A pre-LayerNorm GPT-2 block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).
+#pragma once
+
+#include "nn/attention.h"
+#include "nn/mlp.h"
+
+namespace keel::nn {
+
+class Block : public Module {
+ public:
+  Block(const GPT2Config& config, Generator& init, Generator* dropout_gen);
+
+  // x (B, T, C) -> (B, T, C); max_logit (H) of this block's attention is written to *max_logit.
+  Tensor forward(const Tensor& x, Tensor* max_logit = nullptr) const;
+
+  LayerNorm ln_1;
+  Attention attn;
+  LayerNorm ln_2;
+  MLP mlp;
+};
+
+}  // namespace keel::nn

@@ -1,0 +1,79 @@
+#include "nn/gpt2.h"
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "ops/arith.h"
+#include "ops/cross_entropy.h"
+#include "ops/dropout.h"
+#include "ops/shape.h"
+
+namespace keel::nn {
+
+namespace {
+const GPT2Config& validated(const GPT2Config& c) {
+  c.validate();
+  return c;
+}
+// Distinct Philox keys for initialisation and dropout, so drawing dropout masks never shifts
+// the initial weights of a given seed (and the other way round).
+constexpr uint64_t kDropoutKey = 0x9E3779B97F4A7C15ull;
+}  // namespace
+
+GPT2::GPT2(const GPT2Config& config, uint64_t seed)
+    : config_(validated(config)),
+      init_gen_(seed),
+      dropout_gen_(seed ^ kDropoutKey),
+      wte(config.vocab_size, config.n_embd, init_gen_, config.init_std),
+      wpe(config.block_size, config.n_embd, init_gen_, config.init_std),
+      ln_f(config.n_embd, config.bias, config.layer_norm_epsilon) {
+  register_module("transformer.wte", &wte);
+  register_module("transformer.wpe", &wpe);
+  Generator* dg = config.dropout > 0 ? &dropout_gen_ : nullptr;
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    h.push_back(std::make_unique<Block>(config, init_gen_, dg));
+    register_module("transformer.h." + std::to_string(l), h.back().get());
+  }
+  register_module("transformer.ln_f", &ln_f);
+  lm_head = config.tie_embeddings
+                ? std::make_unique<Linear>(wte.weight)
+                : std::make_unique<Linear>(config.n_embd, config.vocab_size, false, init_gen_, config.init_std);
+  register_module("lm_head", lm_head.get());
+}
+
+// ids (B, T), targets (B, T) or undefined -> logits (B, T, V), loss [], max_logit (L, H)
+GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets) {
+  static const char* kOp = "GPT2::forward";
+  if (!ids.defined() || ids.dim() != 2)
+    throw ShapeError(kOp, "ids must be (B, T), got " + (ids.defined() ? shape_str(ids.shape()) : "undefined"));
+  if (ids.dtype() != DType::i32 && ids.dtype() != DType::i64)
+    throw DTypeError(kOp, std::string("ids must be i32 or i64 token ids, got ") + dtype_name(ids.dtype()));
+  const int64_t T = ids.size(1);
+  if (T > config_.block_size)
+    throw ShapeError(kOp,
+                     "sequence length T = " + std::to_string(T) + " exceeds the context length block_size = " +
+                         std::to_string(config_.block_size),
+                     "feed at most block_size tokens (crop to the last block_size for generation)");
+  if (targets.defined() && targets.shape() != ids.shape())
+    throw ShapeError(kOp, "targets " + shape_str(targets.shape()) + " must match ids " + shape_str(ids.shape()));
+
+  Tensor pos = arange(T, {DType::i64, wpe.weight.device()});
+  Tensor x = wte.forward(ids) + wpe.forward(pos);  // (B, T, C) + (T, C)
+  if (config_.dropout > 0 && training()) x = dropout(x, config_.dropout, dropout_gen_, true);
+
+  std::vector<Tensor> max_logits(h.size());
+  for (size_t l = 0; l < h.size(); ++l) x = h[l]->forward(x, &max_logits[l]);
+
+  GPT2Output out;
+  out.logits = lm_head->forward(ln_f.forward(x));
+  if (targets.defined()) out.loss = cross_entropy(out.logits, targets, -100);
+  {
+    NoGradGuard no_grad;
+    const int64_t H = config_.n_head;
+    for (Tensor& m : max_logits) m = reshape(m, {1, H});
+    // One transfer for all layers: on CUDA the statistic stays on the device until here.
+    out.max_logit = concat(max_logits, 0).to(DType::f32).to(Device::cpu());
+  }
+  return out;
+}
+
+}  // namespace keel::nn

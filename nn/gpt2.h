@@ -1,0 +1,55 @@
+// The GPT-2 language model: token + learned position embeddings, n_layer pre-LN blocks, a final
+// LayerNorm and the lm_head projection to the vocabulary.
+//
+// Parameter names are Hugging Face's (transformer.wte.weight, transformer.h.0.attn.c_attn.weight,
+// ..., lm_head.weight), so a state dict moves between keel and PyTorch by name (nn/hf.h converts
+// the Conv1D layout). With tied embeddings lm_head.weight IS transformer.wte.weight: one tensor,
+// listed once, as transformer.wte.weight.
+//
+// Initialisation is GPT-2's, drawn from a Philox generator in a fixed order, so a seed fixes the
+// model: Linear/Embedding weights N(0, 0.02^2), the residual projections (attn.c_proj,
+// mlp.c_proj) N(0, (0.02 / sqrt(2 n_layer))^2), biases 0, LayerNorm gains 1.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "nn/block.h"
+#include "nn/config.h"
+#include "nn/embedding.h"
+
+namespace keel::nn {
+
+struct GPT2Output {
+  Tensor logits;     // (B, T, V), the parameters' dtype and device
+  Tensor loss;       // [] mean cross-entropy over non-ignored targets; undefined without targets
+  Tensor max_logit;  // (L, H) f32 on the CPU: largest |pre-softmax logit| per layer and head
+};
+
+class GPT2 : public Module {
+ public:
+  // Validates the config (ConfigError) and initialises on the CPU in f32; move with to().
+  explicit GPT2(const GPT2Config& config, uint64_t seed = 0);
+
+  // ids (B, T) i32/i64 token ids, T <= block_size; targets (B, T) token ids, -100 = ignore, or
+  // undefined -> logits (B, T, V), loss [], max_logit (L, H). ShapeError when T > block_size.
+  GPT2Output forward(const Tensor& ids, const Tensor& targets = {});
+
+  const GPT2Config& config() const { return config_; }
+  // Drives dropout; its state belongs in a checkpoint for a bit-exact resume with dropout > 0.
+  Generator& dropout_generator() { return dropout_gen_; }
+
+ private:
+  GPT2Config config_;
+  Generator init_gen_;
+  Generator dropout_gen_;
+
+ public:
+  Embedding wte;  // (V, C)
+  Embedding wpe;  // (block_size, C)
+  std::vector<std::unique_ptr<Block>> h;
+  LayerNorm ln_f;
+  std::unique_ptr<Linear> lm_head;  // weight (V, C), no bias; shares wte.weight when tied
+};
+
+}  // namespace keel::nn

@@ -1,0 +1,28 @@
+#include "nn/mlp.h"
+
+#include <cmath>
+
+#include "ops/dropout.h"
+#include "ops/gelu.h"
+
+namespace keel::nn {
+
+MLP::MLP(const GPT2Config& c, Generator& init, Generator* dropout_gen)
+    : c_fc(c.n_embd, 4 * c.n_embd, c.bias, init, c.init_std),
+      c_proj(4 * c.n_embd, c.n_embd, c.bias, init, c.init_std / std::sqrt(2.0 * static_cast<double>(c.n_layer))),
+      dropout_(c.dropout),
+      dropout_gen_(dropout_gen) {
+  register_module("c_fc", &c_fc);
+  register_module("c_proj", &c_proj);
+  if (dropout_ > 0 && !dropout_gen_)
+    throw ConfigError("MLP", "dropout is " + std::to_string(dropout_) + " but no generator was given");
+}
+
+// x (B, T, C) -> (B, T, C)
+Tensor MLP::forward(const Tensor& x) const {
+  Tensor y = c_proj.forward(gelu(c_fc.forward(x)));
+  if (dropout_ > 0 && training()) y = dropout(y, dropout_, *dropout_gen_, true);
+  return y;
+}
+
+}  // namespace keel::nn

@@ -1,0 +1,187 @@
+#include "nn/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "nn/file_util.h"
+
+namespace keel::nn {
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+
+namespace {
+// A header longer than this is corrupt, not a model (HF's own reader uses the same limit).
+constexpr uint64_t kMaxHeader = 100u << 20;
+}  // namespace
+
+const char* safetensors_dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+    case DType::i32: return "I32";
+    case DType::i64: return "I64";
+  }
+  return "?";
+}
+
+DType parse_safetensors_dtype(const std::string& s, const std::string& where) {
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64})
+    if (s == safetensors_dtype_name(t)) return t;
+  throw IoError("load_safetensors", where + ": unsupported dtype '" + s + "'",
+                "keel reads F32, F64, BF16, F16, I32 and I64 tensors");
+}
+
+Tensor SafetensorsFile::find(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return t;
+  return {};
+}
+
+void save_safetensors(const fs::path& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  static const char* kOp = "save_safetensors";
+  NoGradGuard no_grad;
+  std::set<std::string> names;
+  std::vector<Tensor> host;
+  json header;
+  if (!metadata.empty()) {
+    json m = json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    header["__metadata__"] = m;
+  }
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name.empty() || name == "__metadata__")
+      throw ValueError(kOp, path.string() + ": invalid tensor name '" + name + "'");
+    if (!names.insert(name).second) throw ValueError(kOp, path.string() + ": tensor '" + name + "' given twice");
+    if (!t.defined()) throw ValueError(kOp, path.string() + ": tensor '" + name + "' is undefined");
+    Tensor h = t.detach().to(Device::cpu()).contiguous();
+    const uint64_t bytes = static_cast<uint64_t>(h.numel()) * dtype_size(h.dtype());
+    header[name] = {{"dtype", safetensors_dtype_name(h.dtype())}, {"shape", h.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    host.push_back(h);
+  }
+  std::string text = header.empty() ? std::string("{}") : header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // pad so the data region starts 8-byte aligned
+  const uint64_t n = text.size();
+
+  AtomicWriter w(path, kOp);
+  w.write(&n, 8);  // the host is little-endian (static_assert above)
+  w.write(text);
+  for (const Tensor& h : host) w.write(h.raw_data(), static_cast<size_t>(h.numel()) * dtype_size(h.dtype()));
+  w.commit();
+}
+
+SafetensorsFile load_safetensors(const fs::path& path) {
+  static const char* kOp = "load_safetensors";
+  const std::string file = path.string();
+  auto fail = [&](const std::string& msg, const std::string& hint = "is the file a complete safetensors file?") {
+    throw IoError(kOp, file + ": " + msg, hint);
+  };
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("no such file", "check the path");
+  if (fs::is_directory(path, ec)) fail("is a directory, expected a .safetensors file", "check the path");
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) fail("cannot stat: " + ec.message());
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open", "check the permissions");
+  if (size < 8) fail("only " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
+
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  if (n > size - 8)
+    fail("header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) + " bytes)",
+         "the file is truncated or not a safetensors file");
+  if (n > kMaxHeader) fail("header length " + std::to_string(n) + " is implausibly large");
+  std::string text(n, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(n));
+  if (!in) fail("cannot read the header");
+  const uint64_t data_size = size - 8 - n;
+
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail(std::string("malformed JSON header: ") + e.what());
+  }
+  if (!header.is_object()) fail("the header is not a JSON object");
+
+  SafetensorsFile out;
+  struct Entry {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    uint64_t begin, end;
+  };
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) fail("__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) fail("__metadata__ value '" + m.key() + "' is not a string");
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = file + ": tensor '" + name + "'";
+    auto bad = [&](const std::string& msg) { fail("tensor '" + name + "': " + msg); };
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      bad("needs dtype, shape and data_offsets");
+    if (!v["dtype"].is_string()) bad("dtype is not a string");
+    Entry e{name, parse_safetensors_dtype(v["dtype"].get<std::string>(), where), {}, 0, 0};
+    if (!v["shape"].is_array()) bad("shape is not an array");
+    uint64_t numel = 1;
+    for (const json& d : v["shape"]) {
+      if (!d.is_number_unsigned()) bad("shape " + v["shape"].dump() + " holds a non-integer or negative size");
+      const uint64_t s = d.get<uint64_t>();
+      if (s > (uint64_t{1} << 48) || (s && numel > std::numeric_limits<uint64_t>::max() / 8 / s))
+        bad("shape " + v["shape"].dump() + " is implausibly large");
+      numel *= s;
+      e.shape.push_back(static_cast<int64_t>(s));
+    }
+    const json& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      bad("data_offsets must be two non-negative integers, got " + off.dump());
+    e.begin = off[0].get<uint64_t>();
+    e.end = off[1].get<uint64_t>();
+    if (e.begin > e.end || e.end > data_size)
+      bad("data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+          ") fall outside the data region of " + std::to_string(data_size) + " bytes");
+    if (e.end - e.begin != numel * dtype_size(e.dtype))
+      bad("data_offsets span " + std::to_string(e.end - e.begin) + " bytes but shape " + shape_str(e.shape) + " x " +
+          v["dtype"].get<std::string>() + " needs " + std::to_string(numel * dtype_size(e.dtype)));
+    entries.push_back(std::move(e));
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  for (size_t i = 1; i < entries.size(); ++i)
+    if (entries[i].begin < entries[i - 1].end && entries[i].end > entries[i].begin)
+      fail("tensors '" + entries[i - 1].name + "' and '" + entries[i].name + "' overlap in the data region");
+
+  for (const Entry& e : entries) {
+    Tensor t = empty(e.shape, {e.dtype});
+    if (e.end > e.begin) {
+      in.seekg(static_cast<std::streamoff>(8 + n + e.begin));
+      in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(e.end - e.begin));
+      if (!in) fail("tensor '" + e.name + "': cannot read its data");
+    }
+    out.tensors.emplace_back(e.name, t);
+  }
+  return out;
+}
+
+}  // namespace keel::nn

@@ -1,0 +1,162 @@
+// Run summaries, the terminal comparison table and the HTML report, on synthetic runs.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "app_test_util.h"
+#include "apps/gpt2/report.h"
+#include "core/error.h"
+#include "synthetic_runs.h"
+
+using namespace keel::app;
+using keel::test::AppTempDir;
+using keel::test::expect_error;
+using keel::test::make_run;
+using keel::test::read_text;
+using keel::test::SyntheticRun;
+using keel::test::write_text;
+
+namespace {
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("summarize computes the run's headline numbers") {
+  AppTempDir dir("report-sum");
+  const auto run = dir / "mhsa-run";
+  make_run(run, {.name = "mhsa", .steps = 200, .layers = 2, .heads = 4});
+  std::ofstream(run / "metrics.jsonl", std::ios::app)
+      << "{\"kind\":\"event\",\"step\":200,\"event\":\"spike\",\"message\":\"x\"}\n";
+  const RunSummary s = summarize(run);
+  CHECK(s.name == "mhsa");
+  CHECK(s.steps == 200);
+  // Mean over the last 10% of train records: steps 181..200.
+  double want = 0;
+  for (int step = 181; step <= 200; ++step)
+    want += keel::test::synthetic_loss(step) + 0.05 * std::sin(0.7 * step);
+  CHECK(s.final_train_loss == doctest::Approx(want / 20));
+  // Validation loss falls monotonically, so the best perplexity is the final one.
+  CHECK(s.final_val_ppl == doctest::Approx(std::exp(keel::test::synthetic_loss(200) + 0.1)));
+  CHECK(s.best_val_ppl == s.final_val_ppl);
+  CHECK(s.best_val_step == 200);
+  CHECK(s.max_logit == doctest::Approx(2.0 + 1 + 0.5 * 3));  // layer 1, head 3
+  REQUIRE(s.final_max_logit_per_layer.size() == 2);
+  CHECK(s.final_max_logit_per_layer[0] == doctest::Approx(3.5));
+  CHECK(s.final_max_logit[1].size() == 4);
+  CHECK(s.median_tokens_per_s == doctest::Approx(1003));
+  CHECK_FALSE(s.diverged);
+  CHECK(s.spikes == 1);
+  CHECK(s.status() == "ok, 1 spike");
+  bool found = false;
+  for (const auto& [k, v] : s.config) found |= k == "model.n_layer" && v == "2";
+  CHECK(found);
+}
+
+TEST_CASE("summarize flags a diverged run and keeps its last finite logits") {
+  AppTempDir dir("report-div");
+  make_run(dir / "r", {.name = "mhsa", .steps = 100, .logit_growth = 0.02, .diverge_at = 61});
+  const RunSummary s = summarize(dir / "r");
+  CHECK(s.diverged);
+  CHECK(s.diverged_step == 61);
+  CHECK(std::isnan(s.final_train_loss));
+  CHECK(std::isnan(s.final_val_ppl));
+  CHECK(s.best_val_step == 60);
+  CHECK(s.max_logit == doctest::Approx(4.5 * std::exp(0.04 * 60)));
+  REQUIRE(s.final_max_logit_per_layer.size() == 2);
+  CHECK(std::isfinite(s.final_max_logit_per_layer[1]));
+  CHECK(s.status().find("diverged at step 61") == 0);
+}
+
+TEST_CASE("summarize names a run after its directory without config.json") {
+  AppTempDir dir("report-noconf");
+  make_run(dir / "baseline", {.name = "x", .steps = 10, .write_config = false});
+  CHECK(summarize(dir / "baseline").name == "baseline");
+  CHECK(summarize((dir / "baseline").string() + "/").name == "baseline");
+}
+
+TEST_CASE("summarize reports missing and corrupt inputs by path") {
+  AppTempDir dir("report-missing");
+  expect_error<keel::IoError>([&] { summarize(dir / "nope"); },
+                              {(dir / "nope").string(), "not found"});
+  std::filesystem::create_directories(dir / "empty");
+  expect_error<keel::IoError>([&] { summarize(dir / "empty"); },
+                              {(dir / "empty" / "metrics.jsonl").string()});
+  make_run(dir / "badconf", {.name = "x", .steps = 5});
+  write_text(dir / "badconf" / "config.json", "{\"name\": ");
+  expect_error<keel::IoError>([&] { summarize(dir / "badconf"); },
+                              {(dir / "badconf" / "config.json").string(), "malformed"});
+}
+
+TEST_CASE("compare_table lines up a row per run") {
+  AppTempDir dir("report-table");
+  make_run(dir / "a", {.name = "mhsa", .steps = 50, .diverge_at = 30});
+  make_run(dir / "b", {.name = "ls", .steps = 50});
+  const std::string t = compare_table({summarize(dir / "a"), summarize(dir / "b")});
+  CHECK(t.find("mhsa") != std::string::npos);
+  CHECK(t.find("diverged at step 30") != std::string::npos);
+  CHECK(count(t, "\n") == 4);  // header, rule, two rows
+  // Right-aligned numbers: every "tokens/s" cell ends where its header does.
+  const size_t header_end = t.find("tokens/s") + std::string("tokens/s").size();
+  size_t line = t.find('\n', t.find('\n') + 1) + 1;  // first row
+  for (; line < t.size(); line = t.find('\n', line) + 1) CHECK(t.substr(line + header_end - 4, 4) == "1003");
+}
+
+TEST_CASE("write_report writes a self-contained report with a chart per layer") {
+  AppTempDir dir("report-html");
+  make_run(dir / "mhsa", {.name = "mhsa", .steps = 300, .layers = 3, .logit_growth = 0.01,
+                          .diverge_at = 250});
+  make_run(dir / "ls", {.name = "ls", .steps = 300, .layers = 3});
+  make_run(dir / "qk", {.name = "qk_norm<&>", .steps = 300, .layers = 3});
+  const auto out = dir / "report.html";
+  write_report({(dir / "mhsa").string(), (dir / "ls").string(), (dir / "qk").string()},
+               out.string(), "MHSA vs LS");
+  const std::string html = read_text(out);
+  CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(html.find("http://") == std::string::npos);
+  CHECK(html.find("https://") == std::string::npos);
+  CHECK(html.find("<script") == std::string::npos);
+  CHECK(html.find("<link") == std::string::npos);
+  for (const char* layer : {"Layer 0<", "Layer 1<", "Layer 2<"}) CHECK(count(html, layer) == 1);
+  CHECK(html.find("Layer 3<") == std::string::npos);
+  CHECK(count(html, "<svg class=\"chart\"") == 2 + 3);  // loss, val ppl, one per layer
+  CHECK(count(html, "<table class=\"heat\"") == 3);
+  CHECK(html.find(">diverged<") != std::string::npos);  // the divergence marker
+  CHECK(html.find("qk_norm&lt;&amp;&gt;") != std::string::npos);
+  CHECK(html.find("qk_norm<&>") == std::string::npos);
+  CHECK(html.find("</html>") != std::string::npos);
+}
+
+TEST_CASE("write_report fails cleanly on a missing run and writes nothing") {
+  AppTempDir dir("report-fail");
+  make_run(dir / "ok", {.name = "ls", .steps = 10});
+  const auto out = dir / "report.html";
+  expect_error<keel::IoError>(
+      [&] { write_report({(dir / "ok").string(), (dir / "gone").string()}, out.string(), "t"); },
+      {(dir / "gone").string()});
+  CHECK_FALSE(std::filesystem::exists(out));
+  expect_error<keel::ValueError>([&] { write_report({}, out.string(), "t"); }, {"no run"});
+}
+
+TEST_CASE("write_report copes with an empty log and a run that is NaN from the start") {
+  AppTempDir dir("report-empty");
+  std::filesystem::create_directories(dir / "empty");
+  write_text(dir / "empty" / "metrics.jsonl", "");
+  make_run(dir / "dead", {.name = "dead", .steps = 30, .diverge_at = 1});
+  const RunSummary e = summarize(dir / "empty");
+  CHECK(e.steps == 0);
+  CHECK(std::isnan(e.final_train_loss));
+  CHECK(e.status() == "ok");
+  const auto out = dir / "r.html";
+  write_report({(dir / "empty").string(), (dir / "dead").string()}, out.string(), "edge cases");
+  const std::string html = read_text(out);
+  CHECK(html.find("no data") != std::string::npos);  // the val chart has no finite point
+  CHECK(html.find("diverged at step 1") != std::string::npos);
+  CHECK(count(html, "<svg class=\"chart\"") == 2 + 2);
+  const std::string table = compare_table({e, summarize(dir / "dead")});
+  CHECK(table.find("dead") != std::string::npos);
+}

@@ -1,0 +1,103 @@
+// Bad input to gpt2 train: each is refused with one typed error that names the problem, and
+// nothing in an existing run directory is overwritten.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "apps/gpt2/checkpoint.h"
+#include "apps/gpt2/trainer.h"
+#include "train_fixture.h"
+
+using namespace keel;
+using namespace keel::app;
+namespace fs = std::filesystem;
+
+namespace {
+template <typename E>
+void expect_error(const TrainConfig& c, const std::string& needle) {
+  try {
+    train(c);
+    FAIL("no error for: " << needle);
+  } catch (const E& e) {
+    CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());
+  }
+}
+}  // namespace
+
+TEST_CASE("contradictory model configurations are refused") {
+  TrainConfig c = testing::tiny_config("bad_model");
+  c.attention = "ls";
+  c.ls_window = 32;  // >= the context of 32
+  expect_error<ConfigError>(c, "window");
+  c = testing::tiny_config("bad_heads");
+  c.n_head = 3;  // does not divide 64
+  expect_error<ConfigError>(c, "n_head");
+  c = testing::tiny_config("bad_local");
+  c.attention = "ls";
+  c.ls_local_heads = 5;  // more local heads than the 4 heads
+  expect_error<ConfigError>(c, "local");
+  c = testing::tiny_config("bad_variant");
+  c.attention = "linear";
+  expect_error<ConfigError>(c, "attention");
+  c = testing::tiny_config("bad_lr");
+  c.min_lr = 1.0;
+  expect_error<ConfigError>(c, "min-lr");
+}
+
+TEST_CASE("missing data and CPU half precision are refused") {
+  TrainConfig c = testing::tiny_config("no_data");
+  c.data = "/nonexistent/dataset";
+  expect_error<IoError>(c, "/nonexistent/dataset");
+  c = testing::tiny_config("bf16_cpu");
+  c.dtype = "bf16";
+  expect_error<ConfigError>(c, "needs a GPU");
+  c = testing::tiny_config("too_long");
+  c.batch_size = 100000;  // more windows than the split has
+  expect_error<ConfigError>(c, "");
+}
+
+TEST_CASE("a run directory with checkpoints is not overwritten, and resume must match") {
+  TrainConfig c = testing::tiny_config("existing");
+  c.max_steps = 2;
+  train(c);
+  auto before = fs::last_write_time(*latest_checkpoint(c.run_dir) / "model.safetensors");
+  expect_error<ConfigError>(c, "already holds a run");
+  CHECK(fs::last_write_time(*latest_checkpoint(c.run_dir) / "model.safetensors") == before);
+
+  TrainConfig other = c;
+  other.resume = true;
+  other.max_steps = 4;
+  other.lr = 1e-2;  // a different run
+  expect_error<ConfigError>(other, "configuration differs");
+
+  TrainConfig done = c;
+  done.resume = true;  // already at max_steps
+  expect_error<ConfigError>(done, "already reached");
+
+  TrainConfig fresh = testing::tiny_config("nothing_to_resume");
+  fresh.resume = true;
+  expect_error<ConfigError>(fresh, "no checkpoint");
+}
+
+TEST_CASE("a corrupt or truncated checkpoint is refused on resume") {
+  TrainConfig c = testing::tiny_config("corrupt");
+  c.max_steps = 2;
+  train(c);
+  fs::path model = *latest_checkpoint(c.run_dir) / "model.safetensors";
+  fs::resize_file(model, fs::file_size(model) / 2);
+  c.resume = true;
+  expect_error<IoError>(c, "model.safetensors");
+  std::ofstream(*latest_checkpoint(c.run_dir) / "trainer.json") << "{ not json";
+  expect_error<IoError>(c, "");
+}
+
+TEST_CASE("a Hugging Face init directory that is missing or malformed is refused") {
+  TrainConfig c = testing::tiny_config("bad_init");
+  c.init_from = "/nonexistent/hf";
+  expect_error<IoError>(c, "/nonexistent/hf");
+  fs::path dir = testing::scratch_dir("bad_init_dir");
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"model_type": "bert"})";
+  c.init_from = dir.string();
+  expect_error<Error>(c, "");
+}
