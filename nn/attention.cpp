@@ -28,13 +28,15 @@ Attention::Attention(const GPT2Config& c, Generator& init, Generator* dropout_ge
     register_module("k_norm", k_norm.get());
   }
   spec_.window = c.windows();
+  for (int64_t w : spec_.window)
+    if (w > 0) ++n_local_, window_ = w;  // local heads come first and share one window
   if (c.attention == AttentionKind::softcap) spec_.softcap = c.softcap;
   if (dropout_ > 0 && !dropout_gen_)
     throw ConfigError("Attention", "dropout is " + std::to_string(dropout_) + " but no generator was given");
 }
 
-// x (B, T, C) -> out (B, T, C), max_logit (H)
-AttentionOutput Attention::forward(const Tensor& x) const {
+// x (B, T, C) -> q, k, v (B, H, T, D)
+std::vector<Tensor> Attention::project(const Tensor& x) const {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   std::vector<Tensor> qkv = split(c_attn.forward(x), {C, C, C}, -1);  // 3 x (B, T, C)
   for (Tensor& t : qkv) {
@@ -46,11 +48,27 @@ AttentionOutput Attention::forward(const Tensor& x) const {
     qkv[1] = k_norm->forward(qkv[1]);
   }
   for (Tensor& t : qkv) t = transpose(t, 1, 2);  // (B, H, T, D)
+  return qkv;
+}
+
+// x (B, T, C) -> out (B, T, C), max_logit (H)
+AttentionOutput Attention::forward(const Tensor& x) const {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  std::vector<Tensor> qkv = project(x);
   AttentionResult r = attention(qkv[0], qkv[1], qkv[2], spec_);
   Tensor y = reshape(transpose(r.out, 1, 2), {B, T, C});  // heads side by side again
   y = c_proj.forward(y);
   if (dropout_ > 0 && training()) y = dropout(y, dropout_, *dropout_gen_, true);
   return {y, r.max_logit};
+}
+
+// x (B, t, C) at positions [position, position + t) -> (B, t, C), through the KV cache
+Tensor Attention::forward_cached(const Tensor& x, LayerKV& kv, int64_t position) const {
+  const int64_t B = x.size(0), t = x.size(1), C = x.size(2);
+  std::vector<Tensor> qkv = project(x);
+  const double scale = spec_.scale != 0 ? spec_.scale : 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  Tensor y = cached_attention(qkv[0], qkv[1], qkv[2], kv, position, n_local_, window_, scale, spec_.softcap);
+  return c_proj.forward(reshape(transpose(y, 1, 2), {B, t, C}));
 }
 
 }  // namespace keel::nn

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "nn/config.h"
+#include "nn/kv_cache.h"
 #include "nn/layernorm.h"
 #include "nn/linear.h"
 #include "ops/attention.h"
@@ -31,6 +32,9 @@ class Attention : public Module {
 
   // x (B, T, C) -> out (B, T, C), max_logit (H)
   AttentionOutput forward(const Tensor& x) const;
+  // Generation: x (B, t, C) holds the tokens at positions [position, position + t); their keys and
+  // values join `kv`, and they attend to everything cached before them. -> (B, t, C)
+  Tensor forward_cached(const Tensor& x, LayerKV& kv, int64_t position) const;
 
   const AttentionSpec& spec() const { return spec_; }
 
@@ -44,6 +48,10 @@ class Attention : public Module {
   double dropout_;
   Generator* dropout_gen_;
   AttentionSpec spec_;
+  int64_t n_local_ = 0, window_ = 0;  // the local head group, for the KV cache
+
+  // x (B, T, C) -> q, k, v (B, H, T, D), q and k normalised for qk_norm
+  std::vector<Tensor> project(const Tensor& x) const;
 };
 
 }  // namespace keel::nn

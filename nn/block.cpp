@@ -23,4 +23,10 @@ Tensor Block::forward(const Tensor& x, Tensor* max_logit) const {
   return h + mlp.forward(ln_2.forward(h));
 }
 
+// x (B, t, C) -> (B, t, C), attending through the KV cache
+Tensor Block::forward_cached(const Tensor& x, LayerKV& kv, int64_t position) const {
+  Tensor h = x + attn.forward_cached(ln_1.forward(x), kv, position);
+  return h + mlp.forward(ln_2.forward(h));
+}
+
 }  // namespace keel::nn

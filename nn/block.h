@@ -12,6 +12,8 @@ class Block : public Module {
 
   // x (B, T, C) -> (B, T, C); max_logit (H) of this block's attention is written to *max_logit.
   Tensor forward(const Tensor& x, Tensor* max_logit = nullptr) const;
+  // Generation through the KV cache: x (B, t, C) at positions [position, position + t) -> (B, t, C)
+  Tensor forward_cached(const Tensor& x, LayerKV& kv, int64_t position) const;
 
   LayerNorm ln_1;
   Attention attn;

@@ -76,4 +76,32 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets) {
   return out;
 }
 
+KVCache GPT2::make_cache() const {
+  std::vector<int64_t> w = config_.windows();
+  int64_t n_local = 0, window = 0;
+  for (int64_t x : w)
+    if (x > 0) ++n_local, window = x;
+  return KVCache(config_.n_layer, n_local, window);
+}
+
+// ids (B, t) after cache.length() cached tokens -> logits (B, t, V)
+Tensor GPT2::forward_cached(const Tensor& ids, KVCache& cache) {
+  static const char* kOp = "GPT2::forward_cached";
+  if (!ids.defined() || ids.dim() != 2) throw ShapeError(kOp, "ids must be (B, t)");
+  const int64_t P = cache.length(), t = ids.size(1);
+  if (P + t > config_.block_size)
+    throw ShapeError(kOp,
+                     "position " + std::to_string(P + t) + " is past the context length " +
+                         std::to_string(config_.block_size),
+                     "crop the text to its last tokens and start a new cache");
+  if (static_cast<int64_t>(cache.layers.size()) != config_.n_layer)
+    throw ShapeError(kOp, "the cache has " + std::to_string(cache.layers.size()) + " layers, the model " +
+                              std::to_string(config_.n_layer), "make it with make_cache()");
+  Tensor pos = add(arange(t, {DType::f64}), double(P)).to(DType::i64).to(wpe.weight.device());
+  Tensor x = wte.forward(ids) + wpe.forward(pos);
+  for (size_t l = 0; l < h.size(); ++l) x = h[l]->forward_cached(x, cache.layers[l], P);
+  cache.advance(t);
+  return lm_head->forward(ln_f.forward(x));
+}
+
 }  // namespace keel::nn

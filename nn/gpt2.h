@@ -17,6 +17,7 @@
 #include "nn/block.h"
 #include "nn/config.h"
 #include "nn/embedding.h"
+#include "nn/kv_cache.h"
 
 namespace keel::nn {
 
@@ -34,6 +35,13 @@ class GPT2 : public Module {
   // ids (B, T) i32/i64 token ids, T <= block_size; targets (B, T) token ids, -100 = ignore, or
   // undefined -> logits (B, T, V), loss [], max_logit (L, H). ShapeError when T > block_size.
   GPT2Output forward(const Tensor& ids, const Tensor& targets = {});
+
+  // Generation. An empty cache shaped for this model (local heads keep only their window).
+  KVCache make_cache() const;
+  // ids (B, t): the next t tokens after the cache.length() already cached -> logits (B, t, V).
+  // Appends to the cache. ShapeError when the text would outgrow block_size (learned positions
+  // end there): crop the context and start a new cache.
+  Tensor forward_cached(const Tensor& ids, KVCache& cache);
 
   const GPT2Config& config() const { return config_; }
   // Drives dropout; its state belongs in a checkpoint for a bit-exact resume with dropout > 0.

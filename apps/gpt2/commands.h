@@ -17,6 +17,7 @@ void add_prepare_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
+void add_sample_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   keel::app::add_tokenize_command(app);
   keel::app::add_train_command(app);
   keel::app::add_eval_command(app);
+  keel::app::add_sample_command(app);
   keel::app::add_compare_command(app);
   keel::app::add_export_command(app);
   try {
