@@ -5,6 +5,9 @@
 #include <string>
 
 #include "ops/common.h"
+#ifdef KEEL_WITH_CUDA
+#include "ops/cuda/attention.h"
+#endif
 
 namespace keel {
 
@@ -72,7 +75,7 @@ double resolve_scale(double scale, int64_t D) {
 // Saves what the flash backward needs: inputs, output and the row log-sum-exp, not the T x T
 // probabilities, which backward recomputes.
 struct AttentionBackward : Node {
-  Tensor q, k, v, out, lse;  // contiguous, detached
+  Tensor q, k, v, out, lse;  // contiguous, detached; lse f32 on CUDA, q's dtype on the CPU
   std::vector<int64_t> window;
   double scale = 1, softcap = 0;
 
@@ -80,9 +83,16 @@ struct AttentionBackward : Node {
   std::vector<Tensor> backward(const Tensor& grad_out) override {
     Tensor dout = grad_out.detach().contiguous();
     if (dout.dtype() != q.dtype()) dout = dout.to(q.dtype());
-    if (q.device().is_cuda()) detail::no_cuda_kernel(kOp);
     Tensor dq = empty_like(q), dk = empty_like(k), dv = empty_like(v);
-    cpu::attention_backward(q, k, v, out, lse, dout, window, scale, softcap, dq, dk, dv);
+    if (q.device().is_cuda()) {
+#ifdef KEEL_WITH_CUDA
+      cuda::attention_backward(q, k, v, out, lse, dout, window, scale, softcap, dq, dk, dv);
+#else
+      detail::no_cuda_kernel(kOp);
+#endif
+    } else {
+      cpu::attention_backward(q, k, v, out, lse, dout, window, scale, softcap, dq, dk, dv);
+    }
     return {dq, dk, dv};
   }
   void release() override { q = k = v = out = lse = {}; }
@@ -92,7 +102,9 @@ struct AttentionBackward : Node {
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
   check_arguments(q, k, v, spec);
+#ifndef KEEL_WITH_CUDA
   if (q.device().is_cuda()) detail::no_cuda_kernel(kOp);
+#endif
 
   // Kernels read packed rows; the graph edges still go to the caller's (possibly strided) tensors.
   Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(), vc = v.detach().contiguous();
@@ -101,8 +113,15 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   AttentionResult r;
   r.out = empty({B, H, T, D}, {q.dtype(), q.device()});
   r.max_logit = empty({H}, {DType::f32, q.device()});
-  Tensor lse = empty({B, H, T}, {q.dtype(), q.device()});
-  cpu::attention_forward(qc, kc, vc, spec.window, scale, spec.softcap, r.out, lse, r.max_logit);  // DTypeError for bf16/f16
+  // The CUDA kernels keep the row log-sum-exp in f32 whatever the input dtype; the CPU in the input's.
+  Tensor lse = empty({B, H, T}, {q.device().is_cuda() ? DType::f32 : q.dtype(), q.device()});
+  if (q.device().is_cuda()) {
+#ifdef KEEL_WITH_CUDA
+    cuda::attention_forward(qc, kc, vc, spec.window, scale, spec.softcap, r.out, lse, r.max_logit);
+#endif
+  } else {
+    cpu::attention_forward(qc, kc, vc, spec.window, scale, spec.softcap, r.out, lse, r.max_logit);  // DTypeError for bf16/f16
+  }
 
   if (needs_grad({q, k, v})) {
     auto node = std::make_shared<AttentionBackward>();

@@ -46,7 +46,7 @@ struct AttentionResult {
 // q, k, v: (B, H, T, D), one floating dtype, one device; spec.window.size() == H.
 // Errors: ShapeError (not 4-D, shapes differ, window count != H), ValueError (negative window,
 // non-finite scale), DTypeError (non-floating or mixed dtypes; bf16/f16 on the CPU), DeviceError
-// (mixed devices; CUDA until its kernel lands).
+// (mixed devices).
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
 
 // The kernels behind the front end; call attention() instead. Every tensor is contiguous, f32 or

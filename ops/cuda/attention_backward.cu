@@ -1,0 +1,298 @@
+// Flash-attention backward (FlashAttention-2 scheme), every head pattern.
+//
+// With S the (scaled, capped) logits, P = exp(S - lse) recomputed from q, k and the forward's lse:
+//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D_i) with D_i = rowsum(dO_i * O_i),
+//   dS0 = dS * (1 - (S / c)^2) under soft-capping c (the derivative of c tanh(s / c)),
+//   dQ = scale dS0 K,  dK = scale dS0^T Q.
+// D_i equals rowsum(P * dP) but needs only the saved output, so it is one small kernel first.
+//
+// Then two kernels, neither with atomics, so results are deterministic:
+//  - dK/dV: a block owns a tile of 64 keys and streams the query tiles that can see it
+//    (attn::query_tiles_for_key_tile: for a local head only queries within the window after the
+//    keys), accumulating its dK, dV rows in registers;
+//  - dQ: a block owns a tile of 64 queries and streams the key tiles its rows can see, like the
+//    forward, accumulating dQ in registers.
+// dQ recomputes S and dP, which the dK/dV kernel also computes: two more products than an atomic
+// dQ, bought with readability and run-to-run identical gradients.
+#include "core/factory.h"
+#include "ops/cuda/attention_common.cuh"
+
+namespace keel::cuda {
+
+namespace {
+
+using namespace attn;
+
+// Shared-memory layout of both kernels: 64 own rows (4 warps x 16) against streamed tiles of 32
+// rows, for storage type T and head dim D (bf16 D = 128: 76 KB; f32 D = 128: 125 KB).
+//   own, own2:   the block's own rows (K, V for dK/dV; Q, dO for dQ), T
+//   str, str2:   the streamed tile (Q, dO for dK/dV; K, V for dQ), T
+//   stat, stat2: lse and D_i of the query rows involved (streamed or own), f32
+//   s, dp:       S and dP of the warp's 16 rows against the streamed tile, f32
+//   p:           P or dS of the same, T (the A operand of the next product)
+// The final f32 accumulators are staged through the first bytes (`stage`) once every warp is
+// done with the tiles there.
+template <typename T, int D>
+struct Bwd {
+  static constexpr int kOwn = kOwnRows, kStr = 32;
+  static constexpr int ldT = ld_elems<T>(D), ldS = ld_f32<T>(kStr), ldP = ld_elems<T>(kStr), ldO = ld_f32<T>(D);
+  static constexpr int kSize = static_cast<int>(sizeof(T));
+  struct Layout {
+    int own, own2, str, str2, stat, stat2, s, dp, p, bytes;
+  };
+  static constexpr Layout layout() {
+    SmemCarver c;
+    Layout l{};
+    l.own = c.take(kOwn * ldT * kSize);
+    l.own2 = c.take(kOwn * ldT * kSize);
+    l.str = c.take(kStr * ldT * kSize);
+    l.str2 = c.take(kStr * ldT * kSize);
+    l.stat = c.take(kOwn * 4);
+    l.stat2 = c.take(kOwn * 4);
+    l.s = c.take(kOwn * ldS * 4);
+    l.dp = c.take(kOwn * ldS * 4);
+    l.p = c.take(kOwn * ldP * kSize);
+    l.bytes = c.bytes;
+    return l;
+  }
+  static_assert(layout().bytes <= 163 * 1024, "must fit an A100's shared memory");
+  static_assert(kOwn * ldO * 4 <= layout().s, "the f32 staging area must fit in the tile regions");
+};
+
+// dS (f32) for logit s0 = (q . k) before scaling, probability p and dP, as at the top of the file.
+__device__ __forceinline__ float dlogit(float p, float dp, float d_i, float s, const Dims& dims) {
+  float ds = p * (dp - d_i);
+  if (dims.softcap > 0) {
+    const float t = s / dims.softcap;
+    ds *= 1.0f - t * t;
+  }
+  return ds;
+}
+
+// Shapes: out, dout (B, H, T, D) in T -> dvec (B, H, T) f32, D_i = sum_d dout[i, d] * out[i, d].
+// One warp per row (B*H*T rows), lanes over d.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    attention_dvec_kernel(const T* __restrict__ out, const T* __restrict__ dout, float* __restrict__ dvec, int64_t rows) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (r >= rows) return;  // whole warps leave together: the shuffles below see full warps
+  const int lane = threadIdx.x & 31;
+  float s = 0.0f;
+  for (int d = lane; d < D; d += 32) s += to_f32(out[r * D + d]) * to_f32(dout[r * D + d]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (lane == 0) dvec[r] = s;
+}
+
+// Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T; lse, dvec (B, H, T) f32.
+// Grid (B*H, ceil(T / 64)), 128 threads: block (bh, kt) owns keys [64 kt, 64 kt + 64) of pair bh
+// and streams 32-query tiles. Warp w owns keys 16w..16w+15 and computes the transposed products
+// (keys x queries): S^T = K_w Q^T, dP^T = V_w dO^T, then dV_w += P^T dO, dK_w += dS^T Q.
+// In the per-element phase lanes 2r and 2r+1 share key row r of the warp.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    attention_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                          const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dvec,
+                          T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
+  using Bw = Bwd<T, D>;
+  constexpr typename Bw::Layout L = Bw::layout();
+  constexpr int kOwn = Bw::kOwn, kStr = Bw::kStr, ldT = Bw::ldT, ldS = Bw::ldS, ldP = Bw::ldP, ldO = Bw::ldO;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Ks = reinterpret_cast<T*>(smem + L.own);
+  T* Vs = reinterpret_cast<T*>(smem + L.own2);
+  T* Qs = reinterpret_cast<T*>(smem + L.str);
+  T* dOs = reinterpret_cast<T*>(smem + L.str2);
+  float* lse_s = reinterpret_cast<float*>(smem + L.stat);
+  float* dvec_s = reinterpret_cast<float*>(smem + L.stat2);
+  float* Ss = reinterpret_cast<float*>(smem + L.s);
+  float* dPs = reinterpret_cast<float*>(smem + L.dp);
+  T* Ps = reinterpret_cast<T*>(smem + L.p);
+
+  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, w = dims.window[h];
+  const int kt = blockIdx.y, k0 = kt * kOwn;  // early key tiles are seen by the most queries: first
+  const int64_t base = static_cast<int64_t>(bh) * T_len * D;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;  // this lane's key row in the tile
+  const int j = k0 + row;                                              // ... and its key index
+
+  load_tile<T, D>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kOwn, T_len - k0);
+  load_tile<T, D>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kOwn, T_len - k0);
+  WarpAcc<T, D> dk_acc, dv_acc;
+  dk_acc.zero();
+  dv_acc.zero();
+
+  const TileRange queries = query_tiles_for_key_tile(kt, kOwn, kStr, T_len, w);
+  for (int qt = queries.begin; qt < queries.end; ++qt) {
+    const int q0 = qt * kStr;
+    __syncthreads();  // every warp is done with the previous Q, dO tiles (and K, V are in place)
+    load_tile<T, D>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kStr, T_len - q0);
+    load_tile<T, D>(dOs, ldT, dout + base + static_cast<int64_t>(q0) * D, kStr, T_len - q0);
+    load_row_stats(lse_s, lse + static_cast<int64_t>(bh) * T_len + q0, kStr, T_len - q0, 0.0f);
+    load_row_stats(dvec_s, dvec + static_cast<int64_t>(bh) * T_len + q0, kStr, T_len - q0, 0.0f);
+    __syncthreads();
+
+    {  // S^T_w = K_w Q^T
+      WarpAcc<T, kStr> s;
+      s.zero();
+      s.template mma_abt<D>(Ks + warp * 16 * ldT, ldT, Qs, ldT);
+      s.store(Ss + warp * 16 * ldS, ldS);
+    }
+    __syncwarp();
+    // P^T = exp(S^T - lse) on allowed pairs, 0 elsewhere (a select, so a masked pair is never NaN).
+#pragma unroll
+    for (int c2 = 0; c2 < kStr / 2; ++c2) {
+      const int c = 2 * c2 + par;
+      const float s = logit(Ss[row * ldS + c], dims);
+      const float p = allowed(q0 + c, j, w, T_len) ? attn_exp<T>(s - lse_s[c]) : 0.0f;
+      Ps[row * ldP + c] = from_f32<T>(p);
+    }
+    __syncwarp();
+    dv_acc.template mma_ab<kStr>(Ps + warp * 16 * ldP, ldP, dOs, ldT);  // dV_w += P^T dO
+    {  // dP^T_w = V_w dO^T
+      WarpAcc<T, kStr> dp;
+      dp.zero();
+      dp.template mma_abt<D>(Vs + warp * 16 * ldT, ldT, dOs, ldT);
+      dp.store(dPs + warp * 16 * ldS, ldS);
+    }
+    __syncwarp();  // also: the dV product has read P before dS overwrites it
+    // dS^T, with p recomputed in f32 (not re-read from its rounded copy).
+#pragma unroll
+    for (int c2 = 0; c2 < kStr / 2; ++c2) {
+      const int c = 2 * c2 + par;
+      const float s = logit(Ss[row * ldS + c], dims);
+      const float p = allowed(q0 + c, j, w, T_len) ? attn_exp<T>(s - lse_s[c]) : 0.0f;
+      Ps[row * ldP + c] = from_f32<T>(dlogit(p, dPs[row * ldS + c], dvec_s[c], s, dims));
+    }
+    __syncwarp();
+    dk_acc.template mma_ab<kStr>(Ps + warp * 16 * ldP, ldP, Qs, ldT);  // dK_w += dS^T Q
+  }
+
+  __syncthreads();  // no warp reads the tiles any more: stage the accumulators over them
+  float* stage = reinterpret_cast<float*>(smem) + warp * 16 * ldO;
+  dk_acc.store(stage, ldO);
+  __syncwarp();
+  store_rows<T, D>(dk + base, stage, ldO, k0 + warp * 16, T_len, dims.scale);
+  __syncwarp();
+  dv_acc.store(stage, ldO);
+  __syncwarp();
+  store_rows<T, D>(dv + base, stage, ldO, k0 + warp * 16, T_len, 1.0f);
+}
+
+// Shapes: q, k, v, dout, dq (B, H, T, D) in T; lse, dvec (B, H, T) f32.
+// Grid (B*H, ceil(T / 64)), 128 threads: block (bh, y) owns queries [64 qt, 64 qt + 64) (qt from
+// the end, as in the forward) and streams the 32-key tiles they see. Warp w owns queries
+// 16w..16w+15: S_w = Q_w K^T, dP_w = dO_w V^T, dQ_w += dS K. Lanes 2r, 2r+1 share query row r.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    attention_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                        const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dvec,
+                        T* __restrict__ dq, Dims dims) {
+  using Bw = Bwd<T, D>;
+  constexpr typename Bw::Layout L = Bw::layout();
+  constexpr int kOwn = Bw::kOwn, kStr = Bw::kStr, ldT = Bw::ldT, ldS = Bw::ldS, ldP = Bw::ldP, ldO = Bw::ldO;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem + L.own);
+  T* dOs = reinterpret_cast<T*>(smem + L.own2);
+  T* Ks = reinterpret_cast<T*>(smem + L.str);
+  T* Vs = reinterpret_cast<T*>(smem + L.str2);
+  float* lse_s = reinterpret_cast<float*>(smem + L.stat);
+  float* dvec_s = reinterpret_cast<float*>(smem + L.stat2);
+  float* Ss = reinterpret_cast<float*>(smem + L.s);
+  float* dPs = reinterpret_cast<float*>(smem + L.dp);
+  T* Ps = reinterpret_cast<T*>(smem + L.p);
+
+  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, w = dims.window[h];
+  const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kOwn;
+  const int64_t base = static_cast<int64_t>(bh) * T_len * D;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;
+  const int i = q0 + row;
+
+  load_tile<T, D>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kOwn, T_len - q0);
+  load_tile<T, D>(dOs, ldT, dout + base + static_cast<int64_t>(q0) * D, kOwn, T_len - q0);
+  load_row_stats(lse_s, lse + static_cast<int64_t>(bh) * T_len + q0, kOwn, T_len - q0, 0.0f);
+  load_row_stats(dvec_s, dvec + static_cast<int64_t>(bh) * T_len + q0, kOwn, T_len - q0, 0.0f);
+  WarpAcc<T, D> dq_acc;
+  dq_acc.zero();
+
+  const TileRange keys = key_tiles_for_query_tile(qt, kOwn, kStr, T_len, w);
+  for (int kt = keys.begin; kt < keys.end; ++kt) {
+    const int k0 = kt * kStr;
+    __syncthreads();  // the previous K, V tiles are no longer read (and Q, dO, stats are in place)
+    load_tile<T, D>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kStr, T_len - k0);
+    load_tile<T, D>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kStr, T_len - k0);
+    __syncthreads();
+
+    {  // S_w = Q_w K^T, dP_w = dO_w V^T
+      WarpAcc<T, kStr> acc;
+      acc.zero();
+      acc.template mma_abt<D>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
+      acc.store(Ss + warp * 16 * ldS, ldS);
+      acc.zero();
+      acc.template mma_abt<D>(dOs + warp * 16 * ldT, ldT, Vs, ldT);
+      acc.store(dPs + warp * 16 * ldS, ldS);
+    }
+    __syncwarp();
+    const float lse_i = lse_s[row], d_i = dvec_s[row];
+#pragma unroll
+    for (int c2 = 0; c2 < kStr / 2; ++c2) {
+      const int c = 2 * c2 + par;
+      const float s = logit(Ss[row * ldS + c], dims);
+      const float p = allowed(i, k0 + c, w, T_len) ? attn_exp<T>(s - lse_i) : 0.0f;
+      Ps[row * ldP + c] = from_f32<T>(dlogit(p, dPs[row * ldS + c], d_i, s, dims));
+    }
+    __syncwarp();
+    dq_acc.template mma_ab<kStr>(Ps + warp * 16 * ldP, ldP, Ks, ldT);  // dQ_w += dS K
+  }
+
+  __syncthreads();
+  float* stage = reinterpret_cast<float*>(smem) + warp * 16 * ldO;
+  dq_acc.store(stage, ldO);
+  __syncwarp();
+  store_rows<T, D>(dq + base, stage, ldO, q0 + warp * 16, T_len, dims.scale);
+}
+
+}  // namespace
+
+void attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out_in,
+                        const Tensor& lse_in, const Tensor& dout_in, const std::vector<int64_t>& window, double scale,
+                        double softcap, Tensor& dq, Tensor& dk, Tensor& dv) {
+  constexpr const char* kOp = "attention (CUDA backward)";
+  const Tensor q = kernel_input(q_in), k = kernel_input(k_in), v = kernel_input(v_in), out = kernel_input(out_in),
+               lse = kernel_input(lse_in), dout = kernel_input(dout_in);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  check_tensor(kOp, "q", q, q, q.dtype(), q.shape());
+  check_tensor(kOp, "k", k, q, q.dtype(), q.shape());
+  check_tensor(kOp, "v", v, q, q.dtype(), q.shape());
+  check_tensor(kOp, "out", out, q, q.dtype(), q.shape());
+  check_tensor(kOp, "dout", dout, q, q.dtype(), q.shape());
+  check_tensor(kOp, "lse", lse, q, DType::f32, {B, H, T});
+  check_tensor(kOp, "dq", dq, q, q.dtype(), q.shape());
+  check_tensor(kOp, "dk", dk, q, q.dtype(), q.shape());
+  check_tensor(kOp, "dv", dv, q, q.dtype(), q.shape());
+  const Dims dims = make_dims(kOp, q, window, scale, softcap);
+  if (B * H * T == 0) return;  // empty gradients: nothing to write
+  const int dev = q.device().index;
+  KEEL_CHECK_CUDA(cudaSetDevice(dev));
+
+  dispatch(kOp, q.dtype(), D, [&]<typename E, int HD>() {
+    const int64_t rows = B * H * T;
+    Tensor dvec = empty({B, H, T}, {DType::f32, q.device()});
+    const auto* qp = static_cast<const E*>(q.raw_data());
+    const auto* kp = static_cast<const E*>(k.raw_data());
+    const auto* vp = static_cast<const E*>(v.raw_data());
+    const auto* gp = static_cast<const E*>(dout.raw_data());
+    const auto* lp = static_cast<const float*>(lse.raw_data());
+    auto* dp = static_cast<float*>(dvec.raw_data());
+    launch(attention_dvec_kernel<E, HD>, dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps)), 0, dev,
+           static_cast<const E*>(out.raw_data()), gp, dp, rows);
+    const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + kOwnRows - 1) / kOwnRows));
+    const int smem = Bwd<E, HD>::layout().bytes;
+    launch(attention_dkdv_kernel<E, HD>, grid, smem, dev, qp, kp, vp, gp, lp, static_cast<const float*>(dp),
+           static_cast<E*>(dk.raw_data()), static_cast<E*>(dv.raw_data()), dims);
+    launch(attention_dq_kernel<E, HD>, grid, smem, dev, qp, kp, vp, gp, lp, static_cast<const float*>(dp),
+           static_cast<E*>(dq.raw_data()), dims);
+  });
+}
+
+}  // namespace keel::cuda

@@ -1,0 +1,308 @@
+// What the attention kernels share (attention_forward.cu, attention_backward.cu): element
+// conversions, the warp-level matrix products on shared-memory tiles, tile loads, the shared-memory
+// layout helper and the host-side argument checks and dtype dispatch.
+//
+// Work split inside a block: every kernel runs 4 warps, and each warp owns 16 rows of the block's
+// own tile (64 rows in all), so a warp's products are 16 x N: the height of one tensor-core
+// fragment. The streamed tile (the other operand) sits in shared memory, read by all 4 warps.
+// Per-element work (mask, softcap, exp) is done by lanes on an f32 copy of the warp's 16 x N
+// product in shared memory: the WMMA accumulator layout is opaque, so this is the portable way.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "core/cuda/check.h"
+#include "ops/cuda/attention.h"
+
+namespace keel::cuda::attn {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRowsPerWarp = 16;
+constexpr int kOwnRows = kWarps * kRowsPerWarp;  // rows of the block's own tile (64)
+
+template <typename T>
+constexpr bool kIsHalf = !std::is_same_v<T, float>;
+
+// Shape data every kernel takes by value. window[h] normalised (attn::normalize_window).
+struct Dims {
+  int H, T;
+  float scale, softcap;  // softcap 0 = none
+  int window[kMaxHeads];
+};
+
+// ---- element conversions: storage T <-> f32 compute ----
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// exp: full precision for the f32 path (its parity tolerance is 1e-5); the fast hardware exp for
+// the half paths, whose error (a few ulp of f32) is far below bf16/f16 rounding.
+template <typename T> __device__ __forceinline__ float attn_exp(float x) {
+  if constexpr (kIsHalf<T>) return __expf(x);
+  else return expf(x);
+}
+
+// The logit as the softmax sees it: scaled, then soft-capped (c * tanh(s / c)) when c > 0.
+__device__ __forceinline__ float logit(float dot, const Dims& d) {
+  const float s = dot * d.scale;
+  return d.softcap > 0 ? d.softcap * tanhf(s / d.softcap) : s;
+}
+
+// ---- shared-memory strides ----
+// Half types: WMMA needs strides that are multiples of 16 bytes; 8 extra halves (4 floats) keep
+// that and shift consecutive rows by 4 banks, which spreads a fragment load over the banks. f32:
+// the scalar path reads down columns, and an odd stride puts the 32 rows a warp reads in 32
+// different banks.
+template <typename T> constexpr int ld_elems(int cols) { return cols + (kIsHalf<T> ? 8 : 1); }  // T tiles
+template <typename T> constexpr int ld_f32(int cols) { return cols + (kIsHalf<T> ? 4 : 1); }    // f32 tiles
+
+// Byte offsets of the regions of a kernel's dynamic shared memory, each 128-byte aligned (WMMA
+// wants 32-byte aligned fragment pointers; 128 also keeps 16-byte vector stores aligned).
+struct SmemCarver {
+  int bytes = 0;
+  constexpr int take(int n) {
+    const int at = bytes;
+    bytes += (n + 127) / 128 * 128;
+    return at;
+  }
+};
+
+// ---- warp-level products: a 16 x N f32 accumulator owned by one warp ----
+// mma_ab:  C += A B    with A 16 x K (row-major, stride lda) and B K x N (row-major, ldb)
+// mma_abt: C += A B^T  with A 16 x K and B N x K (both row-major): rows of B dotted with rows of A
+// load/store move C between registers and an f32 shared-memory tile (row-major, ldc).
+template <typename T, int N>
+struct WarpAcc {  // bf16 / f16: tensor cores through WMMA 16x16x16, f32 accumulation
+  static_assert(N % 16 == 0, "WMMA tiles are 16 wide");
+  using Acc = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+  using FragA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major>;
+  using FragBRow = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::row_major>;
+  using FragBCol = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::col_major>;
+  Acc f[N / 16];
+
+  __device__ void zero() {
+#pragma unroll
+    for (int n = 0; n < N / 16; ++n) nvcuda::wmma::fill_fragment(f[n], 0.0f);
+  }
+  __device__ void load(const float* C, int ldc) {
+#pragma unroll
+    for (int n = 0; n < N / 16; ++n) nvcuda::wmma::load_matrix_sync(f[n], C + 16 * n, ldc, nvcuda::wmma::mem_row_major);
+  }
+  __device__ void store(float* C, int ldc) const {
+#pragma unroll
+    for (int n = 0; n < N / 16; ++n) nvcuda::wmma::store_matrix_sync(C + 16 * n, f[n], ldc, nvcuda::wmma::mem_row_major);
+  }
+  template <int K> __device__ void mma_ab(const T* A, int lda, const T* B, int ldb) {
+#pragma unroll
+    for (int k = 0; k < K / 16; ++k) {
+      FragA a;
+      nvcuda::wmma::load_matrix_sync(a, A + 16 * k, lda);
+#pragma unroll
+      for (int n = 0; n < N / 16; ++n) {
+        FragBRow b;  // element (kk, nn) = B[16k + kk][16n + nn]
+        nvcuda::wmma::load_matrix_sync(b, B + 16 * k * ldb + 16 * n, ldb);
+        nvcuda::wmma::mma_sync(f[n], a, b, f[n]);
+      }
+    }
+  }
+  template <int K> __device__ void mma_abt(const T* A, int lda, const T* B, int ldb) {
+#pragma unroll
+    for (int k = 0; k < K / 16; ++k) {
+      FragA a;
+      nvcuda::wmma::load_matrix_sync(a, A + 16 * k, lda);
+#pragma unroll
+      for (int n = 0; n < N / 16; ++n) {
+        FragBCol b;  // element (kk, nn) = B^T[16k + kk][16n + nn] = B[16n + nn][16k + kk]
+        nvcuda::wmma::load_matrix_sync(b, B + 16 * n * ldb + 16 * k, ldb);
+        nvcuda::wmma::mma_sync(f[n], a, b, f[n]);
+      }
+    }
+  }
+};
+
+template <int N>
+struct WarpAcc<float, N> {  // f32: plain FMAs (the exact reference path; no TF32)
+  static_assert(N % 32 == 0, "the f32 path gives each lane the columns lane + 32 t");
+  float a[16][N / 32];  // a[r][t] = C[r][lane + 32 t]
+
+  __device__ static int lane() { return threadIdx.x & 31; }
+  __device__ void zero() {
+#pragma unroll
+    for (int r = 0; r < 16; ++r)
+#pragma unroll
+      for (int t = 0; t < N / 32; ++t) a[r][t] = 0.0f;
+  }
+  __device__ void load(const float* C, int ldc) {
+#pragma unroll
+    for (int r = 0; r < 16; ++r)
+#pragma unroll
+      for (int t = 0; t < N / 32; ++t) a[r][t] = C[r * ldc + lane() + 32 * t];
+  }
+  __device__ void store(float* C, int ldc) const {
+#pragma unroll
+    for (int r = 0; r < 16; ++r)
+#pragma unroll
+      for (int t = 0; t < N / 32; ++t) C[r * ldc + lane() + 32 * t] = a[r][t];
+  }
+  template <int K> __device__ void mma_ab(const float* A, int lda, const float* B, int ldb) {
+#pragma unroll 2
+    for (int k = 0; k < K; ++k) {
+      float b[N / 32];
+#pragma unroll
+      for (int t = 0; t < N / 32; ++t) b[t] = B[k * ldb + lane() + 32 * t];  // consecutive: no conflict
+#pragma unroll
+      for (int r = 0; r < 16; ++r) {
+        const float x = A[r * lda + k];  // one address for the warp: a broadcast
+#pragma unroll
+        for (int t = 0; t < N / 32; ++t) a[r][t] = fmaf(x, b[t], a[r][t]);
+      }
+    }
+  }
+  template <int K> __device__ void mma_abt(const float* A, int lda, const float* B, int ldb) {
+#pragma unroll 2
+    for (int k = 0; k < K; ++k) {
+      float b[N / 32];
+#pragma unroll
+      for (int t = 0; t < N / 32; ++t) b[t] = B[(lane() + 32 * t) * ldb + k];  // odd ldb: no conflict
+#pragma unroll
+      for (int r = 0; r < 16; ++r) {
+        const float x = A[r * lda + k];
+#pragma unroll
+        for (int t = 0; t < N / 32; ++t) a[r][t] = fmaf(x, b[t], a[r][t]);
+      }
+    }
+  }
+};
+
+// ---- tile loads (the whole block) ----
+// rows x D elements from global (rows contiguous, stride D) to shared (stride ld); rows at or
+// beyond `valid` are zero-filled, so a sequence end inside a tile reads no memory past it and
+// feeds only finite zeros to the products (a NaN there would survive 0 * NaN in P V).
+template <typename T, int D>
+__device__ void load_tile(T* dst, int ld, const T* src, int rows, int valid) {
+  if constexpr (kIsHalf<T>) {
+    constexpr int kVec = 8;  // 16 bytes: one vector per thread per step, coalesced
+    for (int c = threadIdx.x; c < rows * (D / kVec); c += kThreads) {
+      const int r = c / (D / kVec), col = c % (D / kVec) * kVec;
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (r < valid) x = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(r) * D + col);
+      *reinterpret_cast<uint4*>(dst + r * ld + col) = x;
+    }
+  } else {
+    constexpr int kVec = 4;  // 16-byte global loads; scalar stores into the odd-strided tile
+    for (int c = threadIdx.x; c < rows * (D / kVec); c += kThreads) {
+      const int r = c / (D / kVec), col = c % (D / kVec) * kVec;
+      float4 x = make_float4(0, 0, 0, 0);
+      if (r < valid) x = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * D + col);
+      float* o = dst + r * ld + col;
+      o[0] = x.x, o[1] = x.y, o[2] = x.z, o[3] = x.w;
+    }
+  }
+}
+
+// n f32 values per row of a (B, H, T) statistic (lse, D_i), `fill` past the sequence end.
+__device__ inline void load_row_stats(float* dst, const float* src, int n, int valid, float fill) {
+  for (int r = threadIdx.x; r < n; r += kThreads) dst[r] = r < valid ? src[r] : fill;
+}
+
+// A warp writes its 16 x D f32 rows (stride ld) to global rows [row0, row0 + 16) ∩ [0, T), times
+// `mul`, in T: lanes walk the rows in order, so each store instruction is coalesced.
+template <typename T, int D>
+__device__ void store_rows(T* dst, const float* src, int ld, int row0, int T_len, float mul) {
+  const int lane = threadIdx.x & 31;
+  for (int e = lane; e < kRowsPerWarp * D; e += 32) {
+    const int r = e / D, c = e % D;
+    if (row0 + r < T_len) dst[static_cast<int64_t>(row0 + r) * D + c] = from_f32<T>(src[r * ld + c] * mul);
+  }
+}
+
+__device__ __forceinline__ float warp_sum_pair(float x) { return x + __shfl_xor_sync(0xffffffffu, x, 1); }
+__device__ __forceinline__ float warp_max_pair(float x) { return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1)); }
+
+// ---- host side ----
+// Raises the dynamic shared-memory limit of a kernel above the default 48 KB (needed once per
+// device; cheap enough to repeat per launch) and launches it on the device's compute stream.
+template <typename Kernel, typename... Args>
+void launch(Kernel kernel, dim3 grid, int smem_bytes, int device, Args... args) {
+  KEEL_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  kernel<<<grid, kThreads, smem_bytes, detail::stream(device)>>>(args...);
+  KEEL_CHECK_LAUNCH();
+}
+
+// Calls f.template operator()<T, D>() for the tensor dtype and head dim; typed errors otherwise.
+template <typename F>
+void dispatch(const char* op, DType dtype, int64_t D, F&& f) {
+  auto with_d = [&]<typename T>() {
+    switch (D) {
+      case 32: return f.template operator()<T, 32>();
+      case 64: return f.template operator()<T, 64>();
+      case 128: return f.template operator()<T, 128>();
+      default:
+        throw ShapeError(op, "head dim D = " + std::to_string(D) + " has no CUDA kernel",
+                         "the CUDA attention kernels support head dims 32, 64 and 128; choose n_embd / n_head "
+                         "among them (or run on the CPU)");
+    }
+  };
+  switch (dtype) {
+    case DType::f32: return with_d.template operator()<float>();
+    case DType::bf16: return with_d.template operator()<__nv_bfloat16>();
+    case DType::f16: return with_d.template operator()<__half>();
+    default:
+      throw DTypeError(op, std::string("CUDA attention computes in f32, bf16 or f16, got ") + dtype_name(dtype),
+                       "convert with .to(DType::f32) (or bf16/f16) first");
+  }
+}
+
+// Dims for a call; checks what the kernels assume that the front end does not already promise.
+inline Dims make_dims(const char* op, const Tensor& q, const std::vector<int64_t>& window, double scale,
+                      double softcap) {
+  const int64_t H = q.size(1), T = q.size(2);
+  if (H > kMaxHeads)
+    throw ShapeError(op, "CUDA attention supports up to " + std::to_string(kMaxHeads) + " heads, got " +
+                             std::to_string(H));
+  // Grids are (B*H, T / 64): dim x holds 2^31 - 1 blocks, dim y 65535.
+  if (T > int64_t(65535) * kOwnRows || q.size(0) * H > 2147483647)
+    throw ShapeError(op, "sequence or batch too large for the CUDA attention kernels: " + shape_str(q.shape()));
+  if (static_cast<int64_t>(window.size()) != H)
+    throw ShapeError(op, std::to_string(window.size()) + " windows for " + std::to_string(H) + " heads");
+  Dims d{};
+  d.H = static_cast<int>(H);
+  d.T = static_cast<int>(T);
+  d.scale = static_cast<float>(scale);
+  d.softcap = static_cast<float>(softcap);
+  for (int64_t h = 0; h < H; ++h) d.window[h] = normalize_window(window[h], T);
+  return d;
+}
+
+// The kernels read and write 16-byte vectors: every tensor must be contiguous and 16-byte aligned.
+// Outputs must already be (keel's allocator aligns every block); an input that is a contiguous
+// view at an odd offset is copied once instead.
+inline bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; }
+inline Tensor kernel_input(const Tensor& t) { return t.is_contiguous() && aligned16(t) ? t : t.clone(); }
+
+inline void check_tensor(const char* op, const char* name, const Tensor& t, const Tensor& like, DType dtype,
+                         const Shape& shape) {
+  if (!t.device().is_cuda() || t.device() != like.device())
+    throw DeviceError(op, std::string(name) + " must be on " + like.device().str() + ", got " + t.device().str());
+  if (t.dtype() != dtype)
+    throw DTypeError(op, std::string(name) + " must be " + dtype_name(dtype) + ", got " + dtype_name(t.dtype()));
+  if (t.shape() != shape)
+    throw ShapeError(op, std::string(name) + " must have shape " + shape_str(shape) + ", got " + shape_str(t.shape()));
+  if (!t.is_contiguous() || !aligned16(t))
+    throw ValueError(op, std::string(name) + " must be contiguous and 16-byte aligned",
+                     "allocate outputs with empty() (the front end attention() does)");
+}
+
+}  // namespace keel::cuda::attn

@@ -1,0 +1,183 @@
+// Flash-attention forward for every head pattern (MHSA, LS-attention, any per-head window).
+//
+// A block owns one tile of 64 query rows of one (b, h) and streams the key/value tiles that its
+// rows can see (attn::key_tiles_for_query_tile): never the T x T matrix, and never a tile wholly
+// outside the rows' window bands or wholly in their future, so a local head of window W reads
+// O(W + 64) keys per query tile and costs O(T * W) in all.
+//
+// Online softmax: for each row the block keeps m (the largest logit seen so far), l (the sum of
+// exp(s - m) over the keys seen so far) and O (the sum of exp(s - m) v over the same keys, in f32
+// shared memory). A new key tile with row maximum m' moves the reference to m_new = max(m, m'):
+// l and O are multiplied by alpha = exp(m - m_new), then the tile's exp(s - m_new) and
+// exp(s - m_new) v are added. After the last tile out = O / l and lse = m + log(l), which the
+// backward uses to recompute the probabilities exp(s - lse) without storing them. A row that has
+// seen only masked keys so far has m = -inf; exponents are then taken against 0 instead, so that
+// -inf - -inf never makes a NaN (every real row ends with at least its own key).
+#include "ops/cuda/attention_common.cuh"
+
+namespace keel::cuda {
+
+namespace {
+
+using namespace attn;
+
+// Tile sizes and the shared-memory layout of the forward for storage type T and head dim D.
+// Keys per tile: 64 for the tensor-core paths (bf16 D = 128 takes 110 KB: two blocks per H100
+// multiprocessor); 32 for f32, whose tiles are twice as wide in bytes.
+template <typename T, int D>
+struct Fwd {
+  static constexpr int kBr = kOwnRows, kBc = kIsHalf<T> ? 64 : 32;
+  static constexpr int ldT = ld_elems<T>(D), ldS = ld_f32<T>(kBc), ldP = ld_elems<T>(kBc), ldO = ld_f32<T>(D);
+  static constexpr int kSize = static_cast<int>(sizeof(T));
+  struct Layout {
+    int q, k, v, s, p, o, bytes;
+  };
+  static constexpr Layout layout() {
+    SmemCarver c;
+    Layout l{};
+    l.q = c.take(kBr * ldT * kSize);  // the block's queries, T
+    l.k = c.take(kBc * ldT * kSize);  // current key tile, T
+    l.v = c.take(kBc * ldT * kSize);  // current value tile, T
+    l.s = c.take(kBr * ldS * 4);      // logits of the tile, f32
+    l.p = c.take(kBr * ldP * kSize);  // probabilities of the tile, T (the A operand of P V)
+    l.o = c.take(kBr * ldO * 4);      // running output O, f32
+    l.bytes = c.bytes;
+    return l;
+  }
+  static_assert(layout().bytes <= 163 * 1024, "must fit an A100's shared memory");
+};
+
+// Shapes: q, k, v, out (B, H, T, D) in T; lse (B, H, T) f32; max_logit (H) f32 read as bits.
+// Grid (B*H, ceil(T / 64)), 128 threads: block (bh, y) owns query rows [64 qt, 64 qt + 64) of
+// pair bh = b*H + h, qt counted from the end (see below). Warp w owns rows 16w..16w+15 of the tile;
+// in the per-element phase, lanes 2r and 2r+1 share row r of the warp (even and odd columns).
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads)
+    attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                             T* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ max_logit, Dims dims) {
+  using F = Fwd<T, D>;
+  constexpr typename F::Layout L = F::layout();
+  constexpr int kBr = F::kBr, kBc = F::kBc, ldT = F::ldT, ldS = F::ldS, ldP = F::ldP, ldO = F::ldO;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem + L.q);
+  T* Ks = reinterpret_cast<T*>(smem + L.k);
+  T* Vs = reinterpret_cast<T*>(smem + L.v);
+  float* Ss = reinterpret_cast<float*>(smem + L.s);
+  T* Ps = reinterpret_cast<T*>(smem + L.p);
+  float* Os = reinterpret_cast<float*>(smem + L.o);
+  __shared__ unsigned block_max;
+
+  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, w = dims.window[h];
+  // Under a causal mask the last query tiles see the most keys: launching them first (blocks run
+  // roughly in index order) keeps the long ones from being the tail of the grid.
+  const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kBr;
+  const int64_t base = static_cast<int64_t>(bh) * T_len * D;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;  // this lane's row in the tile
+  const int i = q0 + row;                                              // ... and its query index
+
+  load_tile<T, D>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kBr, T_len - q0);
+  for (int e = threadIdx.x; e < kBr * ldO; e += kThreads) Os[e] = 0.0f;
+  if (threadIdx.x == 0) block_max = 0;
+
+  float m_run = -INFINITY, l_run = 0.0f;  // row statistics; both lanes of a row hold the same values
+  unsigned amax = 0;                      // largest |logit| bits this lane saw (NaN bits beat all)
+  const TileRange keys = key_tiles_for_query_tile(qt, kBr, kBc, T_len, w);
+  for (int kt = keys.begin; kt < keys.end; ++kt) {
+    const int k0 = kt * kBc;
+    __syncthreads();  // the previous tile's K, V are no longer read (and Q, O are in place)
+    load_tile<T, D>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kBc, T_len - k0);
+    load_tile<T, D>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kBc, T_len - k0);
+    __syncthreads();
+
+    {  // S_w = Q_w K^T: the warp's 16 rows against the tile's kBc keys
+      WarpAcc<T, kBc> s;
+      s.zero();
+      s.template mma_abt<D>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
+      s.store(Ss + warp * 16 * ldS, ldS);
+    }
+    __syncwarp();
+
+    // Per row: scale, cap, mask, then the online-softmax update described at the top.
+    float x[kBc / 2];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int c2 = 0; c2 < kBc / 2; ++c2) {
+      const int c = 2 * c2 + par;
+      float s = logit(Ss[row * ldS + c], dims);
+      if (allowed(i, k0 + c, w, T_len)) amax = max(amax, __float_as_uint(fabsf(s)));  // fabsf: sign bit clear
+      else s = -INFINITY;
+      x[c2] = s;
+      mx = fmaxf(mx, s);
+    }
+    const float m_new = fmaxf(m_run, warp_max_pair(mx));
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = attn_exp<T>(m_run - m_use);  // 0 while the row had seen nothing
+    float sum = 0.0f;
+#pragma unroll
+    for (int c2 = 0; c2 < kBc / 2; ++c2) {
+      const float p = attn_exp<T>(x[c2] - m_use);  // masked: exp(-inf) = 0
+      sum += p;
+      Ps[row * ldP + 2 * c2 + par] = from_f32<T>(p);
+    }
+    l_run = l_run * alpha + warp_sum_pair(sum);
+    m_run = m_new;
+    for (int d = par; d < D; d += 2) Os[row * ldO + d] *= alpha;
+    __syncwarp();
+
+    {  // O_w += P_w V
+      WarpAcc<T, D> o;
+      o.load(Os + warp * 16 * ldO, ldO);
+      o.template mma_ab<kBc>(Ps + warp * 16 * ldP, ldP, Vs, ldT);
+      o.store(Os + warp * 16 * ldO, ldO);
+    }
+  }
+  __syncwarp();
+
+  // out = O / l; lse = m + log l. Rows past the sequence end (l = 0) are never written; a NaN l
+  // (a NaN logit) must stay NaN in the output, so the test is == 0, not > 0.
+  const float inv = l_run == 0.0f ? 0.0f : 1.0f / l_run;
+  for (int d = par; d < D; d += 2) Os[row * ldO + d] *= inv;
+  if (par == 0 && i < T_len) lse[static_cast<int64_t>(bh) * T_len + i] = m_run + logf(l_run);
+  __syncwarp();
+  store_rows<T, D>(out + base, Os + warp * 16 * ldO, ldO, q0 + warp * 16, T_len, 1.0f);
+
+  // max |logit|: non-negative floats order as their bit patterns, and a NaN (sign cleared by
+  // fabsf) is above +inf, so an integer max reduces them and lets a NaN win. Warp, block, then
+  // a single atomic per block into the head's slot (zeroed before the launch).
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  if (lane == 0) atomicMax(&block_max, amax);
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(max_logit + h, block_max);
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const std::vector<int64_t>& window,
+                       double scale, double softcap, Tensor& out, Tensor& lse, Tensor& max_logit) {
+  constexpr const char* kOp = "attention (CUDA forward)";
+  const Tensor q = kernel_input(q_in), k = kernel_input(k_in), v = kernel_input(v_in);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  check_tensor(kOp, "q", q, q, q.dtype(), q.shape());
+  check_tensor(kOp, "k", k, q, q.dtype(), q.shape());
+  check_tensor(kOp, "v", v, q, q.dtype(), q.shape());
+  check_tensor(kOp, "out", out, q, q.dtype(), q.shape());
+  check_tensor(kOp, "lse", lse, q, DType::f32, {B, H, T});
+  check_tensor(kOp, "max_logit", max_logit, q, DType::f32, {H});
+  const Dims dims = make_dims(kOp, q, window, scale, softcap);
+  const int dev = q.device().index;
+  KEEL_CHECK_CUDA(cudaSetDevice(dev));
+  if (H > 0) KEEL_CHECK_CUDA(cudaMemsetAsync(max_logit.raw_data(), 0, H * sizeof(float), detail::stream(dev)));
+  if (B * H * T == 0) return;  // nothing to attend; the statistic is 0, as on the CPU
+
+  dispatch(kOp, q.dtype(), D, [&]<typename E, int HD>() {
+    const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + kOwnRows - 1) / kOwnRows));
+    launch(attention_forward_kernel<E, HD>, grid, Fwd<E, HD>::layout().bytes, dev,
+           static_cast<const E*>(q.raw_data()), static_cast<const E*>(k.raw_data()),
+           static_cast<const E*>(v.raw_data()), static_cast<E*>(out.raw_data()), static_cast<float*>(lse.raw_data()),
+           static_cast<unsigned*>(max_logit.raw_data()), dims);
+  });
+}
+
+}  // namespace keel::cuda

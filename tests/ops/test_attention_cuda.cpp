@@ -1,0 +1,373 @@
+// The CUDA flash-attention kernels (ops/cuda/attention_*.cu) against the CPU reference op.
+//
+// The tile arithmetic runs everywhere. Everything else needs a GPU and reports itself skipped
+// without one: each case draws fresh random inputs, rounds them to the dtype under test, runs the
+// CUDA kernels into outputs poisoned with NaN (so an unwritten element fails), and compares with
+// the CPU op in f64 on the same (rounded) inputs. Tolerances: relative error ||x - ref|| / ||ref||
+// under 1e-5 for f32 and 1e-2 for bf16/f16 (their storage rounding is 2^-9 / 2^-11 per element);
+// a NaN anywhere fails.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "cuda_test.h"
+#include "ops/attention.h"
+#include "ops/cuda/attention.h"
+#include "ops/shape.h"
+
+using namespace keel;
+
+TEST_CASE("CUDA attention tile ranges visit exactly the tiles holding allowed pairs") {
+  using namespace keel::cuda::attn;
+  // The spec's definition, written independently of the kernels' helpers.
+  auto spec_allowed = [](int64_t i, int64_t j, int64_t w) { return j <= i && (w == 0 || j > i - w); };
+  const std::vector<std::pair<int, int>> tiles = {{64, 64}, {64, 32}, {32, 64}, {16, 16}, {1, 1}, {64, 16}};
+  int checked = 0;
+  for (int T : {1, 2, 7, 31, 32, 33, 63, 64, 65, 100, 129, 200})
+    for (int64_t w_raw : {0, 1, 2, 3, 5, 16, 31, 32, 33, 50, 63, 64, 65, 100, 199, 200, 1000}) {
+      const int w = normalize_window(w_raw, T);
+      for (int i = 0; i < T; ++i)
+        for (int j = 0; j < T; ++j) REQUIRE(allowed(i, j, w, T) == spec_allowed(i, j, w_raw));
+      for (auto [br, bc] : tiles) {
+        const int nq = (T + br - 1) / br, nk = (T + bc - 1) / bc;
+        // Brute force: tile pair (qt, kt) holds an allowed pair or not.
+        std::vector<std::vector<bool>> hit(nq, std::vector<bool>(nk, false));
+        for (int i = 0; i < T; ++i)
+          for (int j = 0; j < T; ++j)
+            if (spec_allowed(i, j, w_raw)) hit[i / br][j / bc] = true;
+        for (int qt = 0; qt < nq; ++qt) {
+          const TileRange r = key_tiles_for_query_tile(qt, br, bc, T, w);
+          for (int kt = 0; kt < nk; ++kt) {
+            INFO("T " << T << " w " << w_raw << " tiles " << br << "x" << bc << " qt " << qt << " kt " << kt);
+            REQUIRE(hit[qt][kt] == (kt >= r.begin && kt < r.end));
+          }
+        }
+        for (int kt = 0; kt < nk; ++kt) {
+          const TileRange r = query_tiles_for_key_tile(kt, bc, br, T, w);
+          for (int qt = 0; qt < nq; ++qt) {
+            INFO("T " << T << " w " << w_raw << " tiles " << br << "x" << bc << " kt " << kt << " qt " << qt);
+            REQUIRE(hit[qt][kt] == (qt >= r.begin && qt < r.end));
+          }
+        }
+        ++checked;
+      }
+    }
+  CHECK(checked == 12 * 17 * 6);
+}
+
+TEST_CASE("CUDA attention: a local head visits O(W) key tiles per query tile") {
+  using namespace keel::cuda::attn;
+  // The claim behind O(T * W): window 50 with 64-key tiles touches at most 2 tiles per 64 queries,
+  // whatever T is; a global head touches qt + 1.
+  const int T = 16384, nq = T / 64;
+  int64_t local = 0, global = 0;
+  for (int qt = 0; qt < nq; ++qt) {
+    const TileRange l = key_tiles_for_query_tile(qt, 64, 64, T, 50), g = key_tiles_for_query_tile(qt, 64, 64, T, 0);
+    CHECK(l.end - l.begin <= 2);
+    CHECK(g.end - g.begin == qt + 1);
+    local += l.end - l.begin;
+    global += g.end - g.begin;
+  }
+  CHECK(local <= 2 * nq);
+  CHECK(global == int64_t(nq) * (nq + 1) / 2);
+}
+
+#if defined(KEEL_WITH_CUDA)
+
+namespace {
+
+double tolerance(DType t) { return t == DType::f32 ? 1e-5 : 1e-2; }
+
+double rel_err(const std::vector<double>& a, const std::vector<double>& ref) {
+  REQUIRE(a.size() == ref.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  if (den == 0) return num == 0 ? 0 : std::numeric_limits<double>::infinity();
+  return std::sqrt(num / den);  // NaN when a holds a NaN: fails every "< tol"
+}
+
+void check_close(const char* name, const Tensor& got, const Tensor& ref, double tol) {
+  const std::vector<double> a = got.to_vector<double>(), r = ref.to_vector<double>();
+  size_t bad = 0;
+  for (double x : a) bad += !std::isfinite(x);
+  const double e = rel_err(a, r);
+  CHECK_MESSAGE(bad == 0, name << ": " << bad << " non-finite values (unwritten, or a NaN made)");
+  CHECK_MESSAGE(e < tol, name << ": relative error " << e << " (tolerance " << tol << ")");
+}
+
+struct Grads {
+  Tensor out, lse, max_logit, dq, dk, dv;
+};
+
+// The CPU kernels in f64 on the given (already rounded) inputs.
+Grads cpu_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                    const std::vector<int64_t>& window, double scale, double softcap) {
+  const Tensor q64 = q.to(DType::f64), k64 = k.to(DType::f64), v64 = v.to(DType::f64), g64 = g.to(DType::f64);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
+  Grads r;
+  r.out = empty_like(q64);
+  r.lse = empty({B, H, T}, {DType::f64});
+  r.max_logit = empty({H}, {DType::f32});
+  cpu::attention_forward(q64, k64, v64, window, scale, softcap, r.out, r.lse, r.max_logit);
+  r.dq = empty_like(q64), r.dk = empty_like(q64), r.dv = empty_like(q64);
+  cpu::attention_backward(q64, k64, v64, r.out, r.lse, g64, window, scale, softcap, r.dq, r.dk, r.dv);
+  return r;
+}
+
+// The CUDA kernels into NaN-poisoned outputs.
+Grads cuda_run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const std::vector<int64_t>& window,
+               double scale, double softcap) {
+  const Device dev = Device::cuda(0);
+  const Tensor qd = q.to(dev), kd = k.to(dev), vd = v.to(dev), gd = g.to(dev);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Grads r;
+  r.out = full(q.shape(), nan, {q.dtype(), dev});
+  r.lse = full({B, H, T}, nan, {DType::f32, dev});
+  r.max_logit = full({H}, nan, {DType::f32, dev});
+  cuda::attention_forward(qd, kd, vd, window, scale, softcap, r.out, r.lse, r.max_logit);
+  r.dq = full(q.shape(), nan, {q.dtype(), dev});
+  r.dk = full(q.shape(), nan, {q.dtype(), dev});
+  r.dv = full(q.shape(), nan, {q.dtype(), dev});
+  cuda::attention_backward(qd, kd, vd, r.out, r.lse, gd, window, scale, softcap, r.dq, r.dk, r.dv);
+  return r;
+}
+
+struct Case {
+  int64_t B, T, D;
+  std::vector<int64_t> window;
+  double scale = 0;      // 0: 1/sqrt(D)
+  double softcap = 0;
+  double input_std = 1;  // larger: larger logits
+};
+
+void check_case(const Case& c, DType dt, uint64_t seed) {
+  const int64_t H = static_cast<int64_t>(c.window.size());
+  const Shape shape{c.B, H, c.T, c.D};
+  Generator gen(seed);
+  const Tensor q = randn(shape, gen, {}, 0, c.input_std).to(dt), k = randn(shape, gen, {}, 0, c.input_std).to(dt),
+               v = randn(shape, gen).to(dt), g = randn(shape, gen).to(dt);
+  const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(static_cast<double>(c.D));
+  std::string windows;
+  for (int64_t w : c.window) windows += std::to_string(w) + " ";
+  INFO(dtype_name(dt) << " B " << c.B << " T " << c.T << " D " << c.D << " windows [ " << windows << "] scale "
+                      << scale << " softcap " << c.softcap);
+  const Grads ref = cpu_reference(q, k, v, g, c.window, scale, c.softcap);
+  const Grads got = cuda_run(q, k, v, g, c.window, scale, c.softcap);
+  const double tol = tolerance(dt);
+  CHECK(got.out.dtype() == dt);
+  check_close("out", got.out, ref.out, tol);
+  check_close("lse", got.lse, ref.lse, tol);
+  check_close("max_logit", got.max_logit, ref.max_logit, tol);
+  check_close("dq", got.dq, ref.dq, tol);
+  check_close("dk", got.dk, ref.dk, tol);
+  check_close("dv", got.dv, ref.dv, tol);
+}
+
+constexpr DType kDTypes[] = {DType::f32, DType::bf16, DType::f16};
+
+}  // namespace
+
+TEST_CASE("CUDA attention matches the CPU: MHSA, every dtype and head dim") {
+  KEEL_REQUIRE_CUDA();
+  uint64_t seed = 100;
+  for (DType dt : kDTypes)
+    for (int64_t D : {32, 64, 128}) check_case({2, 129, D, {0, 0}}, dt, ++seed);
+}
+
+TEST_CASE("CUDA attention matches the CPU: LS-attention, 5 local heads of window 50 and 1 global") {
+  KEEL_REQUIRE_CUDA();
+  const std::vector<int64_t> ls = AttentionSpec::ls(6, 5, 50).window;
+  uint64_t seed = 200;
+  for (DType dt : kDTypes) {
+    check_case({2, 300, 32, ls}, dt, ++seed);  // the paper's head dim
+    check_case({1, 257, 64, ls}, dt, ++seed);
+    check_case({1, 200, 128, ls}, dt, ++seed);
+  }
+}
+
+TEST_CASE("CUDA attention matches the CPU: window 1, windows at and beyond T, tile-sized windows") {
+  KEEL_REQUIRE_CUDA();
+  uint64_t seed = 300;
+  for (DType dt : kDTypes) {
+    check_case({1, 70, 64, {1, 70, 75, 1000, 0}}, dt, ++seed);
+    check_case({1, 200, 64, {31, 32, 33, 63, 64, 65, 127, 128}}, dt, ++seed);  // bands on tile edges
+  }
+  // Window 1: each query sees only itself, so out = v exactly in f32 (p = exp(0) = 1, l = 1).
+  Generator gen(301);
+  const Tensor q = randn({2, 2, 77, 32}, gen), k = randn({2, 2, 77, 32}, gen), v = randn({2, 2, 77, 32}, gen);
+  const Device dev = Device::cuda(0);
+  AttentionResult r = attention(q.to(dev), k.to(dev), v.to(dev), {0, {1, 1}});
+  CHECK(r.out.to_vector<float>() == v.to_vector<float>());
+}
+
+TEST_CASE("CUDA attention matches the CPU: odd sequence lengths and T below one tile") {
+  KEEL_REQUIRE_CUDA();
+  uint64_t seed = 400;
+  for (DType dt : kDTypes)
+    for (int64_t T : {1, 7, 16, 31, 63, 65, 129, 1000}) check_case({2, T, 64, {0, 3, 50}}, dt, ++seed);
+  check_case({3, 5, 32, {0, 2, 1, 5}}, DType::bf16, ++seed);  // B > 2, H = 4, all heads in one tile
+}
+
+TEST_CASE("CUDA attention matches the CPU: logit soft-capping, custom and negative scales") {
+  KEEL_REQUIRE_CUDA();
+  uint64_t seed = 500;
+  for (DType dt : kDTypes) {
+    check_case({2, 100, 64, {0, 7}, 0, 5.0, 3.0}, dt, ++seed);      // logits ~ N(0, 9): the cap at 5 bites
+    check_case({1, 90, 32, {0, 20}, 0.9, 2.0, 1.0}, dt, ++seed);    // scale 0.9: cap at 2 saturates
+    check_case({1, 80, 128, {0, 10}, 0.05, 0, 1.0}, dt, ++seed);    // small scale: near-uniform rows
+    check_case({1, 66, 32, {0, 10}, -0.4, 0, 1.0}, dt, ++seed);     // negative scale
+  }
+}
+
+TEST_CASE("CUDA attention through the front end: autograd, strided and misaligned inputs, empty inputs") {
+  KEEL_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  Generator gen(600);
+  const int64_t B = 2, T = 90, H = 3, D = 64;
+  const AttentionSpec spec{0, {0, 5, 40}, 0};
+  // Leaves (B, T, H, D), transposed to (B, H, T, D): a strided view, as the model produces, and
+  // the gradients must flow back through it.
+  auto heads = [](const Tensor& x) { return transpose(x, 1, 2); };
+  const Tensor qh = randn({B, T, H, D}, gen), kh = randn({B, T, H, D}, gen), vh = randn({B, T, H, D}, gen);
+  const Tensor g = randn({B, H, T, D}, gen);
+  for (DType dt : kDTypes) {
+    INFO(dtype_name(dt));
+    auto leaves = [&](std::optional<Device> to_dev, DType compute) {
+      std::vector<Tensor> xs;
+      for (const Tensor& x : {qh, kh, vh}) {
+        Tensor y = x.to(dt).to(compute);  // rounded to dt first, so both runs see the same values
+        if (to_dev) y = y.to(*to_dev);
+        xs.push_back(y.detach().set_requires_grad(true));
+      }
+      return xs;
+    };
+    std::vector<Tensor> in = leaves(dev, dt), in64 = leaves(std::nullopt, DType::f64);
+    AttentionResult r = attention(heads(in[0]), heads(in[1]), heads(in[2]), spec);
+    CHECK(r.out.device() == dev);
+    CHECK(r.max_logit.device() == dev);
+    CHECK(r.out.requires_grad());
+    r.out.backward(g.to(dt).to(dev));
+    AttentionResult ref = attention(heads(in64[0]), heads(in64[1]), heads(in64[2]), spec);
+    ref.out.backward(g.to(dt).to(DType::f64));
+    const double tol = tolerance(dt);
+    check_close("out", r.out, ref.out, tol);
+    check_close("max_logit", r.max_logit, ref.max_logit, tol);
+    const char* names[] = {"dq", "dk", "dv"};
+    for (int a = 0; a < 3; ++a) {
+      REQUIRE(in[a].grad().defined());
+      CHECK(in[a].grad().dtype() == dt);
+      CHECK(in[a].grad().device() == dev);
+      check_close(names[a], in[a].grad(), in64[a].grad(), tol);
+    }
+  }
+  // A contiguous view at an odd element offset: not 16-byte aligned, so the kernels get a copy.
+  const Tensor flat = randn({1 + 3 * B * H * T * D}, gen).to(dev);
+  const Shape shape{B, H, T, D};
+  const Tensor qv = flat.as_strided(shape, contiguous_strides(shape), 1);
+  const Tensor kv = flat.as_strided(shape, contiguous_strides(shape), 1 + B * H * T * D);
+  const Tensor vv = flat.as_strided(shape, contiguous_strides(shape), 1 + 2 * B * H * T * D);
+  REQUIRE(qv.is_contiguous());
+  const AttentionResult odd = attention(qv, kv, vv, spec);
+  const AttentionResult packed = attention(qv.clone(), kv.clone(), vv.clone(), spec);
+  CHECK(odd.out.to_vector<float>() == packed.out.to_vector<float>());
+  // Empty inputs: empty output, zero statistic.
+  const AttentionResult e = attention(zeros({1, 2, 0, 64}, {DType::bf16, dev}), zeros({1, 2, 0, 64}, {DType::bf16, dev}),
+                                      zeros({1, 2, 0, 64}, {DType::bf16, dev}), AttentionSpec::mhsa(2));
+  CHECK(e.out.numel() == 0);
+  CHECK(e.max_logit.to_vector<float>() == std::vector<float>{0, 0});
+}
+
+TEST_CASE("CUDA attention max_logit: a NaN logit shows in its head only, and the backward is deterministic") {
+  KEEL_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  Generator gen(700);
+  Tensor q = randn({2, 2, 100, 32}, gen), k = randn({2, 2, 100, 32}, gen), v = randn({2, 2, 100, 32}, gen);
+  const std::vector<int64_t> window{0, 10};
+  const double scale = 1 / std::sqrt(32.0);
+  std::vector<float> qv = q.to_vector<float>();
+  qv[((1 * 2 + 1) * 100 + 70) * 32 + 5] = std::nanf("");  // batch 1, head 1, query 70
+  const Tensor qn = from_vector(qv, q.shape());
+  for (DType dt : kDTypes) {
+    INFO(dtype_name(dt));
+    AttentionResult r = attention(qn.to(dt).to(dev), k.to(dt).to(dev), v.to(dt).to(dev), {0, window, 0});
+    const std::vector<float> m = r.max_logit.to_vector<float>();
+    CHECK(std::isnan(m[1]));
+    const std::vector<double> out = r.out.to_vector<double>();
+    CHECK(std::isnan(out[((1 * 2 + 1) * 100 + 70) * 32]));      // the NaN query's row ...
+    CHECK(std::isfinite(out[((1 * 2 + 1) * 100 + 69) * 32]));   // ... and no other
+    CHECK(std::isfinite(out[((1 * 2 + 0) * 100 + 70) * 32]));
+    const Grads ref = cpu_reference(q.to(dt), k.to(dt), v.to(dt), v.to(dt), window, scale, 0);
+    CHECK(m[0] == doctest::Approx(ref.max_logit.to_vector<float>()[0]).epsilon(tolerance(dt)));
+
+    // No atomics in the backward: two runs give the same bits.
+    const Grads a = cuda_run(q.to(dt), k.to(dt), v.to(dt), v.to(dt), window, scale, 0);
+    const Grads b = cuda_run(q.to(dt), k.to(dt), v.to(dt), v.to(dt), window, scale, 0);
+    const std::vector<std::pair<Tensor, Tensor>> runs = {{a.out, b.out}, {a.dq, b.dq}, {a.dk, b.dk}, {a.dv, b.dv}};
+    for (const auto& [x, y] : runs) CHECK(x.to_vector<double>() == y.to_vector<double>());
+  }
+}
+
+TEST_CASE("CUDA attention rejects what it has no kernel for") {
+  KEEL_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  try {
+    attention(zeros({1, 2, 8, 48}, {DType::f32, dev}), zeros({1, 2, 8, 48}, {DType::f32, dev}),
+              zeros({1, 2, 8, 48}, {DType::f32, dev}), AttentionSpec::mhsa(2));
+    FAIL("no error for D = 48");
+  } catch (const ShapeError& e) {
+    CHECK(std::string(e.what()).find("48") != std::string::npos);
+    CHECK(e.hint().find("32, 64 and 128") != std::string::npos);
+  }
+  const Tensor d = zeros({1, 2, 8, 32}, {DType::f64, dev});
+  CHECK_THROWS_AS(attention(d, d, d, AttentionSpec::mhsa(2)), DTypeError);
+  const Tensor many = zeros({1, 129, 4, 32}, {DType::f32, dev});
+  CHECK_THROWS_AS(attention(many, many, many, AttentionSpec::mhsa(129)), ShapeError);
+}
+
+TEST_CASE("CUDA attention at long sequences: a local head stays linear in T (smoke, timings printed)") {
+  KEEL_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  Generator gen(800);
+  // Correctness of a local head at T = 16384 against the CPU (cheap there too: O(T * W)).
+  check_case({1, 16384, 64, {50}}, DType::bf16, 801);
+  // Forward + backward times of one head, local (w = 50) against global, at growing T. A local
+  // head's time should roughly double with T; a global head's roughly quadruple.
+  auto time_ms = [&](int64_t T, int64_t w) {
+    const Shape s{1, 1, T, 64};
+    Tensor q = randn(s, gen).to(DType::bf16).to(dev), k = randn(s, gen).to(DType::bf16).to(dev),
+           v = randn(s, gen).to(DType::bf16).to(dev), g = randn(s, gen).to(DType::bf16).to(dev);
+    for (Tensor* x : {&q, &k, &v}) x->set_requires_grad(true);
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      cuda::synchronize(0);
+      const auto t0 = std::chrono::steady_clock::now();
+      AttentionResult r = attention(q, k, v, {0, {w}, 0});
+      r.out.backward(g);
+      cuda::synchronize(0);
+      best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      CHECK(std::isfinite(q.grad().to(DType::f32).to_vector<float>()[0]));
+    }
+    return best;
+  };
+  for (int64_t T : {1024, 2048, 4096, 8192})
+    MESSAGE("T " << T << ": local (w = 50) " << time_ms(T, 50) << " ms, global " << time_ms(T, 0)
+                 << " ms (forward + backward, one head, D = 64, bf16)");
+}
+
+#else
+
+TEST_CASE("CUDA attention kernels") { KEEL_REQUIRE_CUDA(); }  // reports a skip in a CPU-only build
+
+#endif
