@@ -103,6 +103,7 @@ std::unique_ptr<GPT2> load_pretrained(const fs::path& dir) {
   }
   auto model = std::make_unique<GPT2>(GPT2Config::load(config_path));
   load_hf_tensors(*model, load_safetensors(weights).tensors, weights.string());
+  model->eval();  // as transformers' from_pretrained: HF configs carry dropout 0.1; train() to fine-tune
   return model;
 }
 

@@ -20,6 +20,8 @@ namespace keel::nn {
 // Builds the model from `dir`/config.json and copies in `dir`/model.safetensors (converted to
 // f32). IoError naming the file for missing / unreadable files, missing or unexpected tensors
 // and wrong shapes; ConfigError for a config.json that is not GPT-2 or that keel cannot run.
+// The model comes back in eval mode, as from transformers' from_pretrained (call train() to
+// fine-tune: HF configs carry a dropout of 0.1).
 std::unique_ptr<GPT2> load_pretrained(const std::filesystem::path& dir);
 
 // Writes `dir`/config.json (with keel's keys) and `dir`/model.safetensors (HF names, Conv1D

@@ -7,6 +7,9 @@
 #include "ops/cpu/elementwise.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
+#ifdef KEEL_WITH_CUDA
+#include "ops/cuda/ops.h"
+#endif
 
 namespace keel {
 
@@ -45,8 +48,16 @@ void check_binary(const char* op, const Tensor& a, const Tensor& b) {
 Tensor binary_forward(cpu::BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   check_binary(name, a, b);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  if (a.device().is_cuda()) detail::no_cuda_kernel(name);
+#ifndef KEEL_WITH_CUDA
+  if (a.device().is_cuda()) detail::no_cuda_kernel(name);  // a build without the CUDA kernels
+#endif
   Tensor out = empty(shape, {a.dtype(), a.device()});
+#ifdef KEEL_WITH_CUDA
+  if (a.device().is_cuda()) {
+    cuda::binary(op, a, b, out);
+    return out;
+  }
+#endif
   cpu::binary(op, a, b, out);
   return out;
 }
@@ -135,8 +146,16 @@ Tensor div(const Tensor& a, const Tensor& b) {
 namespace {
 Tensor unary_forward(cpu::UnaryOp op, const char* name, const Tensor& x, double s = 0.0) {
   detail::check_floating(name, {{"x", x}});
-  if (x.device().is_cuda()) detail::no_cuda_kernel(name);
+#ifndef KEEL_WITH_CUDA
+  if (x.device().is_cuda()) detail::no_cuda_kernel(name);  // a build without the CUDA kernels
+#endif
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
+#ifdef KEEL_WITH_CUDA
+  if (x.device().is_cuda()) {
+    cuda::unary(op, x, out, s);
+    return out;
+  }
+#endif
   cpu::unary(op, x, out, s);
   return out;
 }
@@ -166,6 +185,9 @@ struct UnaryBackward : Node {
       case cpu::UnaryOp::log: return {div(g, saved)};                         // d log x = 1/x
       case cpu::UnaryOp::tanh: return {mul(g, add(neg(square(saved)), 1.0))};  // 1 - tanh^2
       case cpu::UnaryOp::relu: {
+#ifdef KEEL_WITH_CUDA
+        if (saved.device().is_cuda()) return {cuda::relu_backward(g, saved)};
+#endif
         Tensor mask = empty_like(saved);
         detail::dispatch_float("relu", saved.dtype(), [&]<typename T>() {
           const T* x = saved.data<T>();

@@ -3,19 +3,29 @@
 
 #include "core/autograd.h"
 #include "ops/common.h"
+#ifdef KEEL_WITH_CUDA
+#include "ops/cuda/ops.h"
+#endif
 
 namespace keel {
 
 namespace {
 
 struct CrossEntropyBackward : Node {
-  Tensor logits, targets, lse;  // logits (N, V), targets (N), lse (N)
+  Tensor logits, targets, lse;  // logits (N, V), targets (N), lse (N) (f32 on CUDA)
   Shape logits_shape;
   int64_t ignore_index = -100, count = 0;
   const char* name() const override { return "CrossEntropyBackward"; }
   // grad [] -> dlogits (..., V); targets get none
   std::vector<Tensor> backward(const Tensor& grad) override {
+#ifdef KEEL_WITH_CUDA
+    // On the device the loss gradient stays there: no host round trip in the backward pass.
+    Tensor d = logits.device().is_cuda()
+                   ? cuda::cross_entropy_backward(logits, targets, lse, ignore_index, count, grad)
+                   : cpu::cross_entropy_backward(logits, targets, lse, ignore_index, count, grad.item());
+#else
     Tensor d = cpu::cross_entropy_backward(logits, targets, lse, ignore_index, count, grad.item());
+#endif
     return {d.as_strided(logits_shape, contiguous_strides(logits_shape), 0), Tensor()};
   }
   void release() override { logits = targets = lse = {}; }
@@ -35,7 +45,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     throw ShapeError(op, "targets must have logits' shape without the last dim: " +
                              detail::describe("logits", logits) + ", " + detail::describe("targets", targets),
                      "logits (..., V) go with targets (...)");
-  if (logits.device().is_cuda()) detail::no_cuda_kernel(op);
+#ifndef KEEL_WITH_CUDA
+  if (logits.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
+#endif
 
   int64_t V = logits.size(-1), N = numel_of(rows);
   Tensor lc = logits.detach().contiguous();
@@ -44,7 +56,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor t1 = tc.as_strided({N}, {1}, tc.offset());
   Tensor lse;
   int64_t count = 0;
+#ifdef KEEL_WITH_CUDA
+  Tensor loss = logits.device().is_cuda() ? cuda::cross_entropy_forward(l2, t1, ignore_index, lse, count)
+                                          : cpu::cross_entropy_forward(l2, t1, ignore_index, lse, count);
+#else
   Tensor loss = cpu::cross_entropy_forward(l2, t1, ignore_index, lse, count);
+#endif
   if (needs_grad({logits})) {
     auto node = std::make_shared<CrossEntropyBackward>();
     node->logits = l2;

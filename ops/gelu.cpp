@@ -3,6 +3,9 @@
 
 #include "core/autograd.h"
 #include "ops/common.h"
+#ifdef KEEL_WITH_CUDA
+#include "ops/cuda/ops.h"
+#endif
 
 namespace keel {
 
@@ -20,7 +23,11 @@ struct GeluBackward : Node {
   const char* name() const override { return "GeluBackward"; }
   // grad (shape) -> dx (shape)
   std::vector<Tensor> backward(const Tensor& grad) override {
+#ifdef KEEL_WITH_CUDA
+    Tensor dx = x.device().is_cuda() ? cuda::gelu_backward(flat(grad), x) : cpu::gelu_backward(flat(grad), x);
+#else
     Tensor dx = cpu::gelu_backward(flat(grad), x);
+#endif
     return {dx.as_strided(shape, contiguous_strides(shape), 0)};
   }
   void release() override { x = {}; }
@@ -33,10 +40,17 @@ Tensor gelu(const Tensor& x) {
   const char* op = "gelu";
   detail::check_defined(op, {{"x", x}});
   detail::check_floating(op, {{"x", x}});
-  if (x.device().is_cuda()) detail::no_cuda_kernel(op);
+#ifndef KEEL_WITH_CUDA
+  if (x.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
+#endif
 
   Tensor xf = flat(x);
-  Tensor y = cpu::gelu_forward(xf).as_strided(x.shape(), contiguous_strides(x.shape()), 0);
+#ifdef KEEL_WITH_CUDA
+  Tensor yf = x.device().is_cuda() ? cuda::gelu_forward(xf) : cpu::gelu_forward(xf);
+#else
+  Tensor yf = cpu::gelu_forward(xf);
+#endif
+  Tensor y = yf.as_strided(x.shape(), contiguous_strides(x.shape()), 0);
   if (needs_grad({x})) {
     auto node = std::make_shared<GeluBackward>();
     node->x = xf;

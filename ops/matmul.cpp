@@ -3,6 +3,9 @@
 
 #include "core/autograd.h"
 #include "ops/common.h"
+#ifdef KEEL_WITH_CUDA
+#include "ops/cuda/ops.h"
+#endif
 
 namespace keel {
 
@@ -17,6 +20,13 @@ struct MatmulBackward : Node {
   // grad (..., M, N) -> da (a_shape), db (b_shape)
   std::vector<Tensor> backward(const Tensor& grad) override {
     Tensor da, db;
+#ifdef KEEL_WITH_CUDA
+    if (grad.device().is_cuda()) {
+      if (needs_input_grad(0)) da = cuda::matmul_grad_a(grad, b, a_shape);
+      if (needs_input_grad(1)) db = cuda::matmul_grad_b(grad, a, b_shape);
+      return {da, db};
+    }
+#endif
     if (needs_input_grad(0)) da = cpu::matmul_grad_a(grad, b, a_shape);
     if (needs_input_grad(1)) db = cpu::matmul_grad_b(grad, a, b_shape);
     return {da, db};
@@ -30,6 +40,14 @@ struct LinearBackward : Node {
   // grad (..., N) -> dx (..., K), dweight (N, K), dbias (N)
   std::vector<Tensor> backward(const Tensor& grad) override {
     Tensor dx, dw, db;
+#ifdef KEEL_WITH_CUDA
+    if (grad.device().is_cuda()) {
+      if (needs_input_grad(0)) dx = cuda::linear_grad_x(grad, weight);
+      if (needs_input_grad(1)) dw = cuda::linear_grad_weight(grad, x);
+      if (needs_input_grad(2)) db = cuda::linear_grad_bias(grad);
+      return {dx, dw, db};
+    }
+#endif
     if (needs_input_grad(0)) dx = cpu::linear_grad_x(grad, weight);
     if (needs_input_grad(1)) dw = cpu::linear_grad_weight(grad, x);
     if (needs_input_grad(2)) db = cpu::linear_grad_bias(grad);
@@ -54,9 +72,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     throw ShapeError(op, "inner dimensions differ: " + detail::describe("a", a) + ", " + detail::describe("b", b),
                      "a's last dimension must equal b's second-to-last");
   cpu::matmul_batch_shape(a, b, op);  // throws when the batch dims do not broadcast
-  if (a.device().is_cuda()) detail::no_cuda_kernel(op);
-
+#ifdef KEEL_WITH_CUDA
+  Tensor out = a.device().is_cuda() ? cuda::matmul(a, b) : cpu::matmul(a, b);
+#else
+  if (a.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
   Tensor out = cpu::matmul(a, b);
+#endif
   if (needs_grad({a, b})) {
     auto node = std::make_shared<MatmulBackward>();
     node->a_shape = a.shape();
@@ -89,9 +110,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     throw ShapeError(op, "bias does not match the out-features: " + detail::describe("bias", bias) + ", " +
                              detail::describe("weight", weight),
                      "bias must be (out_features)");
-  if (x.device().is_cuda()) detail::no_cuda_kernel(op);
-
+#ifdef KEEL_WITH_CUDA
+  Tensor out = x.device().is_cuda() ? cuda::linear(x, weight, bias) : cpu::linear(x, weight, bias);
+#else
+  if (x.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
   Tensor out = cpu::linear(x, weight, bias);
+#endif
   if (needs_grad({x, weight, bias})) {
     auto node = std::make_shared<LinearBackward>();
     if (wants_grad(weight)) node->x = x.detach();

@@ -1,0 +1,94 @@
+// bench_ops: keel's matmul and linear against a bare cuBLAS call at GPT-2 (124M) shapes,
+// B*T = 8192 rows of C = 768, bf16 in and out with f32 accumulation:
+//   x @ W for 768 -> 2304 (c_attn), 768 -> 3072 (c_fc), 3072 -> 768 (c_proj), 768 -> 50257 (lm_head).
+// Prints milliseconds and TFLOP/s side by side; the gap is keel's overhead (allocation from the
+// cache, dispatch, layout planning). Not a test: on a machine without a GPU it says so and exits 0.
+//
+//   bench_ops [--iters N]
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "core/cuda/check.h"
+#include "core/cuda/runtime.h"
+#include "core/factory.h"
+#include "ops/matmul.h"
+
+using namespace keel;
+
+namespace {
+
+// Mean milliseconds per call of f over `iters` calls on keel's stream, after 3 warm-up calls.
+double time_ms(const std::function<void()>& f, int iters, cudaStream_t s) {
+  for (int i = 0; i < 3; ++i) f();
+  cudaEvent_t start, stop;
+  KEEL_CHECK_CUDA(cudaEventCreate(&start));
+  KEEL_CHECK_CUDA(cudaEventCreate(&stop));
+  KEEL_CHECK_CUDA(cudaEventRecord(start, s));
+  for (int i = 0; i < iters; ++i) f();
+  KEEL_CHECK_CUDA(cudaEventRecord(stop, s));
+  KEEL_CHECK_CUDA(cudaEventSynchronize(stop));
+  float ms = 0;
+  KEEL_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  KEEL_CHECK_CUDA(cudaEventDestroy(start));
+  KEEL_CHECK_CUDA(cudaEventDestroy(stop));
+  return ms / iters;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 50;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--iters") == 0) iters = std::stoi(argv[i + 1]);
+  if (!cuda::is_available()) {
+    std::printf("bench_ops: no CUDA device here; nothing to measure\n");
+    return 0;
+  }
+  try {
+    const Device gpu = Device::cuda(0);
+    cudaStream_t s = cuda::detail::stream(0);
+    cublasHandle_t handle;
+    KEEL_CHECK_CUBLAS(cublasCreate(&handle));
+    KEEL_CHECK_CUBLAS(cublasSetStream(handle, s));
+    cuda::DeviceInfo info = cuda::device_info(0);
+    std::printf("device: %s, bf16, f32 accumulation, %d iterations\n", info.name.c_str(), iters);
+    std::printf("%-22s %10s %10s %12s %12s %12s %12s\n", "shape (M x K -> N)", "cuBLAS ms", "keel ms", "linear ms",
+                "cuBLAS TF/s", "keel TF/s", "linear TF/s");
+    const int64_t M = 8192;
+    const int64_t shapes[][2] = {{768, 2304}, {768, 3072}, {3072, 768}, {768, 50257}};
+    Generator gen(0);
+    for (const auto& kn : shapes) {
+      const int64_t K = kn[0], N = kn[1];
+      Tensor x = randn({M, K}, gen, {DType::bf16, gpu});
+      Tensor w = randn({K, N}, gen, {DType::bf16, gpu}, 0.0, 0.02);   // x @ w
+      Tensor wt = randn({N, K}, gen, {DType::bf16, gpu}, 0.0, 0.02);  // linear(x, wt) = x @ wt^T
+      Tensor c = empty({M, N}, {DType::bf16, gpu});
+      const float alpha = 1.0f, beta = 0.0f;
+      // Row-major C (M, N) = x w is column-major C^T (N, M) = w^T x^T: cuBLAS sees w and x as
+      // the column-major matrices (N x K) and (K x M) they already are.
+      auto bare = [&] {
+        KEEL_CHECK_CUBLAS(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, w.raw_data(),
+                                       CUDA_R_16BF, int(N), x.raw_data(), CUDA_R_16BF, int(K), &beta, c.raw_data(),
+                                       CUDA_R_16BF, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      };
+      auto ours = [&] { Tensor y = matmul(x, w); };
+      auto lin = [&] { Tensor y = linear(x, wt); };
+      const double t_bare = time_ms(bare, iters, s), t_ours = time_ms(ours, iters, s), t_lin = time_ms(lin, iters, s);
+      const double flop = 2.0 * double(M) * double(N) * double(K);
+      char label[64];
+      std::snprintf(label, sizeof label, "%lld x %lld -> %lld", (long long)M, (long long)K, (long long)N);
+      std::printf("%-22s %10.3f %10.3f %12.3f %12.1f %12.1f %12.1f\n", label, t_bare, t_ours, t_lin,
+                  flop / t_bare * 1e-9, flop / t_ours * 1e-9, flop / t_lin * 1e-9);
+    }
+    KEEL_CHECK_CUBLAS(cublasDestroy(handle));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_ops: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

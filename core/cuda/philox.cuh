@@ -1,0 +1,63 @@
+// Philox-4x32-10 and the uniform draw of core/random.h as inline functions that compile for
+// both the host and the device, so a CUDA kernel (dropout) draws the very numbers the CPU does.
+//
+// Bit-identity with core/random.cpp holds by construction: the rounds use only 32x32->64-bit
+// integer products, xor and wrapping adds, and the uniform is (float(x >> 8) + 1) * 2^-24,
+// where every step is exact in f32 (x >> 8 < 2^24), so no rounding mode, FMA contraction or
+// fast-math flag can change a bit. (Normals use log/sin/cos, whose device versions differ in
+// the last ulp from the host's; nothing on the device draws normals through this header.)
+// tests/ops/test_ops_cuda.cpp checks the host path of this header against core bit for bit.
+//
+// Plain C++ when not compiled by nvcc: include it from .cpp files too.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define KEEL_HD __host__ __device__ __forceinline__
+#else
+#define KEEL_HD inline
+#endif
+
+namespace keel::philox {
+
+struct Block {
+  uint32_t x[4];
+};
+
+// One Philox-4x32-10 block for (counter, key): the same algorithm as keel::philox4x32.
+KEEL_HD Block philox4x32(uint64_t counter, uint64_t key) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;  // round multipliers
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;  // key schedule (golden ratio, sqrt 3)
+  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = static_cast<uint64_t>(kM0) * c0;
+    uint64_t p1 = static_cast<uint64_t>(kM1) * c2;
+    uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += kW0;
+    k1 += kW1;
+  }
+  return Block{{c0, c1, c2, c3}};
+}
+
+// A 32-bit word -> a float in (0, 1], exactly as core/random.cpp's to_unit.
+KEEL_HD float to_unit(uint32_t x) { return (static_cast<float>(x >> 8) + 1.0f) * (1.0f / 16777216.0f); }
+
+// Element i of the stream (key, base): keel::philox_uniform.
+KEEL_HD float uniform(uint64_t key, uint64_t base, uint64_t i) {
+  Block r = philox4x32(base + i / 4, key);
+  return to_unit(r.x[i % 4]);
+}
+
+}  // namespace keel::philox
+
+#undef KEEL_HD

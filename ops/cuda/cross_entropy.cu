@@ -1,0 +1,133 @@
+// Cross-entropy fused with log-softmax on the device, for large vocabularies (V = 50257).
+//
+// Forward: one block per row makes a single pass over the V logits with online softmax
+// (running max and rescaled sum in f32, 16-byte loads after a scalar head: rows of odd length
+// start anywhere modulo 16), and writes only lse (N) and the row's loss; probabilities are
+// never stored. A one-block kernel then adds the N row losses in a fixed order (deterministic)
+// and divides by the number of counted rows.
+// Backward: one block per row writes (softmax - onehot) * grad / count straight from the
+// logits and lse, zero rows for ignored targets. grad stays on the device (no sync).
+#include <string>
+#include <vector>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/ops.h"
+
+namespace keel::cuda {
+
+namespace {
+using namespace dev;
+
+// logits (N, V), targets (N) -> lse (N), row_loss (N) (0 for ignored rows)
+template <typename T, typename I>
+__global__ void ce_forward_kernel(const T* __restrict__ logits, const I* __restrict__ targets, int64_t N, int64_t V,
+                                  int64_t ignore_index, float* __restrict__ lse, float* __restrict__ row_loss) {
+  __shared__ float scratch[64];
+  for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
+    const T* row = logits + r * V;
+    MaxSum ms{-INFINITY, 0.0f};
+    row_fold<T>(row, nullptr, V, row_head(row, V), [&](int64_t, float v, float) { ms = push(ms, v); });
+    ms = block_merge(ms, scratch);
+    if (threadIdx.x == 0) {
+      const float l = ms.m + logf(ms.s);
+      const int64_t t = static_cast<int64_t>(targets[r]);
+      lse[r] = l;
+      row_loss[r] = t == ignore_index ? 0.0f : l - to_f32(row[t]);
+    }
+  }
+}
+
+// row_loss (N) -> loss [] = sum / count (0 when count is 0). One block of 1024 threads.
+template <typename T>
+__global__ void ce_mean_kernel(const float* __restrict__ row_loss, int64_t N, int64_t count, T* __restrict__ loss) {
+  __shared__ float scratch[32];
+  float s = 0.0f;
+  for (int64_t r = threadIdx.x; r < N; r += blockDim.x) s += row_loss[r];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) loss[0] = from_f32<T>(count > 0 ? s / static_cast<float>(count) : 0.0f);
+}
+
+// logits, dlogits (N, V), targets (N), lse (N), grad [] f32 -> dlogits; vec: logits and
+// dlogits share their alignment modulo 16, so one head serves both.
+template <typename T, typename I>
+__global__ void ce_backward_kernel(const T* __restrict__ logits, const I* __restrict__ targets,
+                                   const float* __restrict__ lse, const float* __restrict__ grad, int64_t N, int64_t V,
+                                   int64_t ignore_index, float inv_count, bool vec, T* __restrict__ dlogits) {
+  const float scale = grad[0] * inv_count;
+  for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
+    const T* row = logits + r * V;
+    const int64_t t = static_cast<int64_t>(targets[r]), head = vec ? row_head(row, V) : V;
+    if (t == ignore_index) {
+      row_map<T>(row, nullptr, dlogits + r * V, V, head, [](int64_t, float, float) { return 0.0f; });
+      continue;
+    }
+    const float l = lse[r];
+    row_map<T>(row, nullptr, dlogits + r * V, V, head,
+               [&](int64_t j, float v, float) { return (expf(v - l) - (j == t ? 1.0f : 0.0f)) * scale; });
+  }
+}
+}  // namespace
+
+// logits (N, V), targets (N) -> loss [], lse (N) f32, count
+Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& lse,
+                             int64_t& count) {
+  require_device(logits, "cross_entropy");
+  const int64_t N = logits.size(0), V = logits.size(1);
+  // The targets come to the host once: the range check raises the CPU's IndexError, and the
+  // backward's 1 / count must be known here. (N values: a few KB for a GPT-2 batch.)
+  std::vector<int64_t> t = targets.to_vector<int64_t>();
+  count = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == ignore_index) continue;
+    if (t[i] < 0 || t[i] >= V)
+      throw IndexError("cross_entropy",
+                       "target " + std::to_string(t[i]) + " at position " + std::to_string(i) +
+                           " is out of range for V = " + std::to_string(V) + " classes",
+                       "targets must be in [0, V) or equal ignore_index (" + std::to_string(ignore_index) + ")");
+    ++count;
+  }
+  const Device dev = logits.device();
+  lse = empty({N}, {DType::f32, dev});
+  Tensor loss = empty({}, {logits.dtype(), dev});
+  Tensor row_loss = empty({N}, {DType::f32, dev});
+  visit_float(logits.dtype(), "cross_entropy", [&]<typename T>() {
+    visit_index(targets.dtype(), "cross_entropy", [&]<typename I>() {
+      Where w = where(logits);
+      if (N > 0 && V > 0) {
+        const int blocks = static_cast<int>(std::min<int64_t>(N, int64_t(sm_count(w.device)) * 32));
+        ce_forward_kernel<T, I><<<blocks, row_threads(V, sizeof(T)), 0, w.stream>>>(
+            ptr<const T>(logits), ptr<const I>(targets), N, V, ignore_index, ptr<float>(lse), ptr<float>(row_loss));
+        KEEL_CHECK_LAUNCH();
+      }
+      ce_mean_kernel<T><<<1, 1024, 0, w.stream>>>(ptr<const float>(row_loss), N, count, ptr<T>(loss));
+      KEEL_CHECK_LAUNCH();
+    });
+  });
+  return loss;
+}
+
+// logits (N, V), targets (N), lse (N), grad [] -> dlogits (N, V)
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index,
+                              int64_t count, const Tensor& grad) {
+  require_device(logits, "cross_entropy backward");
+  const int64_t N = logits.size(0), V = logits.size(1);
+  Tensor dx = empty({N, V}, {logits.dtype(), logits.device()});
+  if (N == 0 || V == 0) return dx;
+  Tensor g = grad.dtype() == DType::f32 ? grad : grad.detach().to(DType::f32);
+  visit_float(logits.dtype(), "cross_entropy backward", [&]<typename T>() {
+    visit_index(targets.dtype(), "cross_entropy backward", [&]<typename I>() {
+      Where w = where(logits);
+      const T* pl = ptr<const T>(logits);
+      T* pd = ptr<T>(dx);
+      const bool vec = (reinterpret_cast<uintptr_t>(pl) & 15u) == (reinterpret_cast<uintptr_t>(pd) & 15u);
+      const int blocks = static_cast<int>(std::min<int64_t>(N, int64_t(sm_count(w.device)) * 32));
+      ce_backward_kernel<T, I><<<blocks, row_threads(V, sizeof(T)), 0, w.stream>>>(
+          pl, ptr<const I>(targets), ptr<const float>(lse), ptr<const float>(g), N, V, ignore_index,
+          count > 0 ? 1.0f / static_cast<float>(count) : 0.0f, vec, pd);
+      KEEL_CHECK_LAUNCH();
+    });
+  });
+  return dx;
+}
+
+}  // namespace keel::cuda

@@ -1,0 +1,403 @@
+// CUDA kernels of every op against the CPU op, forward and backward, in f32, bf16 and f16.
+//
+// Method (design.md section 6): fresh random f32 inputs on the CPU; the device gets them in
+// the dtype under test, the CPU reference gets the same rounded values in f32 (so only the
+// kernel's own error is measured). Outputs and gradients are poisoned before each run: NaN
+// blocks are put in the caching allocator's cache, so memory a kernel fails to write shows as
+// NaN, which never passes. Error = ||out - ref|| / ||ref||, under 1e-5 for f32, 1e-2 for half
+// types. Every GPU case starts with KEEL_REQUIRE_CUDA() and is reported skipped without a GPU;
+// the first cases (Philox, planning helpers) are host code and run everywhere.
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/cuda/philox.cuh"
+#include "core/factory.h"
+#include "core/random.h"
+#include "cuda_compare.h"
+#include "cuda_test.h"
+#include "ops/arith.h"
+#include "ops/cross_entropy.h"
+#include "ops/cuda/plan.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
+#include "ops/gelu.h"
+#include "ops/layernorm.h"
+#include "ops/matmul.h"
+#include "ops/reduce.h"
+#include "ops/shape.h"
+#include "ops/softmax.h"
+#ifdef KEEL_WITH_CUDA
+#include "ops/cuda/ops.h"
+#endif
+
+using namespace keel;
+
+using namespace keel::cudatest;
+
+// ---- host code, runs everywhere ----
+
+TEST_CASE("philox.cuh host path equals core philox4x32 and philox_uniform bit for bit") {
+  const uint64_t keys[] = {0, 1, 42, 0xDEADBEEFCAFEF00Dull, ~uint64_t(0)};
+  const uint64_t counters[] = {0, 1, 3, 0xFFFFFFFFull, uint64_t(1) << 32, uint64_t(1) << 40, ~uint64_t(0) - 5};
+  for (uint64_t key : keys)
+    for (uint64_t c0 : counters)
+      for (uint64_t dc = 0; dc < 4; ++dc) {
+        auto want = philox4x32(c0 + dc, key);
+        philox::Block got = philox::philox4x32(c0 + dc, key);
+        for (int j = 0; j < 4; ++j) CHECK(got.x[j] == want[j]);
+      }
+  for (uint64_t key : keys)
+    for (uint64_t base : {uint64_t(0), uint64_t(7), uint64_t(1) << 33})
+      for (uint64_t i = 0; i < 1000; ++i) {
+        float a = philox_uniform(key, base, i), b = philox::uniform(key, base, i);
+        CHECK(std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b));
+      }
+  CHECK(philox::to_unit(0) == 1.0f / 16777216.0f);
+  CHECK(philox::to_unit(0xFFFFFFFFu) == 1.0f);
+}
+
+TEST_CASE("cuda plan helpers: vector heads, dim collapsing, single batch strides") {
+  alignas(16) static char buf[64];
+  CHECK(cuda::plan::vector_head(100, 4, {buf, buf + 16}) == 0);
+  CHECK(cuda::plan::vector_head(100, 4, {buf + 4}) == 3);
+  CHECK(cuda::plan::vector_head(2, 4, {buf + 4}) == 2);          // clamped to n
+  CHECK(cuda::plan::vector_head(100, 2, {buf + 2, buf + 4}) == 100);  // mixed alignment: scalar
+  CHECK(cuda::plan::vector_head(100, 2, {buf + 6, buf + 22}) == 5);
+  CHECK(cuda::plan::vector_head(0, 4, {buf}) == 0);
+
+  // (N, C) + (C): two dims; same-shape contiguous: one dim; size-1 dims dropped.
+  auto s = cuda::plan::collapse({8, 4, 6}, {{24, 6, 1}, {0, 0, 1}});
+  CHECK(s.shape == std::vector<int64_t>{32, 6});
+  CHECK(s.strides[0] == std::vector<int64_t>{6, 1});
+  CHECK(s.strides[1] == std::vector<int64_t>{0, 1});
+  s = cuda::plan::collapse({2, 3, 4}, {{12, 4, 1}, {12, 4, 1}});
+  CHECK(s.shape == std::vector<int64_t>{24});
+  s = cuda::plan::collapse({2, 1, 5}, {{5, 5, 1}, {0, 0, 1}});
+  CHECK(s.shape == std::vector<int64_t>{2, 5});
+  s = cuda::plan::collapse({3, 4}, {{1, 3}, {4, 1}});  // a transposed: nothing merges
+  CHECK(s.shape == std::vector<int64_t>{3, 4});
+  s = cuda::plan::collapse({1, 1}, {{1, 1}});
+  CHECK(s.shape.empty());
+  CHECK(cuda::plan::broadcast_strides({4, 1}, {1, 1}, {3, 4, 5}) == std::vector<int64_t>{0, 1, 0});
+
+  CHECK(cuda::plan::single_batch_stride({4, 5}, {35, 7}) == 7);
+  CHECK(cuda::plan::single_batch_stride({4, 5}, {0, 0}) == 0);
+  CHECK(!cuda::plan::single_batch_stride({4, 5}, {7, 0}).has_value());  // broadcast inner only
+  CHECK(!cuda::plan::single_batch_stride({4, 5}, {40, 7}).has_value());
+  CHECK(cuda::plan::single_batch_stride({1, 5, 1}, {99, 3, 99}) == 3);
+  CHECK(cuda::plan::single_batch_stride({}, {}) == 0);
+}
+
+// ---- GPU cases ----
+
+TEST_CASE("cuda binary ops on same-shape contiguous operands of odd sizes") {
+  KEEL_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (int64_t n : {int64_t(1), int64_t(7), int64_t(33), int64_t(4099), int64_t(100003)}) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(n);
+      Tensor a = rnd({n}, 1), b = uni({n}, 2, 0.5, 2.0);
+      compare([](const std::vector<Tensor>& t) { return add(t[0], t[1]); }, {a, b}, dt);
+      compare([](const std::vector<Tensor>& t) { return sub(t[0], t[1]); }, {a, b}, dt);
+      compare([](const std::vector<Tensor>& t) { return mul(t[0], t[1]); }, {a, b}, dt);
+      compare([](const std::vector<Tensor>& t) { return div(t[0], t[1]); }, {a, b}, dt);
+    }
+}
+
+TEST_CASE("cuda binary ops broadcast and read strided and offset views") {
+  KEEL_REQUIRE_CUDA();
+  const std::pair<Shape, Shape> cases[] = {{{4, 5, 6}, {6}},       {{4, 1, 6}, {5, 1}}, {{3, 1}, {1, 7}},
+                                           {{2, 3, 4}, {2, 1, 4}}, {{}, {5}},           {{64, 769}, {769}},
+                                           {{2, 3, 1, 5}, {3, 4, 1}}};
+  for (DType dt : kDtypes)
+    for (const auto& [sa, sb] : cases) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(shape_str(sa));
+      CAPTURE(shape_str(sb));
+      Tensor a = rnd(sa, 3), b = uni(sb, 4, 0.5, 2.0);
+      compare([](const std::vector<Tensor>& t) { return add(t[0], t[1]); }, {a, b}, dt);
+      compare([](const std::vector<Tensor>& t) { return mul(t[0], t[1]); }, {a, b}, dt);
+      compare([](const std::vector<Tensor>& t) { return div(t[0], t[1]); }, {a, b}, dt);
+      compare([](const std::vector<Tensor>& t) { return sub(t[1], t[0]); }, {a, b}, dt);
+    }
+  for (DType dt : kDtypes) {
+    CAPTURE(dtype_name(dt));
+    // A transposed operand, and offset slices (off the 16-byte grid: the scalar paths).
+    Tensor a = rnd({37, 41}, 5), b = rnd({41, 37}, 6), c = rnd({2, 1001}, 7);
+    compare([](const std::vector<Tensor>& t) { return add(t[0], transpose(t[1], 0, 1)); }, {a, b}, dt);
+    compare([](const std::vector<Tensor>& t) { return mul(slice(t[0], 1, 1, 1001), slice(t[0], 1, 0, 1000)); }, {c},
+            dt);
+    compare([](const std::vector<Tensor>& t) { return sub(slice(t[0], 1, 3, 1001), slice(t[0], 1, 3, 1001)); }, {c},
+            dt);
+  }
+}
+
+TEST_CASE("cuda unary and scalar ops") {
+  KEEL_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (int64_t n : {int64_t(5), int64_t(1031), int64_t(65537)}) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(n);
+      Tensor x = rnd({n}, 10), pos = uni({n}, 11, 0.1, 3.0);
+      compare([](const std::vector<Tensor>& t) { return neg(t[0]); }, {x}, dt);
+      compare([](const std::vector<Tensor>& t) { return exp(t[0]); }, {x}, dt);
+      compare([](const std::vector<Tensor>& t) { return log(t[0]); }, {pos}, dt);
+      compare([](const std::vector<Tensor>& t) { return tanh(t[0]); }, {x}, dt);
+      compare([](const std::vector<Tensor>& t) { return relu(t[0]); }, {x}, dt);
+      compare([](const std::vector<Tensor>& t) { return square(t[0]); }, {x}, dt);
+      compare([](const std::vector<Tensor>& t) { return add(t[0], 0.75); }, {x}, dt);
+      compare([](const std::vector<Tensor>& t) { return mul(t[0], -1.5); }, {x}, dt);
+    }
+  for (DType dt : kDtypes) {  // a non-contiguous input
+    Tensor x = rnd({33, 17}, 12);
+    compare([](const std::vector<Tensor>& t) { return exp(transpose(t[0], 0, 1)); }, {x}, dt);
+  }
+}
+
+TEST_CASE("cuda sum mean max argmax over each dim, split and unsplit paths") {
+  KEEL_REQUIRE_CUDA();
+  struct Case {
+    Shape shape;
+    int64_t dim;
+  };
+  // (3, 100003) dim 1 and (20000, 3) dim 0 split the reduced dim over blocks.
+  const Case cases[] = {{{7, 13, 5}, 0}, {{7, 13, 5}, 1}, {{7, 13, 5}, 2}, {{3, 100003}, 1},
+                        {{20000, 3}, 0}, {{512, 768}, 0}, {{1, 1}, 0},     {{9}, 0}};
+  for (DType dt : kDtypes)
+    for (const Case& c : cases)
+      for (bool keep : {false, true}) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(shape_str(c.shape));
+        CAPTURE(c.dim);
+        Tensor x = rnd(c.shape, 20, 0.5, 1.0);
+        const int64_t d = c.dim;
+        compare([d, keep](const std::vector<Tensor>& t) { return sum(t[0], d, keep); }, {x}, dt);
+        compare([d, keep](const std::vector<Tensor>& t) { return mean(t[0], d, keep); }, {x}, dt);
+        compare([d, keep](const std::vector<Tensor>& t) { return max(t[0], d, keep); }, {x}, dt);
+        Pair p = make(x, dt, false);
+        poison({bytes_of(c.shape, DType::i64)});
+        CHECK(argmax(p.dev, d, keep).to_vector<int64_t>() == argmax(p.ref, d, keep).to_vector<int64_t>());
+      }
+  for (DType dt : kDtypes) {
+    CAPTURE(dtype_name(dt));
+    // 100003 values in [0, 1): a sum near 5e4, within f16's range (65504), split over blocks.
+    compare([](const std::vector<Tensor>& t) { return sum(t[0]); }, {uni({100003}, 21, 0.0, 1.0)}, dt);
+    compare([](const std::vector<Tensor>& t) { return mean(t[0]); }, {rnd({17, 3}, 22)}, dt);
+  }
+  // Ties: the first maximum wins, as on the CPU.
+  Tensor tied = from_vector<float>({1, 3, 3, 2, 3, 0}, {2, 3}).to(kGpu);
+  CHECK(argmax(tied, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+  CHECK(argmax(tied, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 0, 0});
+}
+
+TEST_CASE("cuda embedding forward and deterministic backward with repeated ids") {
+  KEEL_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (int64_t C : {int64_t(768), int64_t(13)})
+      for (DType it : {DType::i32, DType::i64}) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(C);
+        Tensor w = rnd({1000, C}, 30), ids = ids_of({4, 67}, 50, 31, it);  // 50 distinct ids: many repeats
+        compare([](const std::vector<Tensor>& t) { return embedding(t[0], t[1]); }, {w, ids}, dt);
+      }
+  // Bit-identical gradients run to run.
+  Tensor w = rnd({50257, 64}, 32).to(kGpu).to(DType::bf16).detach().set_requires_grad(true);
+  Tensor ids = ids_of({8, 512}, 300, 33).to(kGpu);
+  Tensor g = rnd({8, 512, 64}, 34).to(kGpu).to(DType::bf16);
+  embedding(w, ids).backward(g);
+  std::vector<float> first = w.grad().to_vector<float>();
+  w.zero_grad();
+  embedding(w, ids).backward(g);
+  CHECK(w.grad().to_vector<float>() == first);
+  // Out-of-range ids raise the CPU's IndexError.
+  CHECK_THROWS_AS(embedding(w, from_vector<int64_t>({0, 50257}, {2}).to(kGpu)), IndexError);
+}
+
+TEST_CASE("cuda dropout draws the CPU mask for the same generator state") {
+  KEEL_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (int64_t n : {int64_t(1), int64_t(4099), int64_t(262147)}) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(n);
+      Tensor x = uni({n}, 40, 0.5, 1.5);  // never 0, so a zero in the output is a dropped element
+      Pair p = make(x, dt, true);
+      Generator gc(123), gd(123);
+      gc.advance(5), gd.advance(5);
+      Tensor y_ref = dropout(p.ref, 0.3, gc);
+      poison({bytes_of({n}, dt)});
+      Tensor y = dropout(p.dev, 0.3, gd);
+      CHECK(gc.offset() == gd.offset());
+      std::vector<float> a = y.to_vector<float>(), b = y_ref.to_vector<float>();
+      int64_t mismatched = 0;
+      for (int64_t i = 0; i < n; ++i) mismatched += (a[i] == 0.0f) != (b[i] == 0.0f);
+      CHECK(mismatched == 0);
+      CHECK_CLOSE(y, y_ref, dt);
+      if (dt == DType::f32) CHECK(a == b);
+      Tensor r = rnd({n}, 41);
+      Pair pr = make(r, dt, false);
+      y_ref.backward(pr.ref);
+      y.backward(pr.dev);
+      CHECK_CLOSE(p.dev.grad(), p.ref.grad(), dt);
+    }
+}
+
+TEST_CASE("cuda layernorm forward and backward, vector and scalar rows") {
+  KEEL_REQUIRE_CUDA();
+  const Shape shapes[] = {{4, 768}, {3, 5, 13}, {64, 1000}, {7, 37}, {2, 8}, {300, 64}};
+  for (DType dt : kDtypes)
+    for (const Shape& s : shapes)
+      for (bool with_bias : {true, false}) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(shape_str(s));
+        CAPTURE(with_bias);
+        const int64_t C = s.back();
+        Tensor x = rnd(s, 50, 3.0, 2.0), w = rnd({C}, 51, 1.0, 0.3), b = rnd({C}, 52);
+        if (with_bias)
+          compare([](const std::vector<Tensor>& t) { return layernorm(t[0], t[1], t[2]); }, {x, w, b}, dt);
+        else
+          compare([](const std::vector<Tensor>& t) { return layernorm(t[0], t[1], Tensor()); }, {x, w}, dt);
+      }
+}
+
+TEST_CASE("cuda gelu forward and backward, and the fused bias gelu") {
+  KEEL_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (const Shape& s : {Shape{1}, Shape{3, 1031}, Shape{8, 3072}}) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(shape_str(s));
+      compare([](const std::vector<Tensor>& t) { return gelu(t[0]); }, {rnd(s, 60, 0.0, 2.0)}, dt);
+    }
+#ifdef KEEL_WITH_CUDA
+  for (DType dt : kDtypes)
+    for (int64_t C : {int64_t(3072), int64_t(13)}) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(C);
+      Pair x = make(rnd({9, C}, 61), dt, false), b = make(rnd({C}, 62), dt, false), g = make(rnd({9, C}, 63), dt, false);
+      Tensor pre = add(x.ref, b.ref).detach().set_requires_grad(true);
+      Tensor y_ref = gelu(pre);
+      y_ref.backward(g.ref);
+      CHECK_CLOSE(cuda::bias_gelu_forward(x.dev, b.dev), y_ref, dt);
+      Tensor db;
+      CHECK_CLOSE(cuda::bias_gelu_backward(g.dev, x.dev, b.dev, true, db), pre.grad(), dt);
+      CHECK_CLOSE(db, sum(pre.grad(), 0), dt);
+    }
+#endif
+}
+
+TEST_CASE("cuda softmax and log_softmax over the last and inner dims") {
+  KEEL_REQUIRE_CUDA();
+  struct Case {
+    Shape shape;
+    int64_t dim;
+  };
+  const Case cases[] = {{{5, 1001}, -1}, {{3, 50257}, -1}, {{7, 9, 11}, 0}, {{7, 9, 11}, 1}, {{4, 1}, -1}, {{2, 64}, -1}};
+  for (DType dt : kDtypes)
+    for (const Case& c : cases) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(shape_str(c.shape));
+      CAPTURE(c.dim);
+      Tensor x = rnd(c.shape, 70, 0.0, 3.0);
+      const int64_t d = c.dim;
+      compare([d](const std::vector<Tensor>& t) { return softmax(t[0], d); }, {x}, dt);
+      compare([d](const std::vector<Tensor>& t) { return log_softmax(t[0], d); }, {x}, dt);
+    }
+}
+
+TEST_CASE("cuda cross_entropy at V 50257 with ignored rows") {
+  KEEL_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (DType it : {DType::i32, DType::i64}) {
+      CAPTURE(dtype_name(dt));
+      Tensor logits = rnd({2, 4, 50257}, 80, 0.0, 2.0);
+      std::vector<int64_t> t = ids_of({8}, 50257, 81).to_vector<int64_t>();
+      t[3] = -100, t[6] = -100;
+      Tensor targets = from_vector<int64_t>(t, {2, 4}, {it});
+      compare([](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1]); }, {logits, targets}, dt);
+      // Odd small shapes and a custom ignore_index.
+      Tensor l2 = rnd({37, 1001}, 82);
+      Tensor t2 = ids_of({37}, 1001, 83, it);
+      compare([](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], 5); }, {l2, t2}, dt);
+    }
+  // Every row ignored: loss 0 and a zero gradient; a bad target raises IndexError.
+  Tensor l = rnd({3, 10}, 84).to(kGpu).detach().set_requires_grad(true);
+  Tensor all_ignored = from_vector<int64_t>({-100, -100, -100}, {3}).to(kGpu);
+  Tensor loss = cross_entropy(l, all_ignored);
+  CHECK(loss.item() == 0.0);
+  loss.backward();
+  for (float v : l.grad().to_vector<float>()) CHECK(v == 0.0f);
+  CHECK_THROWS_AS(cross_entropy(l, from_vector<int64_t>({0, 10, 1}, {3}).to(kGpu)), IndexError);
+}
+
+TEST_CASE("cuda matmul batched broadcast and transposed operands") {
+  KEEL_REQUIRE_CUDA();
+  const std::pair<Shape, Shape> cases[] = {{{5, 7}, {7, 3}},          {{4, 33, 17}, {4, 17, 29}}, {{2, 1, 5, 7}, {3, 7, 4}},
+                                           {{6, 9}, {2, 9, 5}},       {{2, 3, 8, 16}, {16, 8}},   {{1, 1}, {1, 1}},
+                                           {{3, 4, 0}, {3, 0, 5}}};
+  for (DType dt : kDtypes)
+    for (const auto& [sa, sb] : cases) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(shape_str(sa));
+      CAPTURE(shape_str(sb));
+      compare([](const std::vector<Tensor>& t) { return matmul(t[0], t[1]); }, {rnd(sa, 90), rnd(sb, 91)}, dt,
+              numel_of(sa) > 0);
+    }
+  for (DType dt : kDtypes) {
+    CAPTURE(dtype_name(dt));
+    // a^T @ b and a @ b^T through transposed views, and a batch of transposes.
+    compare([](const std::vector<Tensor>& t) { return matmul(transpose(t[0], 0, 1), t[1]); },
+            {rnd({7, 5}, 92), rnd({7, 3}, 93)}, dt);
+    compare([](const std::vector<Tensor>& t) { return matmul(t[0], transpose(t[1], -1, -2)); },
+            {rnd({2, 5, 7}, 94), rnd({2, 3, 7}, 95)}, dt);
+    compare([](const std::vector<Tensor>& t) { return matmul(slice(t[0], 1, 1, 8), t[1]); },
+            {rnd({5, 9}, 96), rnd({7, 3}, 97)}, dt);
+  }
+}
+
+TEST_CASE("cuda matmul and linear at GPT-2 shapes") {
+  KEEL_REQUIRE_CUDA();
+  // x (B*T rows, 768) against GPT-2's weights; fewer rows than training (B*T = 8192) to keep
+  // the CPU reference quick, the same K and N.
+  const std::pair<int64_t, int64_t> kn[] = {{768, 2304}, {768, 3072}, {3072, 768}, {768, 768}};
+  for (DType dt : kDtypes)
+    for (const auto& [K, N] : kn) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(K);
+      CAPTURE(N);
+      compare([](const std::vector<Tensor>& t) { return matmul(t[0], t[1]); }, {rnd({2, 128, K}, 100), rnd({K, N}, 101, 0, 0.05)},
+              dt);
+      compare([](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); },
+              {rnd({2, 128, K}, 102), rnd({N, K}, 103, 0, 0.05), rnd({N}, 104)}, dt);
+    }
+  for (DType dt : {DType::bf16, DType::f32}) {  // lm_head: 768 -> 50257, no bias
+    CAPTURE(dtype_name(dt));
+    compare([](const std::vector<Tensor>& t) { return linear(t[0], t[1]); },
+            {rnd({64, 768}, 105), rnd({50257, 768}, 106, 0, 0.05)}, dt);
+  }
+}
+
+TEST_CASE("cuda linear with and without bias, misaligned and 1-D inputs") {
+  KEEL_REQUIRE_CUDA();
+  for (DType dt : kDtypes) {
+    CAPTURE(dtype_name(dt));
+    compare([](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); },
+            {rnd({3, 5, 7}, 110), rnd({9, 7}, 111), rnd({9}, 112)}, dt);
+    compare([](const std::vector<Tensor>& t) { return linear(t[0], t[1]); }, {rnd({7}, 113), rnd({9, 7}, 114)}, dt);
+    // x sliced at an odd offset: cuBLASLt may refuse it; the fallback adds the bias then.
+    compare([](const std::vector<Tensor>& t) { return linear(slice(t[0], 1, 1, 65), t[1], t[2]); },
+            {rnd({16, 65}, 115), rnd({33, 64}, 116), rnd({33}, 117)}, dt);
+    compare([](const std::vector<Tensor>& t) { return linear(transpose(t[0], 0, 1), t[1], t[2]); },
+            {rnd({64, 16}, 118), rnd({33, 64}, 119), rnd({33}, 120)}, dt);
+  }
+}
+
+TEST_CASE("cuda kernels refuse f64 with DTypeError") {
+  KEEL_REQUIRE_CUDA();
+  Tensor x = rnd({4, 4}, 130).to(DType::f64).to(kGpu);
+  CHECK_THROWS_AS(add(x, x), DTypeError);
+  CHECK_THROWS_AS(matmul(x, x), DTypeError);
+  CHECK_THROWS_AS(softmax(x), DTypeError);
+  CHECK_THROWS_AS(gelu(x), DTypeError);
+}
