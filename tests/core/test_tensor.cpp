@@ -80,3 +80,13 @@ TEST_CASE("printing is readable") {
   Tensor big = zeros({100, 100});
   CHECK(big.str().find("...") != std::string::npos);
 }
+
+TEST_CASE("an allocation the machine cannot satisfy is an OutOfMemoryError, not a crash") {
+  try {
+    (void)empty({int64_t(1) << 50});  // 4 PiB of f32
+    FAIL("no error");
+  } catch (const OutOfMemoryError& e) {
+    CHECK(std::string(e.what()).find("could not allocate") != std::string::npos);
+    CHECK_FALSE(e.hint().empty());
+  }
+}

@@ -91,6 +91,12 @@ TEST_CASE("a corrupt or truncated checkpoint is refused on resume") {
   expect_error<IoError>(c, "");
 }
 
+TEST_CASE("a model whose vocabulary disagrees with the data is refused") {
+  TrainConfig c = testing::tiny_config("vocab_mismatch");
+  c.init_from = KEEL_SOURCE_DIR "/tests/nn/data/hf_tiny";  // vocabulary 97, the data's is 512
+  expect_error<ConfigError>(c, "vocabulary");
+}
+
 TEST_CASE("a Hugging Face init directory that is missing or malformed is refused") {
   TrainConfig c = testing::tiny_config("bad_init");
   c.init_from = "/nonexistent/hf";

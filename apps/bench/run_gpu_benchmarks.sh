@@ -1,0 +1,369 @@
+#!/usr/bin/env bash
+# Every GPU benchmark of keel against its PyTorch baseline, in one call of the device tool.
+# See docs/gpu-benchmarks.md for what each number means and the targets.
+#
+# Two steps, on two machines:
+#
+#   1. HERE (no GPU needed; nvcc, CMake and keel's dependencies are here, not on the device):
+#        bash apps/bench/run_gpu_benchmarks.sh stage
+#      builds gpt2, bench_ops and bench_attention with `cmake --preset cuda` (build/cuda) and
+#      packs them, with the shared libraries they need that the device may lack (libfmt, ICU,
+#      ...), into build/gpu-stage/stage.tar.xz (ignored by git; about 13 MB, small enough to
+#      carry: the device tool takes 64 MiB in all).
+#
+#   2. On the device (the run tool), carrying build/gpu-stage:
+#        bash apps/bench/run_gpu_benchmarks.sh
+#      runs, each part under its own time limit inside a total budget (BENCH_BUDGET_S, 540 s):
+#        bench_ops             keel matmul/linear vs bare cuBLAS            -> log.txt
+#        bench_attention       keel attention fwd, fwd+bwd                  -> $OUT/attention_keel.jsonl
+#        attention_baseline.py the same configs in PyTorch                  -> $OUT/attention_torch.jsonl
+#        gpt2 prepare + train  gpt2-124m (T 1024), paper MHSA and LS (T 2048) -> $OUT/train_keel.jsonl
+#        train_baseline.py     the same models in PyTorch (eager; + compile) -> $OUT/train_torch.jsonl
+#      then merges the JSON lines into a keel-vs-PyTorch table: $OUT/summary.md, printed last.
+#      Everything printed is also in $OUT/log.txt. Six files in $OUT, no folders (the device
+#      tool brings back at most 8 files).
+#
+# Environment (all optional):
+#   SKIP_OPS, SKIP_ATTN_KEEL, SKIP_ATTN_TORCH, SKIP_TRAIN_KEEL, SKIP_TRAIN_TORCH  =1 skips a part
+#   TORCH_COMPILE=0       no torch.compile run of gpt2-124m (default 1: one extra row, run last)
+#   ATTN_ARGS="..."       extra flags for both attention benchmarks (e.g. "--dims 64 --seqs 2048")
+#   QUICK=1               a smoke test: D 64, T 1k/2k, 10 training steps
+#   TRAIN_STEPS=50        keel training steps per run; the first TRAIN_SKIP=10 are not summarised
+#   BENCH_BUDGET_S=540    total seconds; a part gets at most what is left less a reserve
+#   KEEL_STAGE=DIR        where the staged binaries are (default build/gpu-stage)
+#   OUT=DIR               results (the device tool sets it; default runs/gpu-bench)
+#   PYTHON=python3        the Python that has torch
+set -u -o pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+STAGE=${KEEL_STAGE:-$ROOT/build/gpu-stage}
+PY=${PYTHON:-python3}
+
+# ---------------------------------------------------------------------------------------------
+# stage: build here and collect what the device needs.
+# ---------------------------------------------------------------------------------------------
+if [[ "${1:-run}" == "stage" ]]; then
+  set -e
+  BUILD=${KEEL_BUILD_DIR:-$ROOT/build/cuda}
+  if [[ "${KEEL_STAGE_BUILD:-1}" == "1" ]]; then
+    (cd "$ROOT" && cmake --preset cuda && cmake --build --preset cuda --target gpt2 bench_ops bench_attention)
+  fi
+  TMP=$(mktemp -d)
+  trap 'rm -rf "$TMP"' EXIT
+  mkdir -p "$TMP/bin" "$TMP/lib" "$TMP/lib-fallback"
+  for b in apps/gpt2/gpt2 apps/bench/bench_ops apps/bench/bench_attention; do
+    [[ -x "$BUILD/$b" ]] || { echo "stage: $BUILD/$b is missing: build it first" >&2; exit 1; }
+    cp "$BUILD/$b" "$TMP/bin/"
+  done
+  # Shared libraries: glibc's come from the device's system (same or newer), the CUDA and NCCL
+  # ones from its toolkit and PyTorch's nvidia packages; everything else travels (libfmt, ICU,
+  # ...; the run uses a staged one only where the device has none of that name). libstdc++ and
+  # libgcc_s travel as a fallback only, used when the device's are older than the build's.
+  for lib in $(ldd "$TMP"/bin/* | awk '/=> \// {print $3}' | sort -u); do
+    base=$(basename "$lib")
+    case "$base" in
+      libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libresolv.so*) ;;
+      libcuda.so*|libcudart.so*|libcublas*|libnccl*|libnvidia*|libnvrtc*|libnvJitLink*) ;;
+      libstdc++.so*|libgcc_s.so*) cp -L "$lib" "$TMP/lib-fallback/$base" ;;
+      *) cp -L "$lib" "$TMP/lib/$base" ;;
+    esac
+  done
+  { git -C "$ROOT" rev-parse HEAD; git -C "$ROOT" status --porcelain; } > "$TMP/commit" 2>/dev/null || true
+  ls -la "$TMP/bin" "$TMP/lib" "$TMP/lib-fallback"
+  # Compressed (about 13 MB instead of 60): the device tool carries at most 64 MiB in all.
+  rm -rf "$STAGE"
+  mkdir -p "$STAGE"
+  tar -C "$TMP" -cJf "$STAGE/stage.tar.xz" bin lib lib-fallback commit
+  cp "$TMP/commit" "$STAGE/commit"
+  echo "staged: $(du -h "$STAGE/stage.tar.xz" | cut -f1) in $STAGE/stage.tar.xz; carry build/gpu-stage"
+  exit 0
+fi
+
+# ---------------------------------------------------------------------------------------------
+# run: on the machine with the GPU.
+# ---------------------------------------------------------------------------------------------
+OUT=${OUT:-$ROOT/runs/gpu-bench}
+mkdir -p "$OUT"
+WORK=${KEEL_BENCH_WORK:-/tmp/keel-gpu-bench}  # datasets and run directories (checkpoints): not in $OUT
+rm -rf "$WORK"
+mkdir -p "$WORK"
+exec 3>&1 4>&2
+exec > >(tee -a "$OUT/log.txt") 2>&1
+export PYTHONUNBUFFERED=1
+BUDGET=${BENCH_BUDGET_S:-540}
+RESERVE=25  # seconds kept for the summary
+QUICK=${QUICK:-0}
+TRAIN_STEPS=${TRAIN_STEPS:-50}
+TRAIN_SKIP=${TRAIN_SKIP:-10}
+ATTN_ARGS=${ATTN_ARGS:-}
+TORCH_STEPS="--warmup 10 --steps 30"
+if [[ "$QUICK" == "1" ]]; then
+  ATTN_ARGS="--dims 64 --seqs 1024,2048 $ATTN_ARGS"
+  TRAIN_STEPS=10 TRAIN_SKIP=3 TORCH_STEPS="--warmup 3 --steps 5"
+fi
+
+banner() { printf '\n===== %s (t = %ds) =====\n' "$1" "$SECONDS"; }
+
+# run_part NAME CAP_SECONDS CMD...: runs CMD under `timeout`, capped by what is left of the budget.
+run_part() {
+  local name=$1 cap=$2
+  shift 2
+  local left=$((BUDGET - RESERVE - SECONDS))
+  local limit=$((cap < left ? cap : left))
+  if ((limit < 15)); then
+    echo "[$name] skipped: only ${left}s of the budget left"
+    return 0
+  fi
+  echo "[$name] (limit ${limit}s) $*"
+  local t0=$SECONDS rc=0
+  timeout -k 10 "$limit" "$@" || rc=$?
+  if ((rc == 124 || rc == 137)); then
+    echo "[$name] STOPPED at its time limit (${limit}s); results so far are kept"
+  elif ((rc != 0)); then
+    echo "[$name] FAILED with exit code $rc"
+  fi
+  echo "[$name] took $((SECONDS - t0))s"
+  return 0
+}
+
+banner "environment"
+# The staged binaries and libraries: a tarball from `stage`, or an unpacked directory.
+if [[ -f "$STAGE/stage.tar.xz" ]]; then
+  mkdir -p "$WORK/stage"
+  tar -C "$WORK/stage" -xJf "$STAGE/stage.tar.xz" || echo "could not unpack $STAGE/stage.tar.xz"
+  STAGE=$WORK/stage
+fi
+BIN=$STAGE/bin
+[[ -d "$BIN" ]] || echo "no staged binaries in $STAGE: run 'bash apps/bench/run_gpu_benchmarks.sh stage' here and carry build/gpu-stage"
+head -20 "$STAGE/commit" 2>/dev/null
+NV_DIRS=$("$PY" - <<'EOF' 2>/dev/null
+import glob, os, site
+roots = []
+try:
+    import nvidia
+    roots += list(getattr(nvidia, "__path__", []))
+except Exception:
+    pass
+for sp in site.getsitepackages():
+    roots.append(os.path.join(sp, "nvidia"))
+dirs = []
+for r in roots:
+    for d in sorted(glob.glob(os.path.join(r, "*", "lib")) + glob.glob(os.path.join(r, "*", "*", "lib"))):
+        if os.path.isdir(d) and d not in dirs:
+            dirs.append(d)
+print(":".join(dirs))
+EOF
+)
+# The keel binaries (and only they: Python keeps its own environment) get the CUDA toolkit's and
+# PyTorch's nvidia libraries, plus those staged libraries that this machine does not have.
+mkdir -p "$WORK/lib"
+for l in "$STAGE"/lib/*; do
+  [[ -e "$l" ]] || continue
+  b=$(basename "$l")
+  ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$b " || ln -sf "$l" "$WORK/lib/$b"
+done
+KEEL_LDP="$WORK/lib:/usr/local/cuda/lib64"
+[[ -n "$NV_DIRS" ]] && KEEL_LDP="$KEEL_LDP:$NV_DIRS"
+[[ -d /usr/local/nvidia/lib64 ]] && KEEL_LDP="$KEEL_LDP:/usr/local/nvidia/lib64"
+KEEL_LDP="$KEEL_LDP${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if env LD_LIBRARY_PATH="$KEEL_LDP" ldd "$BIN"/* 2>&1 | grep -q "not found"; then
+  echo "some libraries are missing; adding the staged libstdc++/libgcc_s fallback"
+  KEEL_LDP="$KEEL_LDP:$STAGE/lib-fallback"
+fi
+K=(env LD_LIBRARY_PATH="$KEEL_LDP")  # prefix of every keel command
+export KEEL_DATA_DIR=$ROOT/data  # the bundled GPT-2 vocabulary (the build's path is this machine's)
+echo "keel's LD_LIBRARY_PATH=$KEEL_LDP"
+echo "staged libraries used: $(ls "$WORK/lib" | tr '\n' ' ')"
+for b in "$BIN"/*; do
+  echo "--- ldd $b"
+  "${K[@]}" ldd "$b"
+done
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv 2>&1
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' 2>&1
+
+if [[ "${SKIP_OPS:-0}" != "1" ]]; then
+  banner "bench_ops: keel matmul vs cuBLAS"
+  run_part bench_ops 60 "${K[@]}" "$BIN/bench_ops" --iters 50
+fi
+
+if [[ "${SKIP_ATTN_KEEL:-0}" != "1" ]]; then
+  banner "bench_attention: keel"
+  # shellcheck disable=SC2086
+  run_part bench_attention 170 "${K[@]}" "$BIN/bench_attention" --json "$OUT/attention_keel.jsonl" $ATTN_ARGS
+fi
+
+if [[ "${SKIP_ATTN_TORCH:-0}" != "1" ]]; then
+  banner "attention_baseline.py: PyTorch"
+  # shellcheck disable=SC2086
+  run_part attention_baseline 170 "$PY" "$ROOT/apps/bench/attention_baseline.py" \
+    --json "$OUT/attention_torch.jsonl" $ATTN_ARGS
+fi
+
+# keel runs: name preset attention batch seq_len dataset
+KEEL_RUNS=(
+  "gpt2-124m_mhsa gpt2-124m mhsa 16 1024 gpt2vocab"
+  "paper_mhsa paper mhsa 32 2048 vocab10k"
+  "paper_ls paper ls 32 2048 vocab10k"
+)
+if [[ "${SKIP_TRAIN_KEEL:-0}" != "1" ]]; then
+  banner "gpt2 prepare + train: keel"
+  CORPUS=$ROOT/data/corpora/austen_6novels.txt.xz
+  run_part prepare_gpt2vocab 60 "${K[@]}" "$BIN/gpt2" prepare -q -i "$CORPUS" -o "$WORK/gpt2vocab"
+  run_part prepare_vocab10k 90 "${K[@]}" "$BIN/gpt2" prepare -q -i "$CORPUS" -o "$WORK/vocab10k" --train-vocab 10000
+  for r in "${KEEL_RUNS[@]}"; do
+    read -r name preset attn bsz seq data <<<"$r"
+    run_part "train_$name" 110 "${K[@]}" "$BIN/gpt2" train --preset "$preset" --attention "$attn" \
+      --data "$WORK/$data" --run-dir "$WORK/runs/$name" --batch-size "$bsz" --seq-len "$seq" \
+      --max-steps "$TRAIN_STEPS" --warmup-steps 5 --dtype bf16 --device cuda --log-every 1 \
+      --val-every 0 --val-batches 2 --ckpt-every 0 --keep-checkpoints 1
+  done
+  # metrics.jsonl of each run -> one summary line per run (median over steps >= TRAIN_SKIP).
+  "$PY" - "$WORK/runs" "$OUT/train_keel.jsonl" "$TRAIN_SKIP" "${KEEL_RUNS[@]}" <<'EOF'
+import json, os, statistics, sys
+runs_dir, out_path, skip = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def num(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+with open(out_path, "w") as out:
+    for spec in sys.argv[4:]:
+        name, preset, attn, bsz, seq, data = spec.split()
+        rec = {"bench": "train", "impl": "keel", "preset": preset, "attention": attn, "B": int(bsz), "T": int(seq)}
+        path = os.path.join(runs_dir, name, "metrics.jsonl")
+        train = []
+        if os.path.exists(path):
+            for line in open(path):
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                if r.get("kind") == "train":
+                    train.append(r)
+        timed = [r for r in train if r.get("step", 0) >= skip] or train[len(train) // 2:]
+        if not timed:
+            rec.update(status="error", error=f"no train records in {path}")
+        else:
+            tps = [num(r.get("tokens_per_s")) for r in timed]
+            mfu = [num(r.get("mfu")) for r in timed]
+            med = statistics.median(tps)
+            mfu_med = statistics.median(mfu)
+            rec.update(status="ok", steps=len(train), timed_steps=len(timed), tokens_per_s=med,
+                       tokens_per_s_mean=statistics.fmean(tps), step_ms=int(bsz) * int(seq) / med * 1e3,
+                       mfu=None if mfu_med != mfu_med else mfu_med,
+                       mem_bytes=max(int(r["mem_bytes"]) if isinstance(r.get("mem_bytes"), int) else -1 for r in train),
+                       final_loss=num(train[-1].get("loss")),
+                       max_logit=max((num(x) for row in train[-1].get("max_logit", []) for x in row), default=None))
+        out.write(json.dumps(rec) + "\n")
+        print(f"keel {name}: {rec.get('status')} "
+              + (f"{rec['tokens_per_s']:.0f} tok/s, {rec['step_ms']:.1f} ms/step, MFU {rec['mfu']}" if rec["status"] == "ok" else rec.get("error", "")))
+EOF
+fi
+
+if [[ "${SKIP_TRAIN_TORCH:-0}" != "1" ]]; then
+  banner "train_baseline.py: PyTorch"
+  # shellcheck disable=SC2086
+  run_part train_baseline 150 "$PY" "$ROOT/apps/bench/train_baseline.py" --json "$OUT/train_torch.jsonl" \
+    $TORCH_STEPS --run gpt2-124m:mhsa:16:1024 --run paper:mhsa:32:2048 --run paper:ls:32:2048
+  if [[ "${TORCH_COMPILE:-1}" == "1" ]]; then
+    # shellcheck disable=SC2086
+    run_part train_baseline_compile 180 "$PY" "$ROOT/apps/bench/train_baseline.py" \
+      --json "$OUT/train_torch.jsonl" $TORCH_STEPS --compile --run gpt2-124m:mhsa:16:1024
+  fi
+fi
+
+banner "summary"
+"$PY" - "$OUT" <<'EOF' | tee "$OUT/summary.md"
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    p = os.path.join(out, name)
+    rows = []
+    if os.path.exists(p):
+        for line in open(p):
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                pass
+    return rows
+attn = [r for r in load("attention_keel.jsonl") + load("attention_torch.jsonl") if r.get("status") == "ok"]
+A = {(r["impl"], r["pattern"], r["D"], r["T"], r["pass"]): r for r in attn}
+dev = attn[0]["device"] if attn else "?"
+def ms(impl, pat, D, T, ps="fwd_bwd"):
+    r = A.get((impl, pat, D, T, ps))
+    return r["ms"] if r else None
+def f(x, spec=".2f"):
+    return "-" if x is None else format(x, spec)
+Ds = sorted({k[2] for k in A})
+Ts = sorted({k[3] for k in A})
+print(f"# keel vs PyTorch on {dev}\n")
+print("## Causal attention (MHSA), bf16, H=6, ~2M query rows; ratio = keel speed / PyTorch flash speed\n")
+print("Target: fwd+bwd ratio >= 0.8 for D = 64, 128 at T >= 2048.\n")
+print("| D | T | keel fwd ms | flash fwd ms | fwd ratio | keel f+b ms | keel f+b TF/s | flash f+b ms | flash f+b TF/s | f+b ratio | target |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for D in Ds:
+    for T in Ts:
+        kf, tf = ms("keel", "mhsa", D, T, "fwd"), ms("torch-flash", "mhsa", D, T, "fwd")
+        kb, tb = ms("keel", "mhsa", D, T), ms("torch-flash", "mhsa", D, T)
+        if kb is None and tb is None:
+            continue
+        rk, rt = A.get(("keel", "mhsa", D, T, "fwd_bwd")), A.get(("torch-flash", "mhsa", D, T, "fwd_bwd"))
+        ratio = tb / kb if kb and tb else None
+        target = "-" if D not in (64, 128) or T < 2048 or ratio is None else ("PASS" if ratio >= 0.8 else "FAIL")
+        print(f"| {D} | {T} | {f(kf, '.3f')} | {f(tf, '.3f')} | {f(tf / kf if kf and tf else None)} | {f(kb, '.3f')} | "
+              f"{f(rk and rk['tflops'], '.0f')} | {f(tb, '.3f')} | {f(rt and rt['tflops'], '.0f')} | {f(ratio)} | {target} |")
+print("\n## LS-attention layer (5 local heads w + 1 global), fwd+bwd ms; speedup = PyTorch flash MHSA (same heads) / keel LS\n")
+print("Target: speedup >= 2.5 for ls_w50 at T = 2048.\n")
+print("| D | T | keel mhsa | keel ls_w50 | keel ls_w100 | torch flash mhsa | torch masked ls_w50 | speedup ls_w50 | speedup ls_w100 | keel ls_w50 vs torch masked | target |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for D in Ds:
+    for T in Ts:
+        km, k50, k100 = ms("keel", "mhsa", D, T), ms("keel", "ls_w50", D, T), ms("keel", "ls_w100", D, T)
+        tm, t50 = ms("torch-flash", "mhsa", D, T), ms("torch-masked", "ls_w50", D, T)
+        if k50 is None and t50 is None:
+            continue
+        s50 = tm / k50 if tm and k50 else None
+        s100 = tm / k100 if tm and k100 else None
+        target = "-" if T != 2048 or s50 is None else ("PASS" if s50 >= 2.5 else "FAIL")
+        print(f"| {D} | {T} | {f(km, '.3f')} | {f(k50, '.3f')} | {f(k100, '.3f')} | {f(tm, '.3f')} | {f(t50, '.3f')} | "
+              f"{f(s50)} | {f(s100)} | {f(t50 / k50 if t50 and k50 else None)} | {target} |")
+print("\n## Local heads only (local_w50): linear in T. B*H*T is fixed, so linear = flat ms across T;\n"
+      "growth = (time per sequence / T) relative to T = 1024 (1.00 = perfectly linear; target <= 1.25)\n")
+print("| D | T | keel f+b ms | keel us/seq | growth | torch masked f+b ms | target |")
+print("|---|---|---|---|---|---|---|")
+for D in Ds:
+    base = A.get(("keel", "local_w50", D, min(Ts), "fwd_bwd")) if Ts else None
+    for T in Ts:
+        r = A.get(("keel", "local_w50", D, T, "fwd_bwd"))
+        if r is None:
+            continue
+        g = (r["us_per_seq"] / T) / (base["us_per_seq"] / base["T"]) if base else None
+        print(f"| {D} | {T} | {r['ms']:.3f} | {r['us_per_seq']:.2f} | {f(g)} | {f(ms('torch-masked', 'local_w50', D, T), '.3f')} | "
+              f"{'-' if g is None else ('PASS' if g <= 1.25 else 'FAIL')} |")
+train = load("train_keel.jsonl") + load("train_torch.jsonl")
+print("\n## Training throughput (random-ish data; tokens/s = median over timed steps; MFU with keel's FLOP count)\n")
+print("Targets: gpt2-124m keel MFU >= 40% (H100); paper LS step faster than paper MHSA (keel).\n")
+print("| model | attention | B x T | impl | status | ms/step | tokens/s | MFU | peak mem GiB | keel speed / this |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+keel_tps = {(r["preset"], r["attention"]): r.get("tokens_per_s") for r in train if r["impl"] == "keel" and r.get("status") == "ok"}
+for r in train:
+    ok = r.get("status") == "ok"
+    k = keel_tps.get((r["preset"], r["attention"]))
+    rel = "1.00" if r["impl"] == "keel" and ok else (f"{k / r['tokens_per_s']:.2f}x" if ok and k and r.get("tokens_per_s") else "-")
+    mfu = r.get("mfu")
+    mem = r.get("mem_bytes")
+    print(f"| {r['preset']} | {r['attention']} | {r['B']} x {r['T']} | {r['impl']} | {r.get('status')}"
+          f"{'' if ok else ': ' + str(r.get('error', ''))[:80]} | {f(r.get('step_ms'), '.1f')} | "
+          f"{f(r.get('tokens_per_s'), '.0f')} | {'-' if mfu is None else f'{100 * mfu:.1f}%'} | "
+          f"{'-' if not mem or mem < 0 else f'{mem / 2**30:.1f}'} | {rel} |")
+g = [r for r in train if r["impl"] == "keel" and r["preset"] == "gpt2-124m" and r.get("status") == "ok"]
+if g and g[0].get("mfu") is not None:
+    print(f"\ngpt2-124m keel MFU {100 * g[0]['mfu']:.1f}% (target 40%): {'PASS' if g[0]['mfu'] >= 0.40 else 'FAIL'}")
+pm, pl = keel_tps.get(("paper", "mhsa")), keel_tps.get(("paper", "ls"))
+if pm and pl:
+    print(f"paper keel LS {pl:.0f} tok/s vs MHSA {pm:.0f} tok/s (target: LS faster): {'PASS' if pl > pm else 'FAIL'}")
+EOF
+echo "total ${SECONDS}s; files in $OUT:"
+ls -la "$OUT"
+exec 1>&3 2>&4 3>&- 4>&-  # let tee see the end of its input and finish writing log.txt
+sleep 1
