@@ -81,7 +81,7 @@ class Trainer {
   void validate_now();
   void checkpoint(int64_t next_step);
   nlohmann::json trainer_state(int64_t next_step) const;
-  void event(const std::string& kind, const std::string& message);
+  void event(const std::string& kind, const std::string& message, int64_t step = -1);
 
   TrainConfig cfg_;
   Device device_;
@@ -165,8 +165,10 @@ void Trainer::setup() {
   peak_ = peak_flops(device_, dtype_);
 
   if (cfg_.resume) resume_from(*latest);
-  log_ = std::make_unique<MetricsLog>(run_dir_, cfg_.resume ? std::optional<int64_t>(step_ - 1) : std::nullopt);
-  if (cfg_.resume) event("resume", "resumed from " + latest->string());
+  // Records carry the 1-based number of the step they belong to (as the progress line shows),
+  // so after step_ completed steps the log keeps exactly the records of steps <= step_.
+  log_ = std::make_unique<MetricsLog>(run_dir_, cfg_.resume ? std::optional<int64_t>(step_) : std::nullopt);
+  if (cfg_.resume) event("resume", "resumed from " + latest->string(), step_);
   fmt::print("gpt2 train: {} on {} ({}), {} parameters, B={} T={} accum={}, {} steps -> {}\n", mcfg_.summary(),
              device_.str(), cfg_.dtype, model_->num_parameters(), cfg_.batch_size, T_, cfg_.grad_accum,
              cfg_.max_steps, run_dir_.string());
@@ -219,10 +221,11 @@ void Trainer::checkpoint(int64_t next_step) {
   event("checkpoint", dir.string());
 }
 
-void Trainer::event(const std::string& kind, const std::string& message) {
+// An event of the step in progress (step_ + 1), or of `step` when given.
+void Trainer::event(const std::string& kind, const std::string& message, int64_t step) {
   MetricsRecord r;
   r.kind = RecordKind::Event;
-  r.step = step_;
+  r.step = step >= 0 ? step : step_ + 1;
   r.event = kind;
   r.message = message;
   log_->write(r);
@@ -261,7 +264,7 @@ StepResult Trainer::train_step(double lr) {
 void Trainer::log_step(const StepResult& s, double lr, double seconds) {
   const double tokens = double(cfg_.batch_size * T_ * cfg_.grad_accum);
   MetricsRecord r;
-  r.step = step_;
+  r.step = step_ + 1;
   r.loss = s.loss;
   r.lr = lr;
   r.grad_norm = s.grad_norm;
@@ -301,7 +304,7 @@ void Trainer::validate_now() {
   EvalResult e = evaluate(*model_, val_split_, cfg_.batch_size, T_, cfg_.val_batches, device_);
   MetricsRecord r;
   r.kind = RecordKind::Val;
-  r.step = step_;
+  r.step = step_ + 1;
   r.val_loss = e.loss;
   r.val_ppl = e.perplexity;
   r.max_logit = as_rows(e.max_logit.to_vector<float>(), mcfg_.n_layer, mcfg_.n_head);
