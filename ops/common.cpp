@@ -8,7 +8,7 @@ std::string describe(const char* name, const Tensor& t) {
 }
 
 namespace {
-std::string list(std::initializer_list<Arg> args) {
+std::string list(const std::vector<Arg>& args) {
   std::string s;
   for (const auto& [name, t] : args) {
     if (!s.empty()) s += ", ";
@@ -18,12 +18,12 @@ std::string list(std::initializer_list<Arg> args) {
 }
 }  // namespace
 
-void check_defined(const char* op, std::initializer_list<Arg> args) {
+void check_defined(const char* op, const std::vector<Arg>& args) {
   for (const auto& [name, t] : args)
     if (!t.defined()) throw ValueError(op, std::string("argument ") + name + " is an undefined tensor");
 }
 
-void check_same_device(const char* op, std::initializer_list<Arg> args) {
+void check_same_device(const char* op, const std::vector<Arg>& args) {
   check_defined(op, args);
   Device d = args.begin()->second.device();
   for (const auto& a : args)
@@ -32,7 +32,7 @@ void check_same_device(const char* op, std::initializer_list<Arg> args) {
                         "move them to one device with .to(Device)");
 }
 
-void check_same_dtype(const char* op, std::initializer_list<Arg> args) {
+void check_same_dtype(const char* op, const std::vector<Arg>& args) {
   check_defined(op, args);
   DType d = args.begin()->second.dtype();
   for (const auto& a : args)
@@ -40,7 +40,7 @@ void check_same_dtype(const char* op, std::initializer_list<Arg> args) {
       throw DTypeError(op, "arguments have different dtypes: " + list(args), "convert them with .to(DType)");
 }
 
-void check_floating(const char* op, std::initializer_list<Arg> args) {
+void check_floating(const char* op, const std::vector<Arg>& args) {
   check_defined(op, args);
   for (const auto& [name, t] : args)
     if (!is_floating(t.dtype()))
@@ -48,12 +48,21 @@ void check_floating(const char* op, std::initializer_list<Arg> args) {
                        "convert with .to(DType::f32)");
 }
 
-void check_integer(const char* op, std::initializer_list<Arg> args) {
+void check_integer(const char* op, const std::vector<Arg>& args) {
   check_defined(op, args);
   for (const auto& [name, t] : args)
     if (t.dtype() != DType::i32 && t.dtype() != DType::i64)
       throw DTypeError(op, std::string("expected an i32 or i64 index tensor: ") + describe(name, t),
                        "convert with .to(DType::i64)");
+}
+
+void check_floating_operands(const char* op, const std::vector<Arg>& required, const std::vector<Arg>& optional) {
+  std::vector<Arg> all = required;
+  for (const Arg& a : optional)
+    if (a.second.defined()) all.push_back(a);
+  check_same_device(op, all);
+  check_floating(op, all);
+  check_same_dtype(op, all);
 }
 
 void check_dim(const char* op, const Arg& arg, int64_t ndim) {

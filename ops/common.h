@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/factory.h"
@@ -19,11 +20,14 @@ using Arg = std::pair<const char*, Tensor>;
 std::string describe(const char* name, const Tensor& t);
 
 // Each raises the matching typed error naming `op` and the arguments.
-void check_defined(const char* op, std::initializer_list<Arg> args);
-void check_same_device(const char* op, std::initializer_list<Arg> args);
-void check_same_dtype(const char* op, std::initializer_list<Arg> args);
-void check_floating(const char* op, std::initializer_list<Arg> args);
-void check_integer(const char* op, std::initializer_list<Arg> args);
+void check_defined(const char* op, const std::vector<Arg>& args);
+void check_same_device(const char* op, const std::vector<Arg>& args);
+void check_same_dtype(const char* op, const std::vector<Arg>& args);
+void check_floating(const char* op, const std::vector<Arg>& args);
+void check_integer(const char* op, const std::vector<Arg>& args);
+// The usual trio for an op's floating operands: one device, floating, one dtype, across every
+// `required` argument and each `optional` one that is defined (a bias that may be absent).
+void check_floating_operands(const char* op, const std::vector<Arg>& required, const std::vector<Arg>& optional = {});
 void check_dim(const char* op, const Arg& arg, int64_t ndim);           // exactly ndim dims
 void check_min_dim(const char* op, const Arg& arg, int64_t min_ndim);   // at least min_ndim
 

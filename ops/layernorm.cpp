@@ -46,15 +46,7 @@ struct LayerNormBackward : Node {
 // x (..., C), weight (C), bias (C) or undefined -> (..., C)
 Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   const char* op = "layernorm";
-  if (bias.defined()) {
-    detail::check_same_device(op, {{"x", x}, {"weight", weight}, {"bias", bias}});
-    detail::check_floating(op, {{"x", x}, {"weight", weight}, {"bias", bias}});
-    detail::check_same_dtype(op, {{"x", x}, {"weight", weight}, {"bias", bias}});
-  } else {
-    detail::check_same_device(op, {{"x", x}, {"weight", weight}});
-    detail::check_floating(op, {{"x", x}, {"weight", weight}});
-    detail::check_same_dtype(op, {{"x", x}, {"weight", weight}});
-  }
+  detail::check_floating_operands(op, {{"x", x}, {"weight", weight}}, {{"bias", bias}});
   detail::check_min_dim(op, {"x", x}, 1);
   int64_t C = x.size(-1);
   if (weight.dim() != 1 || weight.size(0) != C)

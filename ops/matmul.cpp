@@ -92,15 +92,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 // x (..., K), weight (N, K), bias (N) or undefined -> (..., N)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const char* op = "linear";
-  if (bias.defined()) {
-    detail::check_same_device(op, {{"x", x}, {"weight", weight}, {"bias", bias}});
-    detail::check_floating(op, {{"x", x}, {"weight", weight}, {"bias", bias}});
-    detail::check_same_dtype(op, {{"x", x}, {"weight", weight}, {"bias", bias}});
-  } else {
-    detail::check_same_device(op, {{"x", x}, {"weight", weight}});
-    detail::check_floating(op, {{"x", x}, {"weight", weight}});
-    detail::check_same_dtype(op, {{"x", x}, {"weight", weight}});
-  }
+  detail::check_floating_operands(op, {{"x", x}, {"weight", weight}}, {{"bias", bias}});
   detail::check_min_dim(op, {"x", x}, 1);
   detail::check_dim(op, {"weight", weight}, 2);
   if (x.size(-1) != weight.size(1))

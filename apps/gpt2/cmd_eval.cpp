@@ -41,11 +41,9 @@ std::vector<int32_t> read_token_file(const std::string& path) {
 }
 
 void run_eval(const EvalArgs& a) {
-  if (a.run_dir.empty() == a.init_from.empty())
-    throw ConfigError("eval", "give exactly one model: a RUN_DIR or --init-from DIR");
   if ((!a.data.empty()) + (!a.text.empty()) + (!a.tokens.empty()) != 1)
     throw ConfigError("eval", "give exactly one input: --data DIR, --text FILE or --tokens FILE");
-  std::unique_ptr<nn::GPT2> model = a.run_dir.empty() ? nn::load_pretrained(a.init_from) : load_run_model(a.run_dir);
+  std::unique_ptr<nn::GPT2> model = load_model(a.run_dir, a.init_from, "eval");
   const auto& m = model->config();
   Device device = resolve_device(a.device);
   model->to(device);
@@ -58,11 +56,7 @@ void run_eval(const EvalArgs& a) {
     if (!a.tokens.empty()) {
       ids = read_token_file(a.tokens);
     } else {
-      // The text's vocabulary: --vocab, else the run's dataset vocabulary, else GPT-2's.
-      fs::path vocab = !a.vocab.empty()        ? fs::path(a.vocab)
-                       : !a.run_dir.empty()    ? run_data_dir(a.run_dir) / "vocab"
-                                               : data::default_vocab_dir();
-      data::Tokenizer tok = data::Tokenizer::from_dir(vocab);
+      data::Tokenizer tok = data::Tokenizer::from_dir(vocab_dir_for(a.vocab, a.run_dir));
       ids = tok.encode(data::read_text_file(a.text));
     }
     for (int32_t id : ids)

@@ -25,12 +25,8 @@ struct SampleArgs {
 };
 
 void run_sample(const SampleArgs& a) {
-  if (a.run_dir.empty() == a.init_from.empty())
-    throw ConfigError("sample", "give exactly one model: a RUN_DIR or --init-from DIR");
-  auto model = a.run_dir.empty() ? nn::load_pretrained(a.init_from) : load_run_model(a.run_dir);
-  fs::path vocab = !a.vocab.empty()     ? fs::path(a.vocab)
-                   : !a.run_dir.empty() ? run_data_dir(a.run_dir) / "vocab"
-                                        : data::default_vocab_dir();
+  auto model = load_model(a.run_dir, a.init_from, "sample");
+  fs::path vocab = vocab_dir_for(a.vocab, a.run_dir);
   data::Tokenizer tok = data::Tokenizer::from_dir(vocab);
   if (tok.vocab_size() > model->config().vocab_size)
     throw ConfigError("sample", fmt::format("the vocabulary in {} has {} tokens, the model {}", vocab.string(),

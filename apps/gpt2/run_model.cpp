@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/gpt2/checkpoint.h"
+#include "data/assets.h"
+#include "nn/hf.h"
 #include "nn/file_util.h"
 
 namespace fs = std::filesystem;
@@ -36,6 +38,18 @@ std::unique_ptr<nn::GPT2> load_run_model(const fs::path& run_dir) {
 
 fs::path run_data_dir(const fs::path& run_dir) {
   return read_run_config(run_dir)["train"].value("data", std::string());
+}
+
+std::unique_ptr<nn::GPT2> load_model(const std::string& run_dir, const std::string& init_from, const char* op) {
+  if (run_dir.empty() == init_from.empty())
+    throw ConfigError(op, "give exactly one model: a RUN_DIR or --init-from DIR");
+  return run_dir.empty() ? nn::load_pretrained(init_from) : load_run_model(run_dir);
+}
+
+fs::path vocab_dir_for(const std::string& vocab, const std::string& run_dir) {
+  if (!vocab.empty()) return vocab;
+  if (!run_dir.empty()) return run_data_dir(run_dir) / "vocab";
+  return data::default_vocab_dir();
 }
 
 }  // namespace keel::app

@@ -72,6 +72,14 @@ double peak_flops(Device device, DType dtype) {
   return 0;
 }
 
+std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device) {
+  std::vector<int32_t> targets = b.targets;
+  for (int32_t& t : targets)
+    if (t < 0) t = -100;
+  return {from_vector(b.inputs, {b.batch_size, b.seq_len}).to(device),
+          from_vector(targets, {b.batch_size, b.seq_len}).to(device)};
+}
+
 EvalResult evaluate(nn::GPT2& model, std::shared_ptr<const data::TokenSplit> split, int64_t batch_size,
                     int64_t seq_len, int64_t max_batches, Device device) {
   NoGradGuard no_grad;
@@ -86,11 +94,7 @@ EvalResult evaluate(nn::GPT2& model, std::shared_ptr<const data::TokenSplit> spl
   while ((max_batches == 0 || batches < max_batches) && loader.next(b)) {
     ++batches;
     if (b.valid_targets == 0) continue;
-    std::vector<int32_t> targets = b.targets;
-    for (int32_t& t : targets)
-      if (t < 0) t = -100;  // the loader pads with -1; cross_entropy ignores -100
-    Tensor ids = from_vector(b.inputs, {b.batch_size, b.seq_len}).to(device);
-    Tensor tgt = from_vector(targets, {b.batch_size, b.seq_len}).to(device);
+    auto [ids, tgt] = batch_tensors(b, device);
     nn::GPT2Output out = model.forward(ids, tgt);
     loss_sum += out.loss.item() * double(b.valid_targets);
     tokens += b.valid_targets;

@@ -42,16 +42,6 @@ struct StepResult {
   std::vector<float> max_logit;  // (L * H), the max over the step's micro-batches
 };
 
-// ids (B, T) and targets (B, T) of one loader batch, on the device. The loader marks padding
-// with -1; cross_entropy's ignore index is -100.
-std::pair<Tensor, Tensor> to_tensors(const data::Batch& b, Device device) {
-  std::vector<int32_t> targets = b.targets;
-  for (int32_t& t : targets)
-    if (t < 0) t = -100;
-  return {from_vector(b.inputs, {b.batch_size, b.seq_len}).to(device),
-          from_vector(targets, {b.batch_size, b.seq_len}).to(device)};
-}
-
 std::vector<std::vector<double>> as_rows(const std::vector<float>& v, int64_t L, int64_t H) {
   std::vector<std::vector<double>> rows(L, std::vector<double>(H));
   for (int64_t l = 0; l < L; ++l)
@@ -237,7 +227,7 @@ StepResult Trainer::train_step(double lr) {
   s.max_logit.assign(L * H, 0.0f);
   const double micro_scale = scaler_->scale() / double(cfg_.grad_accum);
   for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
-    auto [ids, targets] = to_tensors(loader_->next(), device_);
+    auto [ids, targets] = batch_tensors(loader_->next(), device_);
     nn::GPT2Output out = model_->forward(ids, targets);
     // Gradients of the micro-batches add up in the parameters; scaling each loss by 1/accum
     // makes their sum the gradient of the mean loss (and by the loss scale for f16).

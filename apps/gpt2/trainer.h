@@ -14,6 +14,7 @@
 #include "apps/gpt2/train_config.h"
 #include "core/device.h"
 #include "data/dataset.h"
+#include "data/loader.h"
 #include "nn/gpt2.h"
 
 namespace keel::app {
@@ -30,6 +31,10 @@ nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size);
 double train_flops_per_token(const nn::GPT2Config& m, int64_t seq_len);
 // Dense peak FLOP/s of the device for the dtype, 0 when unknown (MFU is then not reported).
 double peak_flops(Device device, DType dtype);
+
+// ids (B, T) and targets (B, T) of a loader batch, on the device. The loader marks padding
+// with -1; cross_entropy's ignore index is -100.
+std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device);
 
 struct EvalResult {
   double loss = 0, perplexity = 0;

@@ -1,7 +1,7 @@
 // The dropout mask on the device, from the very Philox stream the CPU uses
-// (core/cuda/philox.cuh): element i keeps iff uniform(seed, base, i) > p, so a run masks the
+// (core/philox.h): element i keeps iff uniform(seed, base, i) > p, so a run masks the
 // same elements on either device for the same generator state.
-#include "core/cuda/philox.cuh"
+#include "core/philox.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/ops.h"
 

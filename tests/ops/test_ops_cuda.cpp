@@ -13,7 +13,6 @@
 #include <cmath>
 
 #include "core/autograd.h"
-#include "core/cuda/philox.cuh"
 #include "core/factory.h"
 #include "core/random.h"
 #include "cuda_compare.h"
@@ -39,25 +38,6 @@ using namespace keel::cudatest;
 
 // ---- host code, runs everywhere ----
 
-TEST_CASE("philox.cuh host path equals core philox4x32 and philox_uniform bit for bit") {
-  const uint64_t keys[] = {0, 1, 42, 0xDEADBEEFCAFEF00Dull, ~uint64_t(0)};
-  const uint64_t counters[] = {0, 1, 3, 0xFFFFFFFFull, uint64_t(1) << 32, uint64_t(1) << 40, ~uint64_t(0) - 5};
-  for (uint64_t key : keys)
-    for (uint64_t c0 : counters)
-      for (uint64_t dc = 0; dc < 4; ++dc) {
-        auto want = philox4x32(c0 + dc, key);
-        philox::Block got = philox::philox4x32(c0 + dc, key);
-        for (int j = 0; j < 4; ++j) CHECK(got.x[j] == want[j]);
-      }
-  for (uint64_t key : keys)
-    for (uint64_t base : {uint64_t(0), uint64_t(7), uint64_t(1) << 33})
-      for (uint64_t i = 0; i < 1000; ++i) {
-        float a = philox_uniform(key, base, i), b = philox::uniform(key, base, i);
-        CHECK(std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b));
-      }
-  CHECK(philox::to_unit(0) == 1.0f / 16777216.0f);
-  CHECK(philox::to_unit(0xFFFFFFFFu) == 1.0f);
-}
 
 TEST_CASE("cuda plan helpers: vector heads, dim collapsing, single batch strides") {
   alignas(16) static char buf[64];

@@ -1,14 +1,15 @@
-// Philox-4x32-10 and the uniform draw of core/random.h as inline functions that compile for
-// both the host and the device, so a CUDA kernel (dropout) draws the very numbers the CPU does.
+// Philox-4x32-10 and its uniform draw as inline functions that compile for both the host and
+// the device: core/random.cpp is built on them, and so is the CUDA dropout kernel, so the device
+// draws the very numbers the CPU does.
 //
-// Bit-identity with core/random.cpp holds by construction: the rounds use only 32x32->64-bit
+// Bit-identity between the two compilations holds because the rounds use only 32x32->64-bit
 // integer products, xor and wrapping adds, and the uniform is (float(x >> 8) + 1) * 2^-24,
 // where every step is exact in f32 (x >> 8 < 2^24), so no rounding mode, FMA contraction or
 // fast-math flag can change a bit. (Normals use log/sin/cos, whose device versions differ in
 // the last ulp from the host's; nothing on the device draws normals through this header.)
-// tests/ops/test_ops_cuda.cpp checks the host path of this header against core bit for bit.
+// tests/core/test_random.cpp checks the rounds against Random123's known-answer vector.
 //
-// Plain C++ when not compiled by nvcc: include it from .cpp files too.
+// Plain C++ when not compiled by nvcc.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,7 @@ struct Block {
   uint32_t x[4];
 };
 
-// One Philox-4x32-10 block for (counter, key): the same algorithm as keel::philox4x32.
+// One Philox-4x32-10 block for (counter, key) (Salmon et al., SC'11).
 KEEL_HD Block philox4x32(uint64_t counter, uint64_t key) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;  // round multipliers
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;  // key schedule (golden ratio, sqrt 3)
@@ -49,10 +50,10 @@ KEEL_HD Block philox4x32(uint64_t counter, uint64_t key) {
   return Block{{c0, c1, c2, c3}};
 }
 
-// A 32-bit word -> a float in (0, 1], exactly as core/random.cpp's to_unit.
+// A 32-bit word -> a float in (0, 1]: never 0, so log() in Box-Muller stays finite.
 KEEL_HD float to_unit(uint32_t x) { return (static_cast<float>(x >> 8) + 1.0f) * (1.0f / 16777216.0f); }
 
-// Element i of the stream (key, base): keel::philox_uniform.
+// Element i of the stream (key, base): counter base + i/4, lane i%4.
 KEEL_HD float uniform(uint64_t key, uint64_t base, uint64_t i) {
   Block r = philox4x32(base + i / 4, key);
   return to_unit(r.x[i % 4]);
