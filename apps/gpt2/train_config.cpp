@@ -22,6 +22,8 @@ void for_each_field(TrainConfig& c, F&& f) {
   f("n_embd", c.n_embd, "model width C (0 = the preset's)");
   f("ls_local_heads", c.ls_local_heads, "LS-attention: local heads per layer, placed first (-1 = the preset's)");
   f("ls_window", c.ls_window, "LS-attention: window w of the local heads (0 = the preset's)");
+  f("bias", c.bias, "biases in Linear and LayerNorm: 1 or 0 (-1 = the preset's)");
+  f("tie_embeddings", c.tie_embeddings, "lm_head shares the token embedding: 1 or 0 (-1 = the preset's)");
   f("softcap", c.softcap, "softcap attention: the cap c in c * tanh(logit / c)");
   f("dropout", c.dropout, "dropout probability");
   f("init_from", c.init_from, "start from a Hugging Face GPT-2 directory (config.json + model.safetensors)");
@@ -98,6 +100,8 @@ void TrainConfig::validate() const {
            attention == "softcap",
        "attention", "unknown variant '" + attention + "'", "use mhsa, ls, qk_norm or softcap");
   need(n_layer >= 0 && n_head >= 0 && n_embd >= 0, "n-layer", "layer, head and width counts cannot be negative");
+  need(bias >= -1 && bias <= 1 && tie_embeddings >= -1 && tie_embeddings <= 1, "bias",
+       "--bias and --tie-embeddings take 1, 0 or -1 (the preset's)");
   need(batch_size >= 1, "batch-size", "must be at least 1");
   need(seq_len >= 0, "seq-len", "cannot be negative");
   need(grad_accum >= 1, "grad-accum", "must be at least 1");

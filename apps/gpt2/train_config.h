@@ -21,6 +21,7 @@ struct TrainConfig {
   std::string attention;        // mhsa | ls | qk_norm | softcap ("" = the preset's)
   int64_t n_layer = 0, n_head = 0, n_embd = 0;
   int64_t ls_local_heads = -1, ls_window = 0;  // -1 / 0 = the preset's
+  int64_t bias = -1, tie_embeddings = -1;       // 1 / 0, or -1 = the preset's
   double softcap = 30.0;
   double dropout = 0.0;
   std::string init_from;  // a Hugging Face GPT-2 directory to start from

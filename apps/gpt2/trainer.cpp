@@ -328,7 +328,8 @@ TrainResult Trainer::run() {
     log_step(s, lr, seconds);
     if (!s.finite && !scaler_->enabled()) {
       std::string what = fmt::format("non-finite {} at step {}; hottest attention: {}",
-                                     std::isfinite(s.loss) ? "gradient" : "loss", step_, hottest_head(s.max_logit, mcfg_.n_head));
+                                     std::isfinite(s.loss) ? "gradient" : "loss", step_ + 1,
+                                     hottest_head(s.max_logit, mcfg_.n_head));
       event("nonfinite", what);
       if (cfg_.on_nonfinite == "stop")
         throw ValueError("train", "training diverged: " + what,

@@ -134,3 +134,47 @@ TEST_CASE("gpt2 export writes a Hugging Face directory that reloads as the same 
   NoGradGuard no_grad;
   CHECK(model->forward(ids).logits.to_vector<float>() == back->forward(ids).logits.to_vector<float>());
 }
+
+TEST_CASE("a diverging run stops with a diagnosis, or skips the bad steps when asked") {
+  TrainConfig c = testing::tiny_config("diverge_stop");
+  c.lr = 1e5;  // absurd on purpose, and unclipped: the weights blow up within a few steps
+  c.min_lr = 1e5;
+  c.warmup_steps = 0;
+  c.grad_clip = 0;
+  c.max_steps = 30;
+  try {
+    train(c);
+    FAIL("the run did not diverge");
+  } catch (const ValueError& e) {
+    std::string m = e.what();
+    CHECK(m.find("training diverged") != std::string::npos);
+    CHECK(m.find("layer") != std::string::npos);  // names the hottest layer and head
+  }
+  bool logged = false;
+  for (const auto& r : read_metrics(metrics_path(c.run_dir)))
+    logged |= r.kind == RecordKind::Event && r.event == "nonfinite";
+  CHECK(logged);
+
+  TrainConfig s = c;
+  s.run_dir = testing::scratch_dir("diverge_skip").string();
+  s.on_nonfinite = "skip";
+  TrainResult r = train(s);
+  CHECK(r.steps == 30);
+  int skipped = 0;
+  for (const auto& rec : read_metrics(metrics_path(s.run_dir))) skipped += rec.kind == RecordKind::Train && rec.skipped;
+  CHECK(skipped > 0);
+}
+
+TEST_CASE("bias and tied embeddings can be switched from the command-line config") {
+  TrainConfig c = testing::tiny_config("untied");
+  c.bias = 0;
+  c.tie_embeddings = 0;
+  c.max_steps = 2;
+  train(c);
+  auto model = load_run_model(c.run_dir);
+  CHECK_FALSE(model->config().bias);
+  CHECK_FALSE(model->config().tie_embeddings);
+  bool has_lm_head = false;
+  for (const auto& [name, t] : model->named_parameters()) has_lm_head |= name == "lm_head.weight";
+  CHECK(has_lm_head);
+}
