@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "core/cuda/check.h"
+#include "core/cuda/convert.cuh"
 #include "ops/cuda/attention.h"
 
 namespace keel::cuda::attn {
@@ -38,14 +39,7 @@ struct Dims {
   int window[kMaxHeads];
 };
 
-// ---- element conversions: storage T <-> f32 compute ----
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// Element conversions (to_f32, from_f32: storage T <-> f32 compute) come from core/cuda/convert.cuh.
 
 // exp: full precision for the f32 path (its parity tolerance is 1e-5); the fast hardware exp for
 // the half paths, whose error (a few ulp of f32) is far below bf16/f16 rounding.

@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "core/cuda/check.h"
+#include "core/cuda/convert.cuh"
 #include "core/cuda/runtime.h"
 #include "core/factory.h"
 #include "core/tensor.h"
@@ -22,13 +24,7 @@ namespace keel::cuda::dev {
 constexpr int kThreads = 256;  // default block size of the grid-stride kernels
 constexpr int kMaxDims = 8;
 
-// ---- storage type <-> f32: all arithmetic is f32, half types are only loaded and stored ----
-template <typename T> __host__ __device__ __forceinline__ float to_f32(T v) { return static_cast<float>(v); }
-template <> __host__ __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> __host__ __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-template <typename T> __host__ __device__ __forceinline__ T from_f32(float v) { return static_cast<T>(v); }
-template <> __host__ __device__ __forceinline__ __nv_bfloat16 from_f32(float v) { return __float2bfloat16_rn(v); }
-template <> __host__ __device__ __forceinline__ __half from_f32(float v) { return __float2half_rn(v); }
+// Storage type <-> f32 conversions (to_f32, from_f32) come from core/cuda/convert.cuh.
 
 // ---- 16 bytes of T: one 128-bit load or store per thread ----
 template <typename T> struct alignas(16) Pack {
@@ -159,18 +155,11 @@ __device__ __forceinline__ void row_map(const T* __restrict__ a, const T* __rest
 
 // ---- host side ----
 
-// keel dtype -> the CUDA storage type: f.template operator()<T>() with T = float,
-// __nv_bfloat16 or __half. f64 and integers raise DTypeError naming `op`.
+// keel dtype -> the CUDA storage type (float, __nv_bfloat16, __half); f64 and integers raise
+// DTypeError naming `op`.
 template <typename F>
 void visit_float(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::f32: return f.template operator()<float>();
-    case DType::bf16: return f.template operator()<__nv_bfloat16>();
-    case DType::f16: return f.template operator()<__half>();
-    default:
-      throw DTypeError(op, std::string("CUDA kernels compute in f32, bf16 or f16, got ") + dtype_name(t),
-                       "f64 is for gradient checks on the CPU; convert with .to(DType::f32)");
-  }
+  visit_cuda_float(t, op, std::forward<F>(f));
 }
 template <typename F>
 void visit_index(DType t, const char* op, F&& f) {

@@ -9,21 +9,19 @@
 #include <type_traits>
 
 #include "core/cuda/check.h"
+#include "core/cuda/convert.cuh"
 #include "optim/adamw_math.h"
 #include "optim/cuda/adamw.h"
 
 namespace keel::optim::cuda {
 
 namespace {
+using ::keel::cuda::from_f32;
+using ::keel::cuda::to_f32;
+
 constexpr int kThreads = 256;
 
-template <typename T> __device__ float load_f32(T x) { return static_cast<float>(x); }
-template <> __device__ float load_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ float load_f32(__half x) { return __half2float(x); }
 
-template <typename T> __device__ T store_f32(float x) { return static_cast<T>(x); }
-template <> __device__ __nv_bfloat16 store_f32(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __half store_f32(float x) { return __float2half_rn(x); }
 
 // param (N) P, grad (N) G, m, v (N) C, master (N) f32 or null. C = f64 only when P = f64.
 template <typename P, typename G, typename C>
@@ -33,11 +31,11 @@ __global__ void adamw_kernel(P* __restrict__ param, const G* __restrict__ grad, 
     C g, w;
     if constexpr (std::is_same_v<C, double>) {
       if constexpr (std::is_same_v<G, double>) g = grad[i];
-      else g = load_f32(grad[i]);
+      else g = to_f32(grad[i]);
       w = param[i];
     } else {
-      g = load_f32(grad[i]);
-      w = master ? master[i] : load_f32(param[i]);
+      g = to_f32(grad[i]);
+      w = master ? master[i] : to_f32(param[i]);
     }
     C mi = m[i], vi = v[i];
     adamw_update(g, w, mi, vi, k);
@@ -47,19 +45,8 @@ __global__ void adamw_kernel(P* __restrict__ param, const G* __restrict__ grad, 
       param[i] = static_cast<P>(w);
     } else {
       if (master) master[i] = w;
-      param[i] = store_f32<P>(w);
+      param[i] = from_f32<P>(w);
     }
-  }
-}
-
-template <typename F>
-void visit_float(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::f32: return f.template operator()<float>();
-    case DType::f64: return f.template operator()<double>();
-    case DType::bf16: return f.template operator()<__nv_bfloat16>();
-    case DType::f16: return f.template operator()<__half>();
-    default: throw DTypeError(op, std::string("expected a floating dtype, got ") + dtype_name(t));
   }
 }
 
@@ -89,8 +76,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor&
   const int dev = param.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
   cudaStream_t stream = ::keel::cuda::detail::stream(dev);
-  visit_float(param.dtype(), "adamw_step", [&]<typename P>() {
-    visit_float(grad.dtype(), "adamw_step", [&]<typename G>() {
+  ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(param.dtype(), "adamw_step", [&]<typename P>() {
+    ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(grad.dtype(), "adamw_step", [&]<typename G>() {
       using C = std::conditional_t<std::is_same_v<P, double>, double, float>;
       adamw_kernel<P, G, C><<<blocks_for(n), kThreads, 0, stream>>>(
           static_cast<P*>(param.raw_data()), static_cast<const G*>(grad.raw_data()), static_cast<C*>(m.raw_data()),

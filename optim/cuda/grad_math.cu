@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "core/cuda/check.h"
+#include "core/cuda/convert.cuh"
 #include "core/cuda/runtime.h"
 #include "core/factory.h"
 #include "optim/cuda/grad_math.h"
@@ -14,18 +15,15 @@
 namespace keel::optim::cuda {
 
 namespace {
+using ::keel::cuda::from_f32;
+using ::keel::cuda::to_f32;
+
 constexpr int kThreads = 256;
 constexpr int kBlocks = 512;  // fixed, so the summation order depends on n only
 
-template <typename T> __device__ float load_f32(T x) { return static_cast<float>(x); }
-template <> __device__ float load_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ float load_f32(__half x) { return __half2float(x); }
 __device__ double load_f64(double x) { return x; }
-template <typename T> __device__ double load_f64(T x) { return static_cast<double>(load_f32(x)); }
+template <typename T> __device__ double load_f64(T x) { return static_cast<double>(to_f32(x)); }
 
-template <typename T> __device__ T store_f32(float x) { return static_cast<T>(x); }
-template <> __device__ __nv_bfloat16 store_f32(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __half store_f32(float x) { return __float2half_rn(x); }
 
 // Tree sum of one value per thread within a block (blockDim.x == kThreads).
 __device__ double block_sum(double x) {
@@ -63,18 +61,7 @@ template <typename T, typename C>
 __global__ void scale_kernel(T* __restrict__ t, int64_t n, C k) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     if constexpr (std::is_same_v<T, double>) t[i] = t[i] * k;
-    else t[i] = store_f32<T>(load_f32(t[i]) * k);
-  }
-}
-
-template <typename F>
-void visit_float(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::f32: return f.template operator()<float>();
-    case DType::f64: return f.template operator()<double>();
-    case DType::bf16: return f.template operator()<__nv_bfloat16>();
-    case DType::f16: return f.template operator()<__half>();
-    default: throw DTypeError(op, std::string("expected a floating dtype, got ") + dtype_name(t));
+    else t[i] = from_f32<T>(to_f32(t[i]) * k);
   }
 }
 
@@ -93,7 +80,7 @@ double sum_of_squares(const Tensor& t) {
   cudaStream_t stream = ::keel::cuda::detail::stream(dev);
   Tensor partial = empty({kBlocks + 1}, {DType::f64, t.device()});  // kBlocks partials, then the total
   double* p = static_cast<double*>(partial.raw_data());
-  visit_float(t.dtype(), "sum_of_squares", [&]<typename T>() {
+  ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(t.dtype(), "sum_of_squares", [&]<typename T>() {
     sumsq_partial<T><<<kBlocks, kThreads, 0, stream>>>(static_cast<const T*>(t.raw_data()), n, p);
     KEEL_CHECK_LAUNCH();
   });
@@ -113,7 +100,7 @@ void scale_inplace(Tensor& t, double s) {
   cudaStream_t stream = ::keel::cuda::detail::stream(dev);
   int64_t b = (n + kThreads - 1) / kThreads;
   int blocks = static_cast<int>(b < 65535 ? b : 65535);
-  visit_float(t.dtype(), "scale_inplace", [&]<typename T>() {
+  ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(t.dtype(), "scale_inplace", [&]<typename T>() {
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
     scale_kernel<T, C><<<blocks, kThreads, 0, stream>>>(static_cast<T*>(t.raw_data()), n, static_cast<C>(s));
     KEEL_CHECK_LAUNCH();

@@ -1,6 +1,8 @@
 // Helpers shared by the app tests: scratch directories, file writing, error expectations.
 #pragma once
 
+#include "temp_dir.h"
+
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -11,26 +13,6 @@
 
 namespace keel::test {
 
-// A fresh, empty directory under the system temp dir, removed when the object dies.
-class AppTempDir {
- public:
-  explicit AppTempDir(const std::string& tag) {
-    static int counter = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            ("keel-app-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~AppTempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline void write_text(const std::filesystem::path& p, const std::string& s) {
   std::ofstream(p, std::ios::binary) << s;

@@ -11,7 +11,7 @@
 #include "core/error.h"
 
 using namespace keel::app;
-using keel::test::AppTempDir;
+using keel::test::TempDir;
 using keel::test::expect_error;
 using keel::test::read_text;
 using keel::test::write_text;
@@ -49,7 +49,7 @@ MetricsRecord event(int64_t step, const char* name, const char* msg) {
 }  // namespace
 
 TEST_CASE("metrics round trip keeps every field, NaN and infinity included") {
-  AppTempDir dir("metrics-rt");
+  TempDir dir("metrics-rt");
   MetricsRecord t = train(7, kNaN);
   t.grad_norm = kInf;
   t.max_logit[1][0] = -kInf;
@@ -111,7 +111,7 @@ TEST_CASE("metrics round trip keeps every field, NaN and infinity included") {
 }
 
 TEST_CASE("metrics fields a writer leaves out read back as missing") {
-  AppTempDir dir("metrics-missing");
+  TempDir dir("metrics-missing");
   write_text(dir / "m.jsonl",
              "{\"kind\":\"train\",\"step\":3,\"loss\":2.5,\"mfu\":null}\n"
              "\n"
@@ -129,7 +129,7 @@ TEST_CASE("metrics fields a writer leaves out read back as missing") {
 }
 
 TEST_CASE("metrics reader skips a cut-short last line and unknown kinds") {
-  AppTempDir dir("metrics-trunc");
+  TempDir dir("metrics-trunc");
   {
     MetricsLog log(dir.path());
     log.write(train(1, 3.0));
@@ -143,7 +143,7 @@ TEST_CASE("metrics reader skips a cut-short last line and unknown kinds") {
 }
 
 TEST_CASE("metrics reader reports a corrupt line with file and line number") {
-  AppTempDir dir("metrics-bad");
+  TempDir dir("metrics-bad");
   const auto p = dir / "metrics.jsonl";
   write_text(p, "{\"kind\":\"train\",\"step\":1,\"loss\":3}\n{\"kind\":\"tr\n"
                 "{\"kind\":\"train\",\"step\":2,\"loss\":3}\n");
@@ -167,8 +167,8 @@ TEST_CASE("metrics reader reports a corrupt line with file and line number") {
 }
 
 TEST_CASE("truncate_after keeps steps up to the resume step and drops a cut-short line") {
-  AppTempDir dir("metrics-resume");
-  AppTempDir ref("metrics-ref");
+  TempDir dir("metrics-resume");
+  TempDir ref("metrics-ref");
   const auto run = [](MetricsLog& log, int64_t from, int64_t to) {
     for (int64_t s = from; s <= to; ++s) {
       log.write(train(s, 3.0 - 0.01 * static_cast<double>(s)));
@@ -202,7 +202,7 @@ TEST_CASE("truncate_after keeps steps up to the resume step and drops a cut-shor
 }
 
 TEST_CASE("a fresh MetricsLog replaces an old log and rejects unknown events") {
-  AppTempDir dir("metrics-fresh");
+  TempDir dir("metrics-fresh");
   write_text(dir / "metrics.jsonl", "{\"kind\":\"train\",\"step\":99,\"loss\":1}\n");
   MetricsLog log(dir / "sub");  // creates the run directory
   log.write(train(1, 2.0));

@@ -9,7 +9,7 @@
 #include "synthetic_runs.h"
 
 using namespace keel::app;
-using keel::test::AppTempDir;
+using keel::test::TempDir;
 using keel::test::expect_error;
 using keel::test::make_run;
 using keel::test::read_text;
@@ -27,7 +27,7 @@ size_t count(const std::string& text, const std::string& what) {
 }  // namespace
 
 TEST_CASE("summarize computes the run's headline numbers") {
-  AppTempDir dir("report-sum");
+  TempDir dir("report-sum");
   const auto run = dir / "mhsa-run";
   make_run(run, {.name = "mhsa", .steps = 200, .layers = 2, .heads = 4});
   std::ofstream(run / "metrics.jsonl", std::ios::app)
@@ -58,7 +58,7 @@ TEST_CASE("summarize computes the run's headline numbers") {
 }
 
 TEST_CASE("summarize flags a diverged run and keeps its last finite logits") {
-  AppTempDir dir("report-div");
+  TempDir dir("report-div");
   make_run(dir / "r", {.name = "mhsa", .steps = 100, .logit_growth = 0.02, .diverge_at = 61});
   const RunSummary s = summarize(dir / "r");
   CHECK(s.diverged);
@@ -73,14 +73,14 @@ TEST_CASE("summarize flags a diverged run and keeps its last finite logits") {
 }
 
 TEST_CASE("summarize names a run after its directory without config.json") {
-  AppTempDir dir("report-noconf");
+  TempDir dir("report-noconf");
   make_run(dir / "baseline", {.name = "x", .steps = 10, .write_config = false});
   CHECK(summarize(dir / "baseline").name == "baseline");
   CHECK(summarize((dir / "baseline").string() + "/").name == "baseline");
 }
 
 TEST_CASE("summarize reports missing and corrupt inputs by path") {
-  AppTempDir dir("report-missing");
+  TempDir dir("report-missing");
   expect_error<keel::IoError>([&] { summarize(dir / "nope"); },
                               {(dir / "nope").string(), "not found"});
   std::filesystem::create_directories(dir / "empty");
@@ -93,7 +93,7 @@ TEST_CASE("summarize reports missing and corrupt inputs by path") {
 }
 
 TEST_CASE("compare_table lines up a row per run") {
-  AppTempDir dir("report-table");
+  TempDir dir("report-table");
   make_run(dir / "a", {.name = "mhsa", .steps = 50, .diverge_at = 30});
   make_run(dir / "b", {.name = "ls", .steps = 50});
   const std::string t = compare_table({summarize(dir / "a"), summarize(dir / "b")});
@@ -107,7 +107,7 @@ TEST_CASE("compare_table lines up a row per run") {
 }
 
 TEST_CASE("write_report writes a self-contained report with a chart per layer") {
-  AppTempDir dir("report-html");
+  TempDir dir("report-html");
   make_run(dir / "mhsa", {.name = "mhsa", .steps = 300, .layers = 3, .logit_growth = 0.01,
                           .diverge_at = 250});
   make_run(dir / "ls", {.name = "ls", .steps = 300, .layers = 3});
@@ -132,7 +132,7 @@ TEST_CASE("write_report writes a self-contained report with a chart per layer") 
 }
 
 TEST_CASE("write_report fails cleanly on a missing run and writes nothing") {
-  AppTempDir dir("report-fail");
+  TempDir dir("report-fail");
   make_run(dir / "ok", {.name = "ls", .steps = 10});
   const auto out = dir / "report.html";
   expect_error<keel::IoError>(
@@ -143,7 +143,7 @@ TEST_CASE("write_report fails cleanly on a missing run and writes nothing") {
 }
 
 TEST_CASE("write_report copes with an empty log and a run that is NaN from the start") {
-  AppTempDir dir("report-empty");
+  TempDir dir("report-empty");
   std::filesystem::create_directories(dir / "empty");
   write_text(dir / "empty" / "metrics.jsonl", "");
   make_run(dir / "dead", {.name = "dead", .steps = 30, .diverge_at = 1});

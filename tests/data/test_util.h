@@ -1,6 +1,8 @@
 // Helpers shared by the data tests: paths to bundled assets and scratch directories.
 #pragma once
 
+#include "temp_dir.h"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -20,25 +22,5 @@ inline std::string austen_slice(size_t begin, size_t len) {
   return text.substr(begin, len);
 }
 
-// A fresh, empty directory under the system temp dir, removed when the object dies.
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag) {
-    static int counter = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            ("keel-test-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
 
 }  // namespace keel::test
