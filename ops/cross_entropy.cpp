@@ -12,8 +12,9 @@ namespace keel {
 namespace {
 
 struct CrossEntropyBackward : Node {
-  Tensor logits, targets, lse;  // logits (N, V), targets (N), lse (N) (f32 on CUDA)
+  Tensor logits, targets, lse;  // logits (N, V) (widened to f32 on the CPU), targets (N), lse (N) (f32 on CUDA)
   Shape logits_shape;
+  DType logits_dtype = DType::f32;  // the dtype dlogits must have
   int64_t ignore_index = -100, count = 0;
   const char* name() const override { return "CrossEntropyBackward"; }
   // grad [] -> dlogits (..., V); targets get none
@@ -26,6 +27,7 @@ struct CrossEntropyBackward : Node {
 #else
     Tensor d = cpu::cross_entropy_backward(logits, targets, lse, ignore_index, count, grad.item());
 #endif
+    if (d.dtype() != logits_dtype) d = d.to(logits_dtype);
     return {d.as_strided(logits_shape, contiguous_strides(logits_shape), 0), Tensor()};
   }
   void release() override { logits = targets = lse = {}; }
@@ -50,7 +52,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 #endif
 
   int64_t V = logits.size(-1), N = numel_of(rows);
-  Tensor lc = logits.detach().contiguous();
+  // The CPU kernels compute in f32/f64: bf16/f16 logits are widened (the CUDA kernels read
+  // them as they are and compute in f32).
+  const bool half = logits.dtype() == DType::bf16 || logits.dtype() == DType::f16;
+  Tensor lc = half && !logits.device().is_cuda() ? logits.detach().to(DType::f32) : logits.detach().contiguous();
   Tensor l2 = lc.as_strided({N, V}, {V, 1}, lc.offset());
   Tensor tc = targets.detach().contiguous();
   Tensor t1 = tc.as_strided({N}, {1}, tc.offset());
@@ -68,6 +73,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     node->targets = t1;
     node->lse = lse;
     node->logits_shape = logits.shape();
+    node->logits_dtype = logits.dtype();
     node->ignore_index = ignore_index;
     node->count = count;
     connect(loss, node, {logits, targets});

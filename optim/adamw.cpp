@@ -88,7 +88,18 @@ void AdamW::set_lr(double lr) {
 }
 
 void AdamW::zero_grad() {
-  for (auto& [name, p] : params_) p.zero_grad();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i].second;
+    Slot& s = slots_[i];
+    if (!is_half(p.dtype())) {
+      p.zero_grad();
+      continue;
+    }
+    // autograd accumulates into an existing gradient in the gradient's dtype (core/autograd.cpp).
+    if (!s.grad32.defined()) s.grad32 = zeros(p.shape(), {DType::f32, p.device()});
+    else fill_(s.grad32, 0.0);
+    p.set_grad(s.grad32);
+  }
 }
 
 void AdamW::step() {

@@ -5,6 +5,11 @@
 // - Moments m, v are f32 (f64 for f64 parameters, which only tests use).
 // - Mixed precision: a bf16/f16 parameter gets an f32 master copy; the update runs on the
 //   master and the parameter receives the rounded master. An f32/f64 parameter is its own master.
+//   Its gradient is f32 too (an f32 "master gradient"): zero_grad() gives it a zeroed f32
+//   buffer, and autograd adds every backward's bf16/f16 gradient into that buffer in f32. So
+//   gradient accumulation over micro-batches, loss unscaling and clipping all run in f32, and
+//   grad-accum 8 equals one 8x batch within f32 rounding (a bf16 sum would drop every
+//   micro-batch's contribution below 1/256 of the running total).
 // - Bias correction uses each parameter's own step count, which advances only on steps where
 //   that parameter had a gradient (PyTorch's per-parameter "step" state).
 // - On CUDA the whole update is one fused kernel (optim/cuda/adamw.cu); on the CPU an OpenMP loop.
@@ -43,7 +48,9 @@ class AdamW {
   }
   void set_lr(double lr);  // ValueError when negative or not finite
   double lr() const { return opt_.lr; }
-  // Drops every parameter's gradient (the next backward starts from zero).
+  // Starts the next gradient from zero: f32/f64 parameters drop theirs, bf16/f16 ones get a
+  // zeroed f32 buffer (reused from step to step) to accumulate into. Call it before the first
+  // backward of every optimizer step; such a parameter then counts as having a gradient.
   void zero_grad();
 
   int64_t step_count() const { return steps_; }  // calls to step()
@@ -68,6 +75,7 @@ class AdamW {
  private:
   struct Slot {
     Tensor m, v, master;  // master undefined unless the parameter is bf16/f16
+    Tensor grad32;        // the f32 gradient buffer of a bf16/f16 parameter (after zero_grad)
     bool decay = false;
     int64_t steps = 0;
   };

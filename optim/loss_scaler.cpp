@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/factory.h"
+#include "ops/arith.h"
 #include "optim/grad_math.h"
 
 namespace keel::optim {
@@ -24,6 +25,15 @@ void LossScalerOptions::validate() const {
 LossScaler::LossScaler(DType compute_dtype, LossScalerOptions opt)
     : opt_(opt), enabled_(compute_dtype == DType::f16), cur_scale_(opt.init_scale) {
   opt_.validate();
+}
+
+Tensor LossScaler::scale_loss(const Tensor& loss, double factor) const {
+  if (loss.numel() != 1)
+    throw ShapeError("LossScaler::scale_loss", "the loss must be a scalar, got shape " + shape_str(loss.shape()));
+  if (!is_floating(loss.dtype()))
+    throw DTypeError("LossScaler::scale_loss", std::string("the loss must be floating, got ") + dtype_name(loss.dtype()));
+  const Tensor wide = loss.dtype() == DType::f64 || loss.dtype() == DType::f32 ? loss : loss.to(DType::f32);
+  return mul(wide, scale() * factor);
 }
 
 bool LossScaler::unscale_(const std::vector<Tensor>& params) {

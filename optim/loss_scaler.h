@@ -1,7 +1,8 @@
 // Dynamic loss scaling for f16 training (torch.cuda.amp.GradScaler's algorithm).
 //
 // f16 gradients underflow to zero below ~6e-8, so the trainer multiplies the loss by scale()
-// before backward; gradients come out scale times larger. Then, per optimizer step:
+// before backward (scale_loss: always in f32, since 2^16 times a loss of 10 is far above f16's
+// 65504); gradients come out scale times larger. Then, per optimizer step:
 //   bool finite = scaler.unscale_(params);  // grads /= scale; were they all finite?
 //   if (finite) { clip; optimizer.step(lr); }  // else skip the step: the grads are garbage
 //   scaler.update(!finite);                     // halve on overflow, double after a good run
@@ -34,6 +35,11 @@ class LossScaler {
 
   bool enabled() const { return enabled_; }
   double scale() const { return enabled_ ? cur_scale_ : 1.0; }
+
+  // loss [] (any float dtype) -> loss * scale() * factor as an f32 scalar (f64 for an f64
+  // loss), differentiable. The product is never formed in f16: cross_entropy already returns
+  // f32, and a bf16/f16 loss is widened first. factor is the 1/accum of gradient accumulation.
+  Tensor scale_loss(const Tensor& loss, double factor = 1.0) const;
 
   // Divides every defined gradient by scale() in place. Returns whether all of them are finite
   // afterwards (always true, and nothing is touched, when disabled).

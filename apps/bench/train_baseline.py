@@ -73,12 +73,22 @@ def train_flops_per_token(cfg, windows, T):
 
 
 def peak_flops(name, half=True):
-    """Port of keel::app::peak_flops: dense data-sheet peaks (SXM), 0 when unknown."""
-    if "H100" in name or "H200" in name:
-        return 989e12 if half else 67e12
-    if "A100" in name:
-        return 312e12 if half else 19.5e12
-    return 0.0
+    """Port of keel::app::peak_flops_of: dense data-sheet peaks by device name, 0 when unknown."""
+    peak = None
+    if "MIG" in name:
+        peak = None
+    elif "H100" in name or "H200" in name:
+        if "PCIe" in name:
+            peak = (756e12, 51e12)
+        elif "NVL" in name:
+            peak = (835e12, 60e12)
+        elif "H200" in name or "HBM3" in name or "SXM" in name:
+            peak = (989e12, 67e12)
+    elif "A100" in name:
+        peak = (312e12, 19.5e12)
+    if peak is None:
+        return 0.0
+    return peak[0] if half else peak[1]
 
 
 def build_model(torch, cfg, attention, T, ls_impl, use_sdpa_context):

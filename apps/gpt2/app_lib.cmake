@@ -7,5 +7,5 @@ add_library(keel_app STATIC
 )
 target_include_directories(keel_app PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(keel_app
-  PUBLIC keel_core keel_data keel_flags
-  PRIVATE fmt::fmt nlohmann_json::nlohmann_json)
+  PUBLIC keel_core keel_data keel_flags nlohmann_json::nlohmann_json  # metrics.h: json_number
+  PRIVATE fmt::fmt)

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/gpt2/commands.h"
+#include "apps/gpt2/metrics.h"
 #include "apps/gpt2/run_model.h"
 #include "apps/gpt2/trainer.h"
 #include "data/assets.h"
@@ -69,12 +70,13 @@ void run_eval(const EvalArgs& a) {
   if (T > m.block_size)
     throw ConfigError("eval", fmt::format("--seq-len {} is longer than the model's context {}", T, m.block_size));
   EvalResult r = evaluate(*model, split, a.batch_size, T, a.max_batches, device);
-  auto ml = r.max_logit.to_vector<float>();
+  const std::vector<float>& ml = r.max_logit.values();
   if (a.json) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (int64_t l = 0; l < m.n_layer; ++l)
-      rows.push_back(std::vector<float>(ml.begin() + l * m.n_head, ml.begin() + (l + 1) * m.n_head));
-    nlohmann::json out{{"loss", r.loss}, {"perplexity", r.perplexity}, {"tokens", r.tokens}, {"max_logit", rows}};
+    // json_number(): a NaN loss or max logit prints as "nan" (as in metrics.jsonl), never as null.
+    nlohmann::ordered_json out{{"loss", json_number(r.loss)},
+                               {"perplexity", json_number(r.perplexity)},
+                               {"tokens", r.tokens},
+                               {"max_logit", logits_json(r.max_logit.rows())}};
     fmt::print("{}\n", out.dump());
   } else {
     fmt::print("loss {:.4f}  perplexity {:.3f}  over {} tokens\n", r.loss, r.perplexity, r.tokens);

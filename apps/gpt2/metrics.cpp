@@ -16,10 +16,8 @@ namespace keel::app {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
-
 // ordered_json so every line starts with kind and step, which is what a human scans for.
-nlohmann::ordered_json num(double v) {
+nlohmann::ordered_json json_number(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return v;
@@ -29,11 +27,13 @@ nlohmann::ordered_json logits_json(const std::vector<std::vector<double>>& m) {
   auto out = nlohmann::ordered_json::array();
   for (const auto& layer : m) {
     auto row = nlohmann::ordered_json::array();
-    for (double v : layer) row.push_back(num(v));
+    for (double v : layer) row.push_back(json_number(v));
     out.push_back(std::move(row));
   }
   return out;
 }
+
+namespace {
 
 const char* kind_name(RecordKind k) {
   switch (k) {
@@ -185,20 +185,20 @@ std::string to_json_line(const MetricsRecord& r) {
   j["step"] = r.step;
   switch (r.kind) {
     case RecordKind::Train:
-      j["loss"] = num(r.loss);
-      j["lr"] = num(r.lr);
-      j["grad_norm"] = num(r.grad_norm);
+      j["loss"] = json_number(r.loss);
+      j["lr"] = json_number(r.lr);
+      j["grad_norm"] = json_number(r.grad_norm);
       j["max_logit"] = logits_json(r.max_logit);
-      j["tokens_per_s"] = num(r.tokens_per_s);
-      j["mfu"] = num(r.mfu);
+      j["tokens_per_s"] = json_number(r.tokens_per_s);
+      j["mfu"] = json_number(r.mfu);
       j["mem_bytes"] = r.mem_bytes;
-      j["loss_scale"] = num(r.loss_scale);
+      j["loss_scale"] = json_number(r.loss_scale);
       j["skipped"] = r.skipped;
-      j["elapsed_s"] = num(r.elapsed_s);
+      j["elapsed_s"] = json_number(r.elapsed_s);
       break;
     case RecordKind::Val:
-      j["val_loss"] = num(r.val_loss);
-      j["val_ppl"] = num(r.val_ppl);
+      j["val_loss"] = json_number(r.val_loss);
+      j["val_ppl"] = json_number(r.val_ppl);
       j["max_logit"] = logits_json(r.max_logit);
       break;
     case RecordKind::Event:

@@ -36,6 +36,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace keel::app {
 
 enum class RecordKind { Train, Val, Event };
@@ -99,6 +101,11 @@ class MetricsLog {
   std::ofstream out_;
 };
 
+// JSON has no NaN or inf: they are written as the strings "nan", "inf", "-inf" (and read back),
+// because a NaN max logit is the signal of a diverged head and must not turn into null or 0.
+nlohmann::ordered_json json_number(double v);
+// (L) rows of (H) max logits -> [[...], ...] with json_number() for each value.
+nlohmann::ordered_json logits_json(const std::vector<std::vector<double>>& rows);
 // One line of JSON (no newline) for a record; what MetricsLog writes.
 std::string to_json_line(const MetricsRecord& record);
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "apps/gpt2/trainer.h"
 #include "core/autograd.h"
@@ -63,15 +65,30 @@ double train_flops_per_token(const nn::GPT2Config& m, int64_t T) {
   return 3 * forward;
 }
 
+double peak_flops_of(const std::string& name, DType dtype) {
+  const bool half = dtype == DType::bf16 || dtype == DType::f16;
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  struct Peak {
+    double half, f32;
+  };
+  // Dense data-sheet peaks in TFLOP/s: bf16/f16 on the tensor cores; f32 on the CUDA cores
+  // (keel's f32 matmuls keep TF32 off). A MIG slice has a fraction of the GPU: no guess.
+  std::optional<Peak> p;
+  if (has("MIG")) return 0;
+  if (has("H100") || has("H200")) {  // "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H200", "NVIDIA GH200 480GB"
+    if (has("PCIe")) p = Peak{756, 51};
+    else if (has("NVL")) p = Peak{835, 60};
+    else if (has("H200") || has("HBM3") || has("SXM")) p = Peak{989, 67};
+  } else if (has("A100")) {
+    p = Peak{312, 19.5};
+  }
+  if (!p || !is_floating(dtype) || dtype == DType::f64) return 0;
+  return (half ? p->half : p->f32) * 1e12;
+}
+
 double peak_flops(Device device, DType dtype) {
   if (!device.is_cuda()) return 0;
-  std::string name = cuda::device_info(device.index).name;
-  bool half = dtype == DType::bf16 || dtype == DType::f16;
-  // Dense peaks from NVIDIA's data sheets (SXM parts); f32 without TF32 uses the CUDA cores.
-  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos)
-    return half ? 989e12 : 67e12;
-  if (name.find("A100") != std::string::npos) return half ? 312e12 : 19.5e12;
-  return 0;
+  return peak_flops_of(cuda::device_info(device.index).name, dtype);
 }
 
 std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device) {
@@ -89,7 +106,7 @@ EvalResult evaluate(nn::GPT2& model, std::shared_ptr<const data::TokenSplit> spl
   model.eval();
   data::EvalLoader loader(split, {batch_size, seq_len, 0, 0, 1});
   const int64_t L = model.config().n_layer, H = model.config().n_head;
-  std::vector<float> max_logit(L * H, 0.0f);
+  MaxLogit max_logit(L, H);
   double loss_sum = 0;
   int64_t tokens = 0, batches = 0;
   data::Batch b;
@@ -100,8 +117,7 @@ EvalResult evaluate(nn::GPT2& model, std::shared_ptr<const data::TokenSplit> spl
     nn::GPT2Output out = model.forward(ids, tgt);
     loss_sum += out.loss.item() * double(b.valid_targets);
     tokens += b.valid_targets;
-    auto m = out.max_logit.to_vector<float>();
-    for (size_t i = 0; i < m.size(); ++i) max_logit[i] = std::max(max_logit[i], m[i]);
+    max_logit.merge(out.max_logit.to_vector<float>());
   }
   if (was_training) model.train();
   if (tokens == 0)
@@ -111,7 +127,7 @@ EvalResult evaluate(nn::GPT2& model, std::shared_ptr<const data::TokenSplit> spl
   r.loss = loss_sum / double(tokens);
   r.perplexity = std::exp(r.loss);
   r.tokens = tokens;
-  r.max_logit = from_vector(max_logit, {L, H});
+  r.max_logit = max_logit;
   return r;
 }
 

@@ -39,23 +39,15 @@ extern "C" void on_signal(int) { g_stop = true; }
 struct StepResult {
   double loss = 0, grad_norm = 0;
   bool finite = true, skipped = false;
-  std::vector<float> max_logit;  // (L * H), the max over the step's micro-batches
+  MaxLogit max_logit;  // (L, H), merged over the step's micro-batches
 };
 
-std::vector<std::vector<double>> as_rows(const std::vector<float>& v, int64_t L, int64_t H) {
-  std::vector<std::vector<double>> rows(L, std::vector<double>(H));
-  for (int64_t l = 0; l < L; ++l)
-    for (int64_t h = 0; h < H; ++h) rows[l][h] = v[l * H + h];
-  return rows;
-}
-
 // "layer 3 head 1 (max |logit| 212.4)": where a diverging model's attention logits are largest.
-std::string hottest_head(const std::vector<float>& m, int64_t H) {
-  if (m.empty()) return "no attention statistics";
-  size_t at = 0;
-  for (size_t i = 1; i < m.size(); ++i)
-    if (std::isnan(m[i]) || m[i] > m[at]) at = i;
-  return fmt::format("layer {} head {} (max |logit| {:.1f})", at / H, at % H, m[at]);
+std::string hottest_head(const MaxLogit& m) {
+  if (m.values().empty()) return "no attention statistics";
+  const size_t at = m.top_index();
+  return fmt::format("layer {} head {} (max |logit| {:.1f})", int64_t(at) / m.heads(), int64_t(at) % m.heads(),
+                     m.values()[at]);
 }
 
 class Trainer {
@@ -224,18 +216,17 @@ void Trainer::event(const std::string& kind, const std::string& message, int64_t
 StepResult Trainer::train_step(double lr) {
   StepResult s;
   const int64_t L = mcfg_.n_layer, H = mcfg_.n_head;
-  s.max_logit.assign(L * H, 0.0f);
-  const double micro_scale = scaler_->scale() / double(cfg_.grad_accum);
+  s.max_logit = MaxLogit(L, H);
+  // bf16/f16 parameters get f32 gradient buffers here: the micro-batches accumulate in f32.
+  opt_->zero_grad();
   for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
     auto [ids, targets] = batch_tensors(loader_->next(), device_);
     nn::GPT2Output out = model_->forward(ids, targets);
     // Gradients of the micro-batches add up in the parameters; scaling each loss by 1/accum
-    // makes their sum the gradient of the mean loss (and by the loss scale for f16).
-    mul(out.loss, micro_scale).backward();
+    // makes their sum the gradient of the mean loss (and by the loss scale for f16, in f32).
+    scaler_->scale_loss(out.loss, 1.0 / double(cfg_.grad_accum)).backward();
     s.loss += out.loss.item() / double(cfg_.grad_accum);
-    auto m = out.max_logit.to_vector<float>();
-    for (size_t i = 0; i < m.size(); ++i)
-      if (std::isnan(m[i]) || m[i] > s.max_logit[i]) s.max_logit[i] = m[i];
+    s.max_logit.merge(out.max_logit.to_vector<float>());
   }
   std::vector<Tensor> params = opt_->param_tensors();
   bool grads_finite = scaler_->unscale_(params);
@@ -247,7 +238,6 @@ StepResult Trainer::train_step(double lr) {
     s.skipped = true;  // with f16 an overflow is routine: the scaler backs off and we go on
   }
   scaler_->update(!grads_finite);
-  opt_->zero_grad();
   return s;
 }
 
@@ -258,7 +248,7 @@ void Trainer::log_step(const StepResult& s, double lr, double seconds) {
   r.loss = s.loss;
   r.lr = lr;
   r.grad_norm = s.grad_norm;
-  r.max_logit = as_rows(s.max_logit, mcfg_.n_layer, mcfg_.n_head);
+  r.max_logit = s.max_logit.rows();
   r.tokens_per_s = tokens / seconds;
   if (peak_ > 0) r.mfu = flops_per_token_ * r.tokens_per_s / peak_;
   r.mem_bytes = int64_t(memory_stats(device_).peak);
@@ -272,7 +262,7 @@ void Trainer::log_step(const StepResult& s, double lr, double seconds) {
     double mean = std::accumulate(recent_.begin(), recent_.end(), 0.0) / double(recent_.size());
     if (s.loss > cfg_.spike_factor * mean)
       event("spike", fmt::format("loss {:.4f} is {:.1f}x the mean of the last {} steps; hottest attention: {}", s.loss,
-                                 s.loss / mean, recent_.size(), hottest_head(s.max_logit, mcfg_.n_head)));
+                                 s.loss / mean, recent_.size(), hottest_head(s.max_logit)));
   }
   if (std::isfinite(s.loss)) recent_.push_back(s.loss);
   if (recent_.size() > 50) recent_.pop_front();
@@ -282,7 +272,7 @@ void Trainer::log_step(const StepResult& s, double lr, double seconds) {
   const bool tty = isatty(STDOUT_FILENO);
   const int64_t every = std::max<int64_t>(1, cfg_.max_steps / 20);
   if (tty || step_ % every == 0 || step_ + 1 == cfg_.max_steps) {
-    float top = *std::max_element(s.max_logit.begin(), s.max_logit.end());
+    const double top = s.max_logit.top();
     fmt::print("{}step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | max logit {:6.2f} | {:.0f} tok/s | ETA {:.0f}s{}",
                tty ? "\r" : "", step_ + 1, cfg_.max_steps, s.loss, lr, s.grad_norm, top, r.tokens_per_s, eta,
                tty ? "   " : "\n");
@@ -297,7 +287,7 @@ void Trainer::validate_now() {
   r.step = step_ + 1;
   r.val_loss = e.loss;
   r.val_ppl = e.perplexity;
-  r.max_logit = as_rows(e.max_logit.to_vector<float>(), mcfg_.n_layer, mcfg_.n_head);
+  r.max_logit = e.max_logit.rows();
   log_->write(r);
   result_.val_loss = e.loss;
   result_.val_perplexity = e.perplexity;
@@ -329,7 +319,7 @@ TrainResult Trainer::run() {
     if (!s.finite && !scaler_->enabled()) {
       std::string what = fmt::format("non-finite {} at step {}; hottest attention: {}",
                                      std::isfinite(s.loss) ? "gradient" : "loss", step_ + 1,
-                                     hottest_head(s.max_logit, mcfg_.n_head));
+                                     hottest_head(s.max_logit));
       event("nonfinite", what);
       if (cfg_.on_nonfinite == "stop")
         throw ValueError("train", "training diverged: " + what,

@@ -13,6 +13,7 @@
 
 #include "apps/gpt2/train_config.h"
 #include "core/device.h"
+#include "core/max_logit.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "nn/gpt2.h"
@@ -31,6 +32,10 @@ nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size);
 double train_flops_per_token(const nn::GPT2Config& m, int64_t seq_len);
 // Dense peak FLOP/s of the device for the dtype, 0 when unknown (MFU is then not reported).
 double peak_flops(Device device, DType dtype);
+// The same from the CUDA device name (cudaDeviceProp::name): H100 SXM and H200 989 TFLOP/s
+// bf16/f16 (67 f32), H100 PCIe 756 (51), H100/H200 NVL 835 (60), A100 312 (19.5). An unknown
+// GPU, a MIG slice or f64 gives 0: no MFU rather than a wrong one.
+double peak_flops_of(const std::string& device_name, DType dtype);
 
 // ids (B, T) and targets (B, T) of a loader batch, on the device. The loader marks padding
 // with -1; cross_entropy's ignore index is -100.
@@ -39,7 +44,7 @@ std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device);
 struct EvalResult {
   double loss = 0, perplexity = 0;
   int64_t tokens = 0;
-  Tensor max_logit;  // (L, H) f32
+  MaxLogit max_logit;  // (L, H), merged over the batches (NaN wins)
 };
 // Mean next-token loss over (up to max_batches, 0 = all) batches of the split.
 EvalResult evaluate(nn::GPT2& model, std::shared_ptr<const data::TokenSplit> split, int64_t batch_size,

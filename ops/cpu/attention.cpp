@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "ops/attention.h"
+#include "core/max_logit.h"
 #include "ops/common.h"
 
 namespace keel::cpu {
@@ -27,8 +28,8 @@ using Vec = Eigen::Matrix<Real, Eigen::Dynamic, 1>;
 // First key query i may see under window w (0 = full causal; a window >= T reaches key 0 anyway).
 int64_t band_start(int64_t i, int64_t w) { return w == 0 ? 0 : std::max<int64_t>(0, i - w + 1); }
 
-// max that lets a NaN win, so a diverged head shows up in the statistic instead of hiding.
-double nan_max(double a, double b) { return (std::isnan(a) || a >= b) ? a : b; }
+// The NaN-propagating max of the statistic (core/max_logit.h): a diverged head must show.
+double nan_max(double a, double b) { return max_logit_merge(a, b); }
 
 constexpr int64_t kRows = 32;  // query rows per block: enough for GEMM to pay, few wasted keys
 

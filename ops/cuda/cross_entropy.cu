@@ -8,6 +8,7 @@
 // Backward: one block per row writes (softmax - onehot) * grad / count straight from the
 // logits and lse, zero rows for ignored targets. grad stays on the device (no sync).
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cuda/common.cuh"
@@ -37,14 +38,16 @@ __global__ void ce_forward_kernel(const T* __restrict__ logits, const I* __restr
   }
 }
 
-// row_loss (N) -> loss [] = sum / count (0 when count is 0). One block of 1024 threads.
-template <typename T>
-__global__ void ce_mean_kernel(const float* __restrict__ row_loss, int64_t N, int64_t count, T* __restrict__ loss) {
+// row_loss (N) -> loss [] = sum / count (0 when count is 0), in f32 (L = f32, or f64 for f64
+// logits) whatever the logits' dtype: a bf16/f16 loss would be quantized, and overflow under
+// f16 loss scaling. One block of 1024 threads.
+template <typename L>
+__global__ void ce_mean_kernel(const float* __restrict__ row_loss, int64_t N, int64_t count, L* __restrict__ loss) {
   __shared__ float scratch[32];
   float s = 0.0f;
   for (int64_t r = threadIdx.x; r < N; r += blockDim.x) s += row_loss[r];
   s = block_sum(s, scratch);
-  if (threadIdx.x == 0) loss[0] = from_f32<T>(count > 0 ? s / static_cast<float>(count) : 0.0f);
+  if (threadIdx.x == 0) loss[0] = static_cast<L>(count > 0 ? s / static_cast<float>(count) : 0.0f);
 }
 
 // logits, dlogits (N, V), targets (N), lse (N), grad [] f32 -> dlogits; vec: logits and
@@ -68,7 +71,7 @@ __global__ void ce_backward_kernel(const T* __restrict__ logits, const I* __rest
 }
 }  // namespace
 
-// logits (N, V), targets (N) -> loss [], lse (N) f32, count
+// logits (N, V), targets (N) -> loss [] f32 (f64 for f64 logits), lse (N) f32, count
 Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& lse,
                              int64_t& count) {
   require_device(logits, "cross_entropy");
@@ -88,7 +91,8 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
   }
   const Device dev = logits.device();
   lse = empty({N}, {DType::f32, dev});
-  Tensor loss = empty({}, {logits.dtype(), dev});
+  const DType loss_dtype = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor loss = empty({}, {loss_dtype, dev});
   Tensor row_loss = empty({N}, {DType::f32, dev});
   visit_float(logits.dtype(), "cross_entropy", [&]<typename T>() {
     visit_index(targets.dtype(), "cross_entropy", [&]<typename I>() {
@@ -99,7 +103,8 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
             ptr<const T>(logits), ptr<const I>(targets), N, V, ignore_index, ptr<float>(lse), ptr<float>(row_loss));
         KEEL_CHECK_LAUNCH();
       }
-      ce_mean_kernel<T><<<1, 1024, 0, w.stream>>>(ptr<const float>(row_loss), N, count, ptr<T>(loss));
+      using L = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      ce_mean_kernel<L><<<1, 1024, 0, w.stream>>>(ptr<const float>(row_loss), N, count, ptr<L>(loss));
       KEEL_CHECK_LAUNCH();
     });
   });

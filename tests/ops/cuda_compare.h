@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "core/autograd.h"
@@ -21,25 +22,52 @@ inline const Device kGpu = Device::cuda(0);
 
 inline double tolerance(DType t) { return t == DType::f32 ? 1e-5 : 1e-2; }
 
-// ||out - ref|| / ||ref||; infinity when out holds a NaN or inf (a poisoned element).
-inline double rel_err(const Tensor& out, const Tensor& ref) {
+// The worst row's relative error, rows being the last dim: max over rows r of
+// ||out_r - ref_r|| / max(||ref_r||, floor), floor = 1e-3 x the RMS row norm (so a row of zeros
+// in the reference, such as an ignored target's gradient, divides by something, yet a wrong
+// value in it still shows). One norm over the whole tensor would let a wrong row hide among
+// thousands of right ones. Infinity when out holds a NaN or inf (a poisoned, unwritten element).
+inline double worst_row_rel_err(const Tensor& out, const Tensor& ref) {
   std::vector<double> o = out.to_vector<double>(), r = ref.to_vector<double>();
   REQUIRE(o.size() == r.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < o.size(); ++i) {
-    if (!std::isfinite(o[i])) return std::numeric_limits<double>::infinity();
-    num += (o[i] - r[i]) * (o[i] - r[i]);
-    den += r[i] * r[i];
+  if (o.empty()) return 0.0;
+  const size_t n = ref.dim() == 0 ? 1 : static_cast<size_t>(std::max<int64_t>(ref.size(-1), 1));
+  const size_t rows = r.size() / n;
+  double total = 0;
+  for (double x : r) total += x * x;
+  const double floor = std::max(1e-3 * std::sqrt(total / double(rows)), 1e-30);
+  double worst = 0;
+  for (size_t row = 0; row < rows; ++row) {
+    double num = 0, den = 0;
+    for (size_t i = row * n; i < (row + 1) * n; ++i) {
+      if (!std::isfinite(o[i])) return std::numeric_limits<double>::infinity();
+      num += (o[i] - r[i]) * (o[i] - r[i]);
+      den += r[i] * r[i];
+    }
+    worst = std::max(worst, std::sqrt(num) / std::max(std::sqrt(den), floor));
   }
-  if (den == 0) return num == 0 ? 0.0 : std::numeric_limits<double>::infinity();
-  return std::sqrt(num / den);
+  return worst;
+}
+
+// Per-element relative error max |out - ref| / max(|ref|, 1), for statistics (log-sum-exp,
+// max logit) that are O(1) or larger; infinity for a non-finite out where ref is finite.
+inline double max_elem_rel_err(const Tensor& out, const Tensor& ref) {
+  std::vector<double> o = out.to_vector<double>(), r = ref.to_vector<double>();
+  REQUIRE(o.size() == r.size());
+  double worst = 0;
+  for (size_t i = 0; i < o.size(); ++i) {
+    if (std::isnan(r[i]) && std::isnan(o[i])) continue;  // NaN where the reference has NaN
+    if (!std::isfinite(o[i])) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, std::abs(o[i] - r[i]) / std::max(std::abs(r[i]), 1.0));
+  }
+  return worst;
 }
 
 #define CHECK_CLOSE(out, ref, dt)                     \
   do {                                                \
     REQUIRE((out).defined());                         \
     CHECK((out).shape() == (ref).shape());            \
-    double err_ = rel_err((out), (ref));              \
+    double err_ = worst_row_rel_err((out), (ref));    \
     CAPTURE(err_);                                    \
     CHECK(err_ < tolerance(dt));                      \
   } while (0)
@@ -70,22 +98,26 @@ inline Pair make(const Tensor& host, DType dt, bool requires_grad) {
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 // f on the device (dtype dt) against f on the CPU (f32), then the gradients of every floating
-// input through y.backward(R) with one random R on both sides.
-inline void compare(const Fn& f, const std::vector<Tensor>& host_inputs, DType dt, bool backward = true) {
+// input through y.backward(R) with one random R on both sides. out_dt: the dtype f's output
+// must have on the device (dt unless given: cross_entropy's loss is f32 whatever dt); the
+// output is held to out_dt's tolerance, the input gradients to dt's.
+inline void compare(const Fn& f, const std::vector<Tensor>& host_inputs, DType dt, bool backward = true,
+                    std::optional<DType> out_dt = std::nullopt) {
+  const DType odt = out_dt.value_or(dt);
   std::vector<Tensor> dev, ref;
   for (const Tensor& h : host_inputs) {
     Pair p = make(h, dt, backward);
     dev.push_back(p.dev), ref.push_back(p.ref);
   }
   Tensor y_ref = f(ref);
-  poison({bytes_of(y_ref.shape(), dt)});
+  poison({bytes_of(y_ref.shape(), odt)});
   Tensor y = f(dev);
   REQUIRE(y.device() == kGpu);
-  CHECK(y.dtype() == dt);
-  CHECK_CLOSE(y, y_ref, dt);
+  CHECK(y.dtype() == odt);
+  CHECK_CLOSE(y, y_ref, odt);
   if (!backward) return;
   Generator gen(99);
-  Pair r = make(randn(y_ref.shape(), gen), dt, false);
+  Pair r = make(randn(y_ref.shape(), gen), odt, false);
   y_ref.backward(r.ref);
   std::vector<int64_t> sizes;
   for (const Tensor& t : dev) sizes.push_back(bytes_of(t.shape(), dt));

@@ -141,3 +141,29 @@ TEST_CASE("cross_entropy rejects bad inputs") {
   CHECK_THROWS_AS(cross_entropy(logits, empty({0}, {DType::i64, Device::cuda(0)})), DeviceError);
   CHECK_THROWS_AS(cross_entropy(logits, Tensor()), ValueError);
 }
+
+TEST_CASE("cross_entropy of bf16/f16 logits: the loss is f32, the gradient has the logits' dtype") {
+  // A loss near 3 in bf16 is quantized to 1/64; the f32 loss must equal the f64 reference fed
+  // the same rounded logits (to f32 rounding), and the backward must still give bf16/f16.
+  Generator gen(7);
+  Tensor wide = randn({16, 37}, gen, {DType::f32}, 0.0, 1.5);
+  std::vector<int64_t> t(16);
+  for (size_t r = 0; r < t.size(); ++r) t[r] = static_cast<int64_t>((r * 5) % 37);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(dt));
+    Tensor x = wide.to(dt).set_requires_grad(true);
+    Tensor loss = cross_entropy(x, from_vector(t, {16}));
+    CHECK(loss.dtype() == DType::f32);
+    const double ref = naive_cross_entropy(x.to(DType::f64), t, -100);
+    CHECK(loss.item() == doctest::Approx(ref).epsilon(1e-6));
+    loss.backward();
+    REQUIRE(x.grad().defined());
+    CHECK(x.grad().dtype() == dt);
+    // The f32 gradient of the same rounded logits, rounded to dt, is what the backward gives.
+    Tensor x32 = x.detach().to(DType::f32).set_requires_grad(true);
+    cross_entropy(x32, from_vector(t, {16})).backward();
+    CHECK(x.grad().to_vector<float>() == x32.grad().to(dt).to_vector<float>());
+  }
+  // f64 logits keep an f64 loss (finite-difference checks need it).
+  CHECK(cross_entropy(wide.to(DType::f64), from_vector(t, {16})).dtype() == DType::f64);
+}

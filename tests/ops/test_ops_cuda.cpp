@@ -295,11 +295,15 @@ TEST_CASE("cuda cross_entropy at V 50257 with ignored rows") {
       std::vector<int64_t> t = ids_of({8}, 50257, 81).to_vector<int64_t>();
       t[3] = -100, t[6] = -100;
       Tensor targets = from_vector<int64_t>(t, {2, 4}, {it});
-      compare([](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1]); }, {logits, targets}, dt);
+      // The loss is f32 for every dtype, so it is held to f32's 1e-5 against the f32 CPU op
+      // fed the same rounded logits; the logits' gradient to dt's tolerance.
+      compare([](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1]); }, {logits, targets}, dt, true,
+              DType::f32);
       // Odd small shapes and a custom ignore_index.
       Tensor l2 = rnd({37, 1001}, 82);
       Tensor t2 = ids_of({37}, 1001, 83, it);
-      compare([](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], 5); }, {l2, t2}, dt);
+      compare([](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], 5); }, {l2, t2}, dt, true,
+              DType::f32);
     }
   // Every row ignored: loss 0 and a zero gradient; a bad target raises IndexError.
   Tensor l = rnd({3, 10}, 84).to(kGpu).detach().set_requires_grad(true);
@@ -340,7 +344,9 @@ TEST_CASE("cuda matmul and linear at GPT-2 shapes") {
   KEEL_REQUIRE_CUDA();
   // x (B*T rows, 768) against GPT-2's weights; fewer rows than training (B*T = 8192) to keep
   // the CPU reference quick, the same K and N.
-  const std::pair<int64_t, int64_t> kn[] = {{768, 2304}, {768, 3072}, {3072, 768}, {768, 768}};
+  std::vector<std::pair<int64_t, int64_t>> kn = {{768, 2304}, {768, 3072}, {3072, 768}, {768, 768}};
+  const bool reduced = keel::testing::reduced_sizes();  // under compute-sanitizer: one shape, no lm_head
+  if (reduced) kn.resize(1);
   for (DType dt : kDtypes)
     for (const auto& [K, N] : kn) {
       CAPTURE(dtype_name(dt));
@@ -352,6 +358,7 @@ TEST_CASE("cuda matmul and linear at GPT-2 shapes") {
               {rnd({2, 128, K}, 102), rnd({N, K}, 103, 0, 0.05), rnd({N}, 104)}, dt);
     }
   for (DType dt : {DType::bf16, DType::f32}) {  // lm_head: 768 -> 50257, no bias
+    if (reduced) break;
     CAPTURE(dtype_name(dt));
     compare([](const std::vector<Tensor>& t) { return linear(t[0], t[1]); },
             {rnd({64, 768}, 105), rnd({50257, 768}, 106, 0, 0.05)}, dt);

@@ -7,6 +7,8 @@
 
 #include "core/copy.h"
 #include "core/factory.h"
+#include "ops/arith.h"
+#include "ops/reduce.h"
 #include "optim/adamw.h"
 
 using namespace keel;
@@ -235,4 +237,34 @@ TEST_CASE("AdamW rejects bad hyper-parameters, parameter lists and state with ty
 
   w.set_grad(zeros({2, 2}, {DType::f32}));
   CHECK_NOTHROW(opt.step());
+}
+
+TEST_CASE("bf16/f16 parameters accumulate gradients in f32 after zero_grad (grad-accum = one big batch)") {
+  // 8 micro-batches: a gradient of 1, then 7 of 2^-12. A bf16/f16 sum stays at 1 (2^-12 is
+  // below half an ulp of 1 in both); the f32 buffer holds 1 + 7 * 2^-12 exactly.
+  for (DType dt : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(dt));
+    Tensor w = from_vector<float>({1.0f, -2.0f}, {2}).to(dt).set_requires_grad(true);
+    AdamW opt({{"w", w}}, {.lr = 0.0, .weight_decay = 0.0});
+    for (int round = 0; round < 2; ++round) {  // the buffer is reused and re-zeroed
+      opt.zero_grad();
+      REQUIRE(w.grad().defined());
+      CHECK(w.grad().dtype() == DType::f32);
+      CHECK(w.grad().to_vector<float>() == std::vector<float>{0, 0});
+      for (int micro = 0; micro < 8; ++micro) {
+        const double c = micro == 0 ? 1.0 : std::ldexp(1.0, -12);
+        // d/dw sum(w * c) = c, which the cast's backward hands to w as a bf16/f16 gradient.
+        sum(mul(w.to(DType::f32), c)).backward();
+      }
+      const float want = static_cast<float>(1.0 + 7 * std::ldexp(1.0, -12));
+      CHECK(w.grad().to_vector<float>() == std::vector<float>{want, want});
+      opt.step();  // lr 0: consumes the f32 gradient without moving w
+      CHECK(w.to_vector<float>() == std::vector<float>{1.0f, -2.0f});
+    }
+  }
+  // f32 parameters keep the plain semantics: no gradient until a backward.
+  Tensor x = from_vector<float>({1.0f}, {1}).set_requires_grad(true);
+  AdamW opt({{"x", x}});
+  opt.zero_grad();
+  CHECK_FALSE(x.grad().defined());
 }

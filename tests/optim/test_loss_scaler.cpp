@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "core/factory.h"
+#include "ops/arith.h"
+#include "ops/cross_entropy.h"
 #include "optim/loss_scaler.h"
 
 using namespace keel;
@@ -92,4 +94,37 @@ TEST_CASE("LossScaler rejects bad options and bad state") {
   CHECK_THROWS_AS(sc.load_state(wrong), ShapeError);
   wrong[0].second = from_vector<double>({-4.0}, {});
   CHECK_THROWS_AS(sc.load_state(wrong), ValueError);
+}
+
+TEST_CASE("f16 loss scaling happens in f32: the first step of an f16 model is not skipped") {
+  // A loss of ~3.6 times 2^16 is ~2.4e5, far above f16's 65504: formed in f16 it is inf and
+  // every gradient NaN, so each run's first step was skipped by construction.
+  LossScaler sc(DType::f16);
+  Tensor x16 = from_vector<float>({9.5f}, {}).to(DType::f16);
+  Tensor scaled16 = sc.scale_loss(x16);
+  CHECK(scaled16.dtype() == DType::f32);
+  CHECK(scaled16.item() == 9.5 * 65536.0);
+  CHECK(sc.scale_loss(from_vector<float>({2.0f}, {}), 0.125).item() == 2.0 * 65536.0 * 0.125);  // 1/accum
+  CHECK_THROWS_AS(sc.scale_loss(zeros({2})), ShapeError);
+
+  // The whole chain on the CPU: f16 logits -> cross_entropy (an f32 loss) -> scaled by 2^16 ->
+  // backward -> f16 logit gradients that are finite, unscale to the true gradient, and the
+  // step is taken (update(false) keeps the scale).
+  Generator gen(3);
+  Tensor logits = randn({8, 50}, gen, {DType::f32}, 0.0, 1.0).to(DType::f16).set_requires_grad(true);
+  Tensor targets = from_vector<int64_t>({1, 7, 3, 49, 0, 22, 5, 8}, {8});
+  Tensor loss = cross_entropy(logits, targets);
+  REQUIRE(loss.dtype() == DType::f32);
+  sc.scale_loss(loss, 0.5).backward();  // as the trainer does with grad-accum 2
+  REQUIRE(logits.grad().dtype() == DType::f16);
+  const bool finite = sc.unscale_(std::vector<Tensor>{logits});
+  CHECK(finite);
+  // Against the unscaled f32 gradient of the same rounded logits: f16 rounding of g * 2^15.
+  Tensor ref = logits.detach().to(DType::f32).set_requires_grad(true);
+  mul(cross_entropy(ref, targets), 0.5).backward();
+  std::vector<float> got = logits.grad().to_vector<float>(), want = ref.grad().to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-3).scale(1e-4));
+  sc.update(!finite);
+  CHECK(sc.skipped_steps() == 0);
+  CHECK(sc.scale() == 65536.0);
 }

@@ -1,0 +1,47 @@
+// MaxLogit: the per-layer, per-head max |attention logit|, the instability signal keel exists
+// to show, and the one way to merge it (over batch entries, micro-batches, evaluation batches).
+//
+// The merge lets NaN win over everything and +inf over every finite value. std::max(a, NaN)
+// returns a, so a plain max silently turns a diverged head into a healthy-looking number; a
+// model with one NaN weight must report NaN for that head and for every head it feeds.
+// |logit| >= 0, so 0 is the identity of the merge and a fresh MaxLogit holds zeros.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace keel {
+
+// max(a, b) where a NaN in either argument is the result.
+inline double max_logit_merge(double a, double b) { return (std::isnan(a) || a >= b) ? a : b; }
+
+class MaxLogit {
+ public:
+  MaxLogit() = default;
+  // (layers, heads) zeros.
+  MaxLogit(int64_t layers, int64_t heads)
+      : layers_(layers), heads_(heads), v_(static_cast<size_t>(layers * heads), 0.0f) {}
+
+  int64_t layers() const { return layers_; }
+  int64_t heads() const { return heads_; }
+  float at(int64_t layer, int64_t head) const { return v_[static_cast<size_t>(layer * heads_ + head)]; }
+  const std::vector<float>& values() const { return v_; }  // (layers * heads), layer-major
+
+  // other (layers * heads) layer-major -> this = elementwise merge(this, other). A size
+  // mismatch is a programming error of the caller (one model, one shape): it throws.
+  void merge(const std::vector<float>& other);
+
+  // The merge over every head (NaN if any head is NaN); 0 when empty.
+  double top() const;
+  // The index (layer * heads + head) of top(): the first NaN head, else the largest.
+  size_t top_index() const;
+  // (layers) rows of (heads) values, as metrics records hold them.
+  std::vector<std::vector<double>> rows() const;
+
+ private:
+  int64_t layers_ = 0, heads_ = 0;
+  std::vector<float> v_;
+};
+
+}  // namespace keel

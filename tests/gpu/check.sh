@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# keel's GPU check: proves the CUDA half of keel right on any machine with an NVIDIA GPU.
+#
+#   bash tests/gpu/check.sh [BUILD_DIR] [--demo]
+#
+# BUILD_DIR: a configured and built cuda-preset folder to use; by default the script builds
+# the `cuda` preset into build/cuda. --demo also runs the GPU branch of .ci/demo (the paper's
+# model, T = 2048, bf16; tens of minutes), which the default check leaves out.
+#
+# Checks, one line each, then "N passed, N failed" (exit status 1 when any failed):
+#   build               the cuda preset (or BUILD_DIR) builds
+#   cuda tests          every CUDA test case passes, none skipped
+#   sanitizer:TOOL:BIN  compute-sanitizer memcheck, racecheck, synccheck and initcheck over the
+#                       CUDA op, attention and optimizer tests at reduced sizes
+#                       (KEEL_TEST_REDUCED=1 makes the tests pick small shapes)
+#   e2e:a f32           20 steps of `gpt2 train` in f32 on CUDA and on the CPU, same model,
+#                       init and data: per-step loss within 1e-4 relative
+#   e2e:b bf16, f16     the same on CUDA in bf16 / f16 against the CPU's f32: loss within 2e-2
+#                       absolute, max logits per layer and head within 5% (+0.05)
+#   e2e:c resume        a run interrupted by SIGINT and resumed logs the same losses and max
+#                       logits, bit for bit, as one that ran straight through
+#   demo                (with --demo) the GPU branch of .ci/demo completes
+# On a machine without an NVIDIA GPU it says so and exits 0, having checked nothing.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+smi=${KEEL_NVIDIA_SMI:-nvidia-smi}  # the GPU probe; tests point it at `false` to take the no-GPU path
+
+build="" demo=0
+for arg in "$@"; do
+  case "$arg" in
+    --demo) demo=1 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -*) echo "check.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
+    *) build=$arg ;;
+  esac
+done
+
+if ! "$smi" -L 2>/dev/null | grep -q '^GPU'; then
+  echo "gpu check: no NVIDIA GPU on this machine ($smi -L lists none); nothing checked, skipped"
+  exit 0
+fi
+"$smi" -L | head -n 1
+
+passed=0 failed=0
+report() {  # report NAME STATUS [DETAIL]
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); echo "PASS  $1${3:+  ($3)}"
+  else failed=$((failed + 1)); echo "FAIL  $1${3:+  ($3)}"; fi
+}
+finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit $?; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/keel-gpu-check.XXXXXX")
+logs=$work/logs
+mkdir -p "$logs"
+echo "logs in $logs"
+
+# --- build ---------------------------------------------------------------------------------
+if [ -z "$build" ]; then
+  build=$root/build/cuda
+  (cd "$root" && cmake --preset cuda && cmake --build --preset cuda -j "$(nproc)") >"$logs/build.log" 2>&1
+  report build $? "build/cuda, log $logs/build.log"
+else
+  build=$(cd "$build" && pwd)
+  (cmake --build "$build" -j "$(nproc)") >"$logs/build.log" 2>&1
+  report build $? "$build"
+fi
+[ "$failed" -eq 0 ] || finish
+gpt2=$build/apps/gpt2/gpt2
+compare=$build/tests/gpu/compare_metrics
+if ! grep -q 'KEEL_CUDA:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  report "cuda build" 1 "$build was not configured with KEEL_CUDA=ON (use the cuda preset)"
+  finish
+fi
+
+# --- every CUDA test -----------------------------------------------------------------------
+# Case names say CUDA (or cuda); a skip here means the GPU was not used, which is a failure.
+(cd "$build" && ctest -R '[Cc][Uu][Dd][Aa]' -j 4 --output-on-failure) >"$logs/ctest.log" 2>&1
+rc=$?
+ran=$(grep -c ' Test *#' "$logs/ctest.log")
+skipped=$(grep -c 'Skipped' "$logs/ctest.log")
+[ "$ran" -gt 0 ] && [ "$skipped" -eq 0 ] || rc=1
+report "cuda tests" "$rc" "$ran cases, $skipped skipped, log $logs/ctest.log"
+
+# --- compute-sanitizer ---------------------------------------------------------------------
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for tool in memcheck racecheck synccheck initcheck; do
+  for bin in ops/test_ops optim/test_optim; do
+    name="sanitizer:$tool:$(basename "$bin")"
+    log="$logs/$tool-$(basename "$bin").log"
+    if [ ! -x "$sanitizer" ]; then report "$name" 1 "compute-sanitizer not found"; continue; fi
+    KEEL_TEST_REDUCED=1 timeout 300 "$sanitizer" --tool "$tool" --error-exitcode 99 \
+      "$build/tests/$bin" --test-case='*cuda*' >"$log" 2>&1
+    rc=$?
+    note="log $log"
+    [ "$rc" -eq 124 ] && note="timed out after 300 s, $note"
+    grep -q 'ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0 hazards' "$log" || rc=1
+    report "$name" "$rc" "$note"
+  done
+done
+
+# --- end to end ----------------------------------------------------------------------------
+data=$work/data
+"$gpt2" prepare -i "$root/data/corpora/austen_6novels.txt.xz" -o "$data" --train-vocab 512 >"$logs/prepare.log" 2>&1 ||
+  { report "e2e: prepare data" 1 "log $logs/prepare.log"; finish; }
+# 2 layers, 4 heads of 16, T = 64, LS-attention heads included so both head kinds are compared.
+# (Each flag is given once: the sizes come last, per check.)
+base=(--data "$data" --preset tiny --n-layer 2 --n-head 4 --n-embd 64 --attention ls --ls-window 8
+      --warmup-steps 4 --lr 1e-3 --min-lr 1e-4 --log-every 1 --val-every 0 --val-batches 2 --seed 1234)
+small=(--max-steps 20 --seq-len 64 --batch-size 8)
+train() {  # train NAME ARGS...: a run in $work/NAME, log in $logs/NAME.log (appended)
+  local name=$1; shift
+  "$gpt2" train --run-dir "$work/$name" "${base[@]}" "$@" >>"$logs/$name.log" 2>&1
+}
+train cpu-f32 "${small[@]}" --device cpu --dtype f32; cpu_rc=$?
+train cuda-f32 "${small[@]}" --device cuda --dtype f32; rc=$?
+if [ "$cpu_rc" -ne 0 ] || [ "$rc" -ne 0 ]; then
+  report "e2e:a f32 cuda vs cpu" 1 "a run failed, logs $logs/cpu-f32.log $logs/cuda-f32.log"
+else
+  out=$("$compare" "$work/cuda-f32/metrics.jsonl" "$work/cpu-f32/metrics.jsonl" --steps 20 --loss-rel 1e-4 2>&1)
+  report "e2e:a f32 cuda vs cpu" $? "$(echo "$out" | tail -n 1)"
+fi
+for dt in bf16 f16; do
+  train "cuda-$dt" "${small[@]}" --device cuda --dtype "$dt"; rc=$?
+  if [ "$cpu_rc" -ne 0 ] || [ "$rc" -ne 0 ]; then
+    report "e2e:b $dt cuda vs f32 cpu" 1 "a run failed, log $logs/cuda-$dt.log"
+    continue
+  fi
+  out=$("$compare" "$work/cuda-$dt/metrics.jsonl" "$work/cpu-f32/metrics.jsonl" --steps 20 --loss-abs 2e-2 \
+          --logit-rel 0.05 --logit-abs 0.05 2>&1)
+  report "e2e:b $dt cuda vs f32 cpu" $? "$(echo "$out" | tail -n 1)"
+done
+
+# (c) Interrupt with SIGINT once a few steps are logged, resume, compare with a straight run.
+# Longer and larger than (a) so the signal lands mid-run.
+long=(--max-steps 200 --seq-len 128 --batch-size 16 --ckpt-every 0)
+train resume-straight --device cuda --dtype bf16 "${long[@]}"; straight_rc=$?
+train resume-cut --device cuda --dtype bf16 "${long[@]}" &
+pid=$!
+for _ in $(seq 1 3000); do
+  [ "$(grep -c '"kind":"train"' "$work/resume-cut/metrics.jsonl" 2>/dev/null || echo 0)" -ge 5 ] && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.01
+done
+kill -INT "$pid" 2>/dev/null
+wait "$pid"; cut_rc=$?
+if [ "$straight_rc" -ne 0 ] || [ "$cut_rc" -ne 0 ] || ! grep -q 'stopped by a signal' "$logs/resume-cut.log"; then
+  report "e2e:c interrupt and resume bit-exact" 1 "the straight run failed or the signal did not stop the cut run mid-way, logs in $logs"
+else
+  train resume-cut --device cuda --dtype bf16 "${long[@]}" --resume
+  out=$("$compare" "$work/resume-cut/metrics.jsonl" "$work/resume-straight/metrics.jsonl" --steps 200 --exact 2>&1)
+  report "e2e:c interrupt and resume bit-exact" $? "$(echo "$out" | tail -n 1)"
+fi
+
+# (d) The demo's GPU branch: long, so only on request.
+if [ "$demo" -eq 1 ]; then
+  (cd "$root" && bash .ci/demo) >"$logs/demo.log" 2>&1
+  rc=$?
+  report "demo (GPU branch)" "$rc" "log $logs/demo.log, report $root/runs/demo-gpu/report.html"
+fi
+finish

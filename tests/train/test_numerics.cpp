@@ -1,0 +1,109 @@
+// The max logit is the instability signal: a NaN in it must reach the user. A model with one
+// NaN weight in layer 0's attention (head 0's query) must report NaN for that head and for
+// every head of layer 1 (fed by NaN activations) in `gpt2 eval --json`, and finite values
+// for the untouched heads of layer 0. Also the pure mapping from GPU name to peak FLOP/s
+// that MFU divides by.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "apps/gpt2/trainer.h"
+#include "core/max_logit.h"
+#include "nn/hf.h"
+#include "train_fixture.h"
+
+using namespace keel;
+
+namespace {
+// The stdout of a shell command (and its exit status).
+std::string run_command(const std::string& cmd, int& status) {
+  std::string out;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  REQUIRE(pipe);
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), pipe.get())) out += buf.data();
+  status = pclose(pipe.release());
+  return out;
+}
+
+bool is_nan_entry(const nlohmann::json& v) { return v.is_string() && v.get<std::string>() == "nan"; }
+}  // namespace
+
+TEST_CASE("MaxLogit: NaN wins every merge, inf beats finite values, 0 is the identity") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  CHECK(std::isnan(max_logit_merge(0.0, nan)));  // std::max(0.0, NaN) would say 0
+  CHECK(std::isnan(max_logit_merge(nan, 5.0)));
+  CHECK(max_logit_merge(3.0, inf) == inf);
+  MaxLogit m(2, 2);
+  m.merge({1, 2, 3, 4});
+  m.merge({0, nan, 5, 1});
+  CHECK(m.values()[0] == 1);
+  CHECK(std::isnan(m.values()[1]));
+  CHECK(m.at(1, 0) == 5);
+  CHECK(m.at(1, 1) == 4);
+  CHECK(std::isnan(m.top()));
+  CHECK(m.top_index() == 1);
+  m.merge({0, 0, 0, 0});
+  CHECK(std::isnan(m.at(0, 1)));  // a later finite batch cannot wash the NaN out
+  CHECK_THROWS_AS(m.merge({1, 2}), ShapeError);
+  MaxLogit f(1, 3);
+  f.merge({1, inf, 7});
+  CHECK(f.top() == inf);
+  CHECK(f.top_index() == 1);
+}
+
+#ifdef KEEL_GPT2_BIN
+TEST_CASE("gpt2 eval --json reports NaN for a head poisoned by one NaN weight, and for the layers it feeds") {
+  app::TrainConfig cfg = testing::tiny_config("eval_nan");
+  nn::GPT2Config mc = app::model_config(cfg, 512);
+  REQUIRE(mc.n_layer == 2);
+  REQUIRE(mc.n_head >= 2);
+  nn::GPT2 model(mc, 1);
+  bool poisoned = false;
+  for (auto& [name, p] : model.named_parameters())
+    if (name == "transformer.h.0.attn.c_attn.weight") {  // (3C, C): row 0 is head 0's first query channel
+      p.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+      poisoned = true;
+    }
+  REQUIRE(poisoned);
+  const auto hf = testing::scratch_dir("eval_nan_hf");
+  nn::save_pretrained(model, hf);
+
+  int status = 0;
+  const std::string out = run_command(std::string(KEEL_GPT2_BIN) + " eval " + hf.string() + " --data " +
+                                          testing::tiny_dataset().string() + " --seq-len 32 --max-batches 1 --json",
+                                      status);
+  REQUIRE_MESSAGE(status == 0, out);
+  const auto line = out.substr(out.find('{'));
+  const auto j = nlohmann::json::parse(line);
+  const auto& ml = j.at("max_logit");
+  REQUIRE(ml.size() == 2);
+  CHECK_MESSAGE(is_nan_entry(ml[0][0]), line);
+  for (size_t h = 1; h < ml[0].size(); ++h) CHECK_MESSAGE(ml[0][h].is_number(), line);  // heads 1.. are untouched
+  for (const auto& v : ml[1]) CHECK_MESSAGE(is_nan_entry(v), line);
+  CHECK(is_nan_entry(j.at("loss")));
+}
+#endif
+
+TEST_CASE("peak FLOP/s come from the device name; an unknown GPU gets 0 (no MFU), never a guess") {
+  using app::peak_flops_of;
+  CHECK(peak_flops_of("NVIDIA H100 80GB HBM3", DType::bf16) == 989e12);  // SXM
+  CHECK(peak_flops_of("NVIDIA H100 80GB HBM3", DType::f16) == 989e12);
+  CHECK(peak_flops_of("NVIDIA H100 80GB HBM3", DType::f32) == 67e12);
+  CHECK(peak_flops_of("NVIDIA H100 PCIe", DType::bf16) == 756e12);
+  CHECK(peak_flops_of("NVIDIA H100 PCIe", DType::f32) == 51e12);
+  CHECK(peak_flops_of("NVIDIA H100 NVL", DType::bf16) == 835e12);
+  CHECK(peak_flops_of("NVIDIA H200", DType::bf16) == 989e12);
+  CHECK(peak_flops_of("NVIDIA H200", DType::f32) == 67e12);
+  CHECK(peak_flops_of("NVIDIA A100-SXM4-80GB", DType::bf16) == 312e12);
+  CHECK(peak_flops_of("NVIDIA H100 80GB HBM3 MIG 1g.10gb", DType::bf16) == 0);
+  CHECK(peak_flops_of("NVIDIA H100", DType::bf16) == 0);  // SXM or PCIe? unknown: no guess
+  CHECK(peak_flops_of("NVIDIA GeForce RTX 4090", DType::bf16) == 0);
+  CHECK(peak_flops_of("NVIDIA H100 80GB HBM3", DType::f64) == 0);
+}
