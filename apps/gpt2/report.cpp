@@ -257,6 +257,7 @@ std::string RunSummary::status() const {
   std::string s = diverged ? fmt::format("diverged at step {}", diverged_step) : "ok";
   if (spikes) s += fmt::format(", {} spike{}", spikes, spikes == 1 ? "" : "s");
   if (skipped_steps) s += fmt::format(", {} skipped", skipped_steps);
+  if (nonfinite_logit_step >= 0) s += fmt::format(", max logit non-finite from step {}", nonfinite_logit_step);
   return s;
 }
 
@@ -270,6 +271,9 @@ RunSummary summarize(const std::vector<MetricsRecord>& records) {
   };
   for (const auto& r : records) {
     for (const auto& layer : r.max_logit) {
+      for (double v : layer)
+        if (!std::isfinite(v) && (s.nonfinite_logit_step < 0 || r.step < s.nonfinite_logit_step))
+          s.nonfinite_logit_step = r.step;
       const double m = max_finite(layer);
       if (!(m <= s.max_logit)) s.max_logit = std::isnan(s.max_logit) ? m : std::max(s.max_logit, m);
     }

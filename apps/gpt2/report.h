@@ -39,6 +39,9 @@ struct RunSummary {
   int64_t diverged_step = -1;     // the first such step
   int64_t spikes = 0;             // "spike" events
   int64_t skipped_steps = 0;      // train records with skipped = true (loss-scale overflow)
+  // The first step whose record has a NaN or inf max logit (-1: none). The charts and
+  // max_logit above keep the finite values; this keeps the instability signal in status().
+  int64_t nonfinite_logit_step = -1;
 
   // "ok", "ok, 2 spikes", "diverged at step 1234".
   std::string status() const;

@@ -70,6 +70,8 @@ TEST_CASE("summarize flags a diverged run and keeps its last finite logits") {
   REQUIRE(s.final_max_logit_per_layer.size() == 2);
   CHECK(std::isfinite(s.final_max_logit_per_layer[1]));
   CHECK(s.status().find("diverged at step 61") == 0);
+  CHECK(s.nonfinite_logit_step == 61);  // NaN max logits must not vanish from the summary
+  CHECK(s.status().find("max logit non-finite from step 61") != std::string::npos);
 }
 
 TEST_CASE("summarize names a run after its directory without config.json") {

@@ -81,16 +81,17 @@ report "cuda tests" "$rc" "$ran cases, $skipped skipped, log $logs/ctest.log"
 
 # --- compute-sanitizer ---------------------------------------------------------------------
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+sanitizer_timeout=${KEEL_SANITIZER_TIMEOUT:-150}  # seconds per run: 8 runs must fit the check's budget
 for tool in memcheck racecheck synccheck initcheck; do
   for bin in ops/test_ops optim/test_optim; do
     name="sanitizer:$tool:$(basename "$bin")"
     log="$logs/$tool-$(basename "$bin").log"
     if [ ! -x "$sanitizer" ]; then report "$name" 1 "compute-sanitizer not found"; continue; fi
-    KEEL_TEST_REDUCED=1 timeout 300 "$sanitizer" --tool "$tool" --error-exitcode 99 \
+    KEEL_TEST_REDUCED=1 timeout "$sanitizer_timeout" "$sanitizer" --tool "$tool" --error-exitcode 99 \
       "$build/tests/$bin" --test-case='*cuda*' >"$log" 2>&1
     rc=$?
     note="log $log"
-    [ "$rc" -eq 124 ] && note="timed out after 300 s, $note"
+    [ "$rc" -eq 124 ] && note="timed out after $sanitizer_timeout s, $note"
     grep -q 'ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0 hazards' "$log" || rc=1
     report "$name" "$rc" "$note"
   done

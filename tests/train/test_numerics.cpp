@@ -76,7 +76,7 @@ TEST_CASE("gpt2 eval --json reports NaN for a head poisoned by one NaN weight, a
   nn::save_pretrained(model, hf);
 
   int status = 0;
-  const std::string out = run_command(std::string(KEEL_GPT2_BIN) + " eval " + hf.string() + " --data " +
+  const std::string out = run_command(std::string(KEEL_GPT2_BIN) + " eval --init-from " + hf.string() + " --data " +
                                           testing::tiny_dataset().string() + " --seq-len 32 --max-batches 1 --json",
                                       status);
   REQUIRE_MESSAGE(status == 0, out);
@@ -91,7 +91,7 @@ TEST_CASE("gpt2 eval --json reports NaN for a head poisoned by one NaN weight, a
 }
 #endif
 
-TEST_CASE("peak FLOP/s come from the device name; an unknown GPU gets 0 (no MFU), never a guess") {
+TEST_CASE("peak FLOP/s come from the device name, and an unknown GPU gets 0 (no MFU), never a guess") {
   using app::peak_flops_of;
   CHECK(peak_flops_of("NVIDIA H100 80GB HBM3", DType::bf16) == 989e12);  // SXM
   CHECK(peak_flops_of("NVIDIA H100 80GB HBM3", DType::f16) == 989e12);
