@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "apps/gpt2/checkpoint.h"
+#include "apps/gpt2/metrics.h"
 #include "apps/gpt2/trainer.h"
 #include "core/max_logit.h"
 #include "nn/hf.h"
@@ -106,4 +108,25 @@ TEST_CASE("peak FLOP/s come from the device name, and an unknown GPU gets 0 (no 
   CHECK(peak_flops_of("NVIDIA H100", DType::bf16) == 0);  // SXM or PCIe? unknown: no guess
   CHECK(peak_flops_of("NVIDIA GeForce RTX 4090", DType::bf16) == 0);
   CHECK(peak_flops_of("NVIDIA H100 80GB HBM3", DType::f64) == 0);
+}
+
+TEST_CASE("the loss scale is logged in every train record and saved in the checkpoint") {
+  app::TrainConfig c = testing::tiny_config("scale_logged");
+  c.max_steps = 2;
+  c.log_every = 1;
+  app::train(c);
+  int records = 0;
+  for (const auto& r : app::read_metrics(app::metrics_path(c.run_dir)))
+    if (r.kind == app::RecordKind::Train) {
+      CHECK(r.loss_scale == 1.0);  // f32: the scaler is off, its scale 1
+      CHECK_FALSE(r.skipped);
+      ++records;
+    }
+  CHECK(records == 2);
+  const auto ckpt = app::latest_checkpoint(c.run_dir);
+  REQUIRE(ckpt);
+  bool found = false;
+  for (const auto& [name, t] : app::load_checkpoint(*ckpt).optimizer)
+    found |= name == "scaler.scale";  // (the disabled scaler keeps its initial 2^16 there)
+  CHECK(found);
 }

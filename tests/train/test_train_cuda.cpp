@@ -1,17 +1,22 @@
 // Mixed-precision training on the GPU: a bf16 GPT-2's gradients accumulate over micro-batches
 // in f32 (AdamW's f32 gradient buffers), so grad-accum 8 is one 8x batch up to the bf16
-// rounding of each micro-batch's own gradient, not of the running sum. Skipped without a GPU.
+// rounding of each micro-batch's own gradient, not of the running sum; and f16 training takes
+// its first step (the loss is scaled in f32). Skipped without a GPU.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <vector>
 
+#include "apps/gpt2/checkpoint.h"
+#include "apps/gpt2/metrics.h"
+#include "apps/gpt2/trainer.h"
 #include "core/factory.h"
 #include "cuda_test.h"
 #include "nn/gpt2.h"
 #include "ops/cuda_compare.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
+#include "train_fixture.h"
 
 using namespace keel;
 
@@ -79,4 +84,30 @@ TEST_CASE("CUDA bf16 GPT-2: grad-accum 8 sums the micro-batch gradients in f32 a
     CHECK(cudatest::worst_row_rel_err(a, b) < 2e-2);
     ++i;
   }
+}
+
+TEST_CASE("CUDA f16 training: the first step is taken at scale 2^16, logged and checkpointed") {
+  KEEL_REQUIRE_CUDA();
+  app::TrainConfig c = testing::tiny_config("cuda_f16");
+  c.device = "cuda";
+  c.dtype = "f16";
+  c.max_steps = 3;
+  c.log_every = 1;
+  app::train(c);
+  std::vector<app::MetricsRecord> train;
+  for (auto& r : app::read_metrics(app::metrics_path(c.run_dir)))
+    if (r.kind == app::RecordKind::Train) train.push_back(r);
+  REQUIRE(train.size() == 3);
+  CHECK_FALSE(train[0].skipped);  // f16 2^16 * loss was inf: this step was always skipped
+  CHECK(train[0].loss_scale == 65536.0);
+  CHECK(std::isfinite(train[0].loss));
+  const auto ckpt = app::latest_checkpoint(c.run_dir);
+  REQUIRE(ckpt);
+  bool found = false;
+  for (const auto& [name, t] : app::load_checkpoint(*ckpt).optimizer)
+    if (name == "scaler.scale") {
+      found = true;
+      CHECK(t.item() == 65536.0);
+    }
+  CHECK(found);
 }
