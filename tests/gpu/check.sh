@@ -19,7 +19,8 @@
 #                       absolute, max logits per layer and head within 5% (+0.05)
 #   e2e:c resume        a run interrupted by SIGINT and resumed logs the same losses and max
 #                       logits, bit for bit, as one that ran straight through
-#   demo                (with --demo) the GPU branch of .ci/demo completes
+#   demo                (with --demo) the GPU branch of .ci/demo completes, writes its report,
+#                       and no run diverged or had a non-finite max logit
 # On a machine without an NVIDIA GPU it says so and exits 0, having checked nothing.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,7 +30,7 @@ build="" demo=0
 for arg in "$@"; do
   case "$arg" in
     --demo) demo=1 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "check.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
     *) build=$arg ;;
   esac
@@ -154,6 +155,9 @@ fi
 if [ "$demo" -eq 1 ]; then
   (cd "$root" && bash .ci/demo) >"$logs/demo.log" 2>&1
   rc=$?
+  # Sane: the report exists, and the run summaries it printed name no divergence or NaN logit.
+  [ -f "$root/runs/demo-gpu/report.html" ] || rc=1
+  grep -q 'diverged\|non-finite' "$logs/demo.log" && rc=1
   report "demo (GPU branch)" "$rc" "log $logs/demo.log, report $root/runs/demo-gpu/report.html"
 fi
 finish
