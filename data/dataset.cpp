@@ -8,17 +8,44 @@
 
 #include "core/error.h"
 #include "data/file_io.h"
+#include "data/token_files.h"
 
 namespace keel::data {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+ShardReader open_foreign(const fs::path& file, DatasetFormat format) {
+  return format == DatasetFormat::llmc ? open_llmc_file(file) : open_nanogpt_file(file);
+}
+
+// An llm.c or nanoGPT directory as keel sees it: GPT-2's vocabulary, files as shards. The
+// token counts come from the file sizes; TokenSplit::open checks headers and ids.
+DatasetMeta foreign_meta(const fs::path& dir, DatasetFormat format) {
+  DatasetMeta m;
+  m.format = format;
+  m.vocab_size = kGpt2VocabSize;
+  m.eot_id = static_cast<int32_t>(kGpt2VocabSize - 1);
+  m.token_bytes = 2;
+  for (auto [name, info] : {std::pair{"train", &m.train}, std::pair{"val", &m.val}})
+    for (const auto& file : foreign_split_files(dir, format, name)) {
+      info->shards.push_back(file.filename().string());
+      const uint64_t bytes = fs::file_size(file);  // exact for a valid file; TokenSplit checks
+      const uint64_t header = format == DatasetFormat::llmc ? kLlmcHeaderBytes : 0;
+      info->tokens += bytes > header ? (bytes - header) / 2 : 0;
+    }
+  m.json = fmt::format("{{\"format\": \"{}\", \"vocab_size\": {}}}\n", format_name(format),
+                       m.vocab_size);
+  return m;
+}
+
+}  // namespace
+
 DatasetMeta read_dataset_meta(const fs::path& dir) {
   const fs::path path = dir / "meta.json";
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    throw IoError("read_dataset_meta", fmt::format("{}: dataset directory not found", dir.string()),
-                  "create it with `gpt2 prepare --input FILE --out DIR`");
+  if (const DatasetFormat format = detect_dataset_format(dir); format != DatasetFormat::keel)
+    return foreign_meta(dir, format);
   const std::string text = read_file(path);
   DatasetMeta m;
   try {
@@ -67,7 +94,8 @@ std::shared_ptr<const TokenSplit> TokenSplit::open(const fs::path& dir, const st
     if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
       throw IoError("TokenSplit::open", fmt::format("{}: bad shard name \"{}\" in meta.json",
                                                     dir.string(), name));
-    ShardReader r(dir / name);
+    ShardReader r = meta.format == DatasetFormat::keel ? ShardReader(dir / name)
+                                                       : open_foreign(dir / name, meta.format);
     if (r.header().vocab_size != meta.vocab_size)
       throw IoError("TokenSplit::open",
                     fmt::format("{}: vocab size {} disagrees with meta.json's {}",

@@ -4,6 +4,9 @@
 //   DIR/vocab/               encoder.json + vocab.bpe used to make the shards
 //   DIR/train_000000.bin ... token shards (shard.h), read in order as one stream per split
 //   DIR/val_000000.bin  ...
+//
+// A directory of llm.c shards or nanoGPT's train.bin/val.bin opens as a dataset too
+// (data/token_files.h): GPT-2's vocabulary, its files as the shards.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "data/shard.h"
+#include "data/token_files.h"
 
 namespace keel::data {
 
@@ -26,6 +30,7 @@ struct SplitInfo {
 };
 
 struct DatasetMeta {
+  DatasetFormat format = DatasetFormat::keel;
   uint32_t vocab_size = 0;
   int32_t eot_id = -1;
   uint32_t token_bytes = 0;
@@ -33,7 +38,8 @@ struct DatasetMeta {
   std::string json;  // the whole meta.json, for fields only the app cares about
 };
 
-// Reads and checks DIR/meta.json. IoError when missing or malformed.
+// Reads and checks DIR/meta.json, or describes an llm.c / nanoGPT directory. IoError when
+// missing or malformed.
 DatasetMeta read_dataset_meta(const std::filesystem::path& dir);
 
 // One split of a dataset as a single stream of tokens across its shards.

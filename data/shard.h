@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <string>
 
 namespace keel::data {
 
@@ -30,8 +31,21 @@ struct ShardHeader {
   uint64_t num_tokens = 0;
 };
 
+// Where the tokens sit in a file of another tool's format (data/token_files.h reads those
+// headers): header_bytes to skip, then little-endian ids of token_bytes each, all < vocab_size.
+// num_tokens = 0 means "as many as the rest of the file holds" (an odd remainder is an error).
+struct RawTokenLayout {
+  uint64_t header_bytes = 0;
+  uint32_t token_bytes = 2;
+  uint32_t vocab_size = 0;
+  uint64_t num_tokens = 0;
+};
+
 // 2 when every id of a vocabulary this size fits in u16, else 4.
 uint32_t token_bytes_for(uint32_t vocab_size);
+
+// The 64-byte header of a shard (what write_shard puts first), for writers that stream tokens.
+std::string shard_header(uint32_t vocab_size, uint64_t num_tokens);
 
 // Writes tokens (each < vocab_size, else ValueError) to path, atomically.
 void write_shard(const std::filesystem::path& path, std::span<const uint32_t> tokens,
@@ -42,6 +56,9 @@ void write_shard(const std::filesystem::path& path, std::span<const uint32_t> to
 class ShardReader {
  public:
   explicit ShardReader(const std::filesystem::path& path);
+  // A file in another format whose header the caller has already checked; the size and every
+  // id are validated as for a keel shard.
+  ShardReader(const std::filesystem::path& path, const RawTokenLayout& layout);
   ~ShardReader();
   ShardReader(ShardReader&& o) noexcept;
   ShardReader& operator=(ShardReader&&) = delete;
@@ -59,6 +76,11 @@ class ShardReader {
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
   const unsigned char* tokens_ = nullptr;
+  std::string hint_;  // what to do about a bad file of this format
+
+  [[noreturn]] void fail(const std::string& what, const std::string& hint = {});
+  void map_file();
+  void check_size_and_ids(uint64_t header_bytes);
 };
 
 }  // namespace keel::data

@@ -20,5 +20,6 @@ void add_eval_command(CLI::App& app);
 void add_sample_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_export_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
 
 }  // namespace keel::app

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   keel::app::add_sample_command(app);
   keel::app::add_compare_command(app);
   keel::app::add_export_command(app);
+  keel::app::add_convert_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

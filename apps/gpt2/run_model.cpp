@@ -48,7 +48,12 @@ std::unique_ptr<nn::GPT2> load_model(const std::string& run_dir, const std::stri
 
 fs::path vocab_dir_for(const std::string& vocab, const std::string& run_dir) {
   if (!vocab.empty()) return vocab;
-  if (!run_dir.empty()) return run_data_dir(run_dir) / "vocab";
+  if (!run_dir.empty()) {
+    const fs::path data = run_data_dir(run_dir);
+    // llm.c and nanoGPT datasets carry no vocabulary: their tokens are GPT-2's.
+    if (fs::is_directory(data) && !fs::exists(data / "meta.json")) return data::default_vocab_dir();
+    return data / "vocab";
+  }
   return data::default_vocab_dir();
 }
 
