@@ -53,27 +53,33 @@ size_t utf8_floor(std::string_view s, size_t limit) {
   return limit;
 }
 
-void split_long(std::string_view doc, size_t max_chars, std::vector<std::string_view>& out) {
+}  // namespace
+
+size_t document_cut(std::string_view doc, size_t max_chars) {
+  std::string_view head = doc.substr(0, max_chars);
+  size_t cut = head.rfind("\n\n");
+  if (cut == std::string_view::npos || cut == 0) cut = head.rfind('\n');
+  if (cut == std::string_view::npos || cut == 0) cut = utf8_floor(doc, max_chars);
+  if (cut == 0) cut = max_chars;  // a single enormous code point run; cannot happen in UTF-8
+  return cut;
+}
+
+void cut_document(std::string_view doc, size_t max_chars, std::vector<std::string_view>& out) {
+  doc = trim_breaks(doc);
   while (doc.size() > max_chars) {
-    std::string_view head = doc.substr(0, max_chars);
-    size_t cut = head.rfind("\n\n");
-    if (cut == std::string_view::npos || cut == 0) cut = head.rfind('\n');
-    if (cut == std::string_view::npos || cut == 0) cut = utf8_floor(doc, max_chars);
-    if (cut == 0) cut = max_chars;  // a single enormous code point run; cannot happen in UTF-8
+    const size_t cut = document_cut(doc, max_chars);
     if (auto piece = trim_breaks(doc.substr(0, cut)); !blank(piece)) out.push_back(piece);
     doc = trim_breaks(doc.substr(cut));
   }
   if (!blank(doc)) out.push_back(doc);
 }
 
-}  // namespace
-
 std::vector<std::string_view> split_documents(std::string_view text, const DocumentRule& rule) {
   std::vector<std::string_view> docs;
   const char* doc_begin = nullptr;
   const char* doc_end = nullptr;
   auto flush = [&] {
-    if (doc_begin) split_long(trim_breaks({doc_begin, static_cast<size_t>(doc_end - doc_begin)}),
+    if (doc_begin) cut_document({doc_begin, static_cast<size_t>(doc_end - doc_begin)},
                               std::max<size_t>(rule.max_chars, 1), docs);
     doc_begin = doc_end = nullptr;
   };

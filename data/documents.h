@@ -22,6 +22,14 @@ struct DocumentRule {
   size_t max_chars = 256 * 1024;
 };
 
+// Where rule 3 cuts a document longer than max_chars (0 < cut <= max_chars); shared with the
+// streaming splitter (doc_stream.h), which must cut exactly as split_documents does.
+size_t document_cut(std::string_view doc, size_t max_chars);
+
+// Rule 3 on one document: line breaks trimmed from both ends, then cut into pieces of at most
+// max_chars (whitespace-only pieces dropped), appended to out as views into doc.
+void cut_document(std::string_view doc, size_t max_chars, std::vector<std::string_view>& out);
+
 // Views into text, in order; whitespace-only stretches are dropped.
 std::vector<std::string_view> split_documents(std::string_view text, const DocumentRule& rule = {});
 

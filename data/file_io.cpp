@@ -131,12 +131,13 @@ void write_file_atomic(const fs::path& path, std::string_view data) {
   }
 }
 
-StagingDir::StagingDir(fs::path target) : target_(std::move(target)) {
+StagingDir::StagingDir(fs::path target, bool resumable) : target_(std::move(target)) {
   if (target_.filename().empty()) target_ = target_.parent_path();  // "out/" -> "out"
-  staging_ = target_.string() + fmt::format(".tmp-{}", getpid());
+  staging_ = target_.string() + (resumable ? std::string(".partial") : fmt::format(".tmp-{}", getpid()));
   std::error_code ec;
-  fs::remove_all(staging_, ec);  // a leftover from a crashed run with the same pid
+  if (!resumable) fs::remove_all(staging_, ec);  // a leftover from a crashed run with the same pid
   if (!target_.parent_path().empty()) fs::create_directories(target_.parent_path(), ec);
+  if (resumable && fs::is_directory(staging_, ec)) return;
   if (!fs::create_directory(staging_, ec) || ec)
     throw IoError("prepare", fmt::format("{}: cannot create directory: {}", staging_.string(),
                                          ec ? ec.message() : "already exists"));

@@ -22,9 +22,12 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view data)
 // (atomically when the filesystem supports RENAME_EXCHANGE) and deletes the old contents; if
 // commit() is never reached (an exception), the destructor deletes the staging directory and
 // `target` is untouched.
+//
+// resumable: the staging directory is TARGET.partial and what an earlier, interrupted run left
+// in it is kept (the caller decides whether it can be reused); it is still deleted on an error.
 class StagingDir {
  public:
-  explicit StagingDir(std::filesystem::path target);
+  explicit StagingDir(std::filesystem::path target, bool resumable = false);
   ~StagingDir();
   StagingDir(const StagingDir&) = delete;
   StagingDir& operator=(const StagingDir&) = delete;

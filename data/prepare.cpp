@@ -3,8 +3,18 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/error.h"
 #include "data/assets.h"
@@ -34,6 +44,10 @@ void check_options(const PrepareOptions& o) {
     throw ValueError(op, fmt::format("--train-vocab {} is too small", o.train_vocab),
                      "256 byte tokens + <|endoftext|> need at least 257");
   if (o.shard_tokens == 0) throw ValueError(op, "shard size must be positive");
+  if (o.threads < 0) throw ValueError(op, fmt::format("--threads {} is negative", o.threads));
+  if (o.memory_mb < 16)
+    throw ValueError(op, fmt::format("--memory-mb {} is too small", o.memory_mb),
+                     "give at least 16 (MB); the default is 1024");
   // Never replace something that is not a keel dataset: `--out ~` must not wipe a home.
   std::error_code ec;
   if (fs::exists(o.out, ec)) {
@@ -58,115 +72,315 @@ void copy_vocab_files(const fs::path& from, const fs::path& to) {
   }
 }
 
-struct SplitWriter {
-  std::string name;
-  fs::path dir;
-  uint32_t vocab_size;
-  uint64_t shard_tokens;
-  std::vector<uint32_t> buffer;
-  SplitInfo info;
+// One split's shards, written as the tokens arrive: the current shard grows in NAME.part and is
+// renamed to its final name once it holds shard_tokens tokens (or the input ends).
+class ShardStream {
+ public:
+  ShardStream(std::string name, fs::path dir, uint32_t vocab_size, uint64_t shard_tokens)
+      : name_(std::move(name)), dir_(std::move(dir)), vocab_size_(vocab_size),
+        shard_tokens_(shard_tokens), tb_(token_bytes_for(vocab_size)) {}
+  ~ShardStream() {
+    if (file_) std::fclose(file_);
+  }
 
-  void add(const std::vector<int32_t>& ids) {
-    buffer.insert(buffer.end(), ids.begin(), ids.end());
-    info.tokens += ids.size();
-    ++info.documents;
-    while (buffer.size() >= shard_tokens) {
-      write({buffer.data(), shard_tokens});
-      buffer.erase(buffer.begin(), buffer.begin() + static_cast<ptrdiff_t>(shard_tokens));
+  // Continues after the shards an interrupted run finished (state as saved by to_json).
+  void restore(const nlohmann::json& j) {
+    info.shards = j.at("shards").get<std::vector<std::string>>();
+    next_doc_ = j.at("next_doc").get<uint64_t>();
+    next_skip_ = j.at("next_skip").get<uint64_t>();
+    info.tokens = info.shards.size() * shard_tokens_;
+    resumed = info.shards.size();
+  }
+  nlohmann::json to_json() const {
+    return {{"shards", info.shards}, {"next_doc", next_doc_}, {"next_skip", next_skip_}};
+  }
+  // Tokens of document `doc` that an earlier run already wrote (0 for every document but
+  // the one its last shard ended in), or all of them (UINT64_MAX) for documents before it.
+  uint64_t already_written(uint64_t doc) const {
+    return doc < next_doc_ ? UINT64_MAX : doc == next_doc_ ? next_skip_ : 0;
+  }
+
+  // Appends document `doc`'s ids from `from` on.
+  template <class OnShard>
+  void add(uint64_t doc, const std::vector<int32_t>& ids, uint64_t from, OnShard&& on_shard) {
+    for (uint64_t k = from; k < ids.size();) {
+      if (!file_) open_part();
+      const uint64_t take = std::min<uint64_t>(ids.size() - k, shard_tokens_ - in_shard_);
+      encode(ids.data() + k, take);
+      k += take, in_shard_ += take, info.tokens += take;
+      if (in_shard_ == shard_tokens_) {
+        // The next shard starts at token k of this document, or with the next document.
+        if (k < ids.size()) next_doc_ = doc, next_skip_ = k;
+        else next_doc_ = doc + 1, next_skip_ = 0;
+        close_part();
+        on_shard(info.shards.back());
+      }
     }
   }
-  void finish() {
-    if (!buffer.empty()) write(buffer);
-    buffer.clear();
+  template <class OnShard>
+  void finish(OnShard&& on_shard) {
+    if (file_ && in_shard_ > 0) {
+      close_part();
+      on_shard(info.shards.back());
+    }
   }
-  void write(std::span<const uint32_t> tokens) {
-    const std::string file = fmt::format("{}_{:06d}.bin", name, info.shards.size());
-    write_shard(dir / file, tokens, vocab_size);
-    info.shards.push_back(file);
+
+  SplitInfo info;
+  size_t resumed = 0;
+
+ private:
+  fs::path part_path() const { return dir_ / (name_ + ".part"); }
+  void open_part() {
+    file_ = std::fopen(part_path().c_str(), "wb");
+    if (!file_) throw IoError("prepare", fmt::format("{}: cannot write: {}", part_path().string(), std::strerror(errno)));
+    const std::string header = shard_header(vocab_size_, 0);  // the count is set on close
+    std::fwrite(header.data(), 1, header.size(), file_);
+    in_shard_ = 0;
   }
+  void encode(const int32_t* ids, uint64_t n) {
+    buf_.resize(n * tb_);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (ids[i] < 0 || uint32_t(ids[i]) >= vocab_size_)
+        throw ValueError("prepare", fmt::format("token {} is not below vocab size {}", ids[i], vocab_size_));
+      if (tb_ == 2) {
+        const auto v = static_cast<uint16_t>(ids[i]);
+        std::memcpy(buf_.data() + 2 * i, &v, 2);
+      } else {
+        std::memcpy(buf_.data() + 4 * i, &ids[i], 4);
+      }
+    }
+    if (std::fwrite(buf_.data(), 1, buf_.size(), file_) != buf_.size())
+      throw IoError("prepare", fmt::format("{}: write failed (disk full?)", part_path().string()));
+  }
+  // Header with the real count, flushed to disk, then renamed: a finished shard is whole.
+  void close_part() {
+    const std::string header = shard_header(vocab_size_, in_shard_);
+    const bool ok = std::fseek(file_, 0, SEEK_SET) == 0 &&
+                    std::fwrite(header.data(), 1, header.size(), file_) == header.size() &&
+                    std::fflush(file_) == 0 && fsync(fileno(file_)) == 0;
+    std::fclose(file_);
+    file_ = nullptr;
+    if (!ok) throw IoError("prepare", fmt::format("{}: write failed (disk full?)", part_path().string()));
+    const std::string name = fmt::format("{}_{:06d}.bin", name_, info.shards.size());
+    fs::rename(part_path(), dir_ / name);
+    info.shards.push_back(name);
+    in_shard_ = 0;
+  }
+
+  std::string name_;
+  fs::path dir_;
+  uint32_t vocab_size_;
+  uint64_t shard_tokens_, in_shard_ = 0;
+  uint32_t tb_;
+  FILE* file_ = nullptr;
+  std::string buf_;
+  uint64_t next_doc_ = 0, next_skip_ = 0;
 };
 
 nlohmann::json split_json(const SplitInfo& s) {
   return {{"shards", s.shards}, {"tokens", s.tokens}, {"documents", s.documents}};
 }
 
+// What must match for an interrupted run to be continued: the inputs (by size and time) and
+// every option that changes the output. Threads and the memory bound do not.
+nlohmann::json fingerprint(const PrepareOptions& o, const std::vector<InputFile>& files) {
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const auto& f : files) {
+    std::error_code ec;
+    const auto size = fs::file_size(f.path, ec);
+    const auto time = fs::last_write_time(f.path, ec).time_since_epoch().count();
+    inputs.push_back({f.path.string(), ec ? 0 : size, ec ? 0 : time});
+  }
+  return {{"version", kDatasetVersion}, {"inputs", inputs}, {"vocab", o.vocab_dir.string()},
+          {"train_vocab", o.train_vocab}, {"val_fraction", o.val_fraction},
+          {"shard_tokens", o.shard_tokens}, {"min_chars", o.documents.min_chars},
+          {"max_chars", o.documents.max_chars}, {"text_field", o.text_field}};
+}
+
+// Tokenizes docs[i].text into docs[i].ids (<|endoftext|> first) on up to tokenizers.size()
+// threads; each document is one task, so the ids do not depend on the thread count.
+struct Doc {
+  uint64_t index = 0;
+  bool val = false;
+  uint64_t from = 0;  // tokens an interrupted run already wrote
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+void tokenize_round(std::vector<Doc>& docs, std::vector<Tokenizer>& tokenizers, int32_t eot) {
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto work = [&](Tokenizer& tok) {
+    try {
+      for (size_t i = next++; i < docs.size(); i = next++) {
+        docs[i].ids.assign(1, eot);
+        tok.encode_append(docs[i].text, docs[i].ids);
+        std::string().swap(docs[i].text);
+      }
+    } catch (...) {
+      std::lock_guard lock(error_mutex);
+      error = std::current_exception();
+    }
+  };
+  const size_t n = std::min(tokenizers.size(), docs.size());
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n; ++t) pool.emplace_back(work, std::ref(tokenizers[t]));
+  if (n > 0) work(tokenizers[0]);
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+}
+
 }  // namespace
+
+bool is_validation_document(uint64_t i, double f) {
+  if (f <= 0) return false;
+  return std::floor(double(i + 1) * f + 0.5) > std::floor(double(i) * f + 0.5);
+}
 
 PrepareResult prepare_dataset(const PrepareOptions& o) {
   check_options(o);
   auto log = [&](const std::string& s) {
     if (o.log) o.log(s);
   };
-
-  // 1. Read every input and cut it into documents.
-  std::vector<std::string> texts;
-  std::vector<std::string_view> docs;
+  const std::vector<InputFile> files = expand_inputs(o.inputs);
+  const bool has_stdin = std::any_of(files.begin(), files.end(), [](auto& f) { return f.is_stdin(); });
+  if (has_stdin && o.train_vocab > 0)
+    throw ConfigError("prepare", "--train-vocab reads the input twice, and stdin (-) can be read once",
+                      "save the text to a file, or use a given vocabulary (--vocab)");
   uint64_t total_bytes = 0;
-  for (const auto& path : o.inputs) {
-    texts.push_back(read_text_file(path));
-    if (texts.back().find_first_not_of(" \t\r\n\f\v") == std::string::npos)
-      throw IoError("prepare", fmt::format("{}: is empty (no text{})", path.string(),
-                                           texts.back().empty() ? "" : ", only whitespace"),
-                    "remove it from --input or check that it was written completely");
-    const auto file_docs = split_documents(texts.back(), o.documents);
-    docs.insert(docs.end(), file_docs.begin(), file_docs.end());
-    total_bytes += texts.back().size();
+  for (const auto& f : files) {
+    std::error_code ec;
+    if (!f.is_stdin()) total_bytes += fs::file_size(f.path, ec);
   }
-  const uint64_t n_docs = docs.size();
-  const uint64_t n_val =
-      o.val_fraction > 0 ? std::max<uint64_t>(1, std::llround(n_docs * o.val_fraction)) : 0;
-  if (n_val >= n_docs)
-    throw ConfigError("prepare",
-                      fmt::format("the input has {} document(s), too few to hold out {} for "
-                                  "validation and keep any for training", n_docs, n_val),
-                      "add more text, or lower --val-fraction (0 disables the split)");
-  auto is_val = [&](uint64_t i) { return (i + 1) * n_val / n_docs > i * n_val / n_docs; };
-  log(fmt::format("read {} file(s), {:.1f} MB, {} documents ({} for validation)",
-                  o.inputs.size(), total_bytes / 1e6, n_docs, n_val));
+
+  // 1. The staging directory: continue an interrupted run of the same job, else start afresh.
+  StagingDir staging(o.out, /*resumable=*/true);
+  const fs::path state_path = staging.path() / "state.json";
+  const nlohmann::json fp = fingerprint(o, files);
+  nlohmann::json state;
+  std::error_code ec;
+  if (!has_stdin && fs::exists(state_path, ec)) {
+    try {
+      state = nlohmann::json::parse(read_file(state_path));
+      if (state.at("fingerprint") != fp) state = nullptr;
+    } catch (const std::exception&) {
+      state = nullptr;  // unreadable: start again
+    }
+  }
+  const bool resuming = !state.is_null();
+  if (!resuming) {
+    for (const auto& e : fs::directory_iterator(staging.path())) fs::remove_all(e.path());
+    state = {{"fingerprint", fp}, {"vocab_ready", false}};
+  }
+  auto docs_of = [&](const InputFile& f) { return DocumentStream(f, o.documents, o.text_field); };
 
   // 2. The vocabulary: given, GPT-2's, or learned from the training documents only.
+  fs::create_directories(staging.path() / "vocab");
   Vocab vocab;
   fs::path vocab_source;
-  if (o.train_vocab > 0) {
+  if (o.train_vocab > 0 && state.value("vocab_ready", false)) {
+    vocab = load_vocab(staging.path() / "vocab");
+  } else if (o.train_vocab > 0) {
     BpeTrainer trainer;
-    for (uint64_t i = 0; i < n_docs; ++i)
-      if (!is_val(i)) trainer.add_text(docs[i]);
+    uint64_t i = 0;
+    std::string doc;
+    for (const auto& f : files)
+      for (auto ds = docs_of(f); ds.next(doc); ++i)
+        if (!is_validation_document(i, o.val_fraction)) trainer.add_text(doc);
     ProgressBar bar("learning vocabulary", o.train_vocab - 257, " merges", o.progress);
     vocab = trainer.train({.vocab_size = o.train_vocab,
                            .on_progress = [&](int64_t done, int64_t) { bar.update(done); }});
     bar.finish();
+    save_vocab(vocab, staging.path() / "vocab");
     log(fmt::format("learned a {}-token vocabulary{}", vocab.size(),
                     vocab.size() < o.train_vocab ? " (the text ran out of pairs to merge)" : ""));
   } else {
     vocab_source = o.vocab_dir.empty() ? default_vocab_dir() : o.vocab_dir;
     vocab = load_vocab(vocab_source);
+    copy_vocab_files(vocab_source, staging.path() / "vocab");
   }
-  Tokenizer tok(std::move(vocab));
-  const int32_t eot = tok.eot_id();
-  const auto vocab_size = static_cast<uint32_t>(tok.vocab_size());
+  state["vocab_ready"] = true;
+  write_file_atomic(state_path, state.dump() + "\n");
 
-  // 3. Tokenize into a staging directory next to `out`.
-  StagingDir staging(o.out);
-  fs::create_directory(staging.path() / "vocab");
-  if (o.train_vocab > 0) save_vocab(tok.vocab(), staging.path() / "vocab");
-  else copy_vocab_files(vocab_source, staging.path() / "vocab");
+  const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<Tokenizer> toks;
+  for (int t = 0; t < threads; ++t) toks.emplace_back(t + 1 < threads ? Vocab(vocab) : std::move(vocab));
+  const int32_t eot = toks[0].eot_id();
+  const auto vocab_size = static_cast<uint32_t>(toks[0].vocab_size());
 
-  SplitWriter train{"train", staging.path(), vocab_size, o.shard_tokens, {}, {}};
-  SplitWriter val{"val", staging.path(), vocab_size, o.shard_tokens, {}, {}};
+  // 3. Stream documents through rounds of parallel tokenizing into the shard files.
+  ShardStream train("train", staging.path(), vocab_size, o.shard_tokens);
+  ShardStream val("val", staging.path(), vocab_size, o.shard_tokens);
+  if (resuming && state.contains("train")) {
+    train.restore(state.at("train"));
+    val.restore(state.at("val"));
+    log(fmt::format("resuming {}: {} finished shard(s) kept", staging.path().string(),
+                    train.resumed + val.resumed));
+  }
+  auto on_shard = [&](const std::string& file) {
+    state["train"] = train.to_json();
+    state["val"] = val.to_json();
+    write_file_atomic(state_path, state.dump() + "\n");
+    if (o.on_shard) o.on_shard(file);
+  };
+
+  const uint64_t round_bytes = o.memory_mb * (1u << 20) / 4;
+  std::vector<Doc> round;
+  uint64_t round_text = 0, files_done_bytes = 0, n_docs = 0;
+  const auto start = std::chrono::steady_clock::now();
   ProgressBar bar("tokenizing", total_bytes / 1000000, " MB", o.progress);
-  uint64_t done_bytes = 0;
-  std::vector<int32_t> ids;
-  for (uint64_t i = 0; i < n_docs; ++i) {
-    ids.assign(1, eot);
-    tok.encode_append(docs[i], ids);
-    (is_val(i) ? val : train).add(ids);
-    done_bytes += docs[i].size();
-    bar.update(done_bytes / 1000000);
+  auto flush_round = [&] {
+    tokenize_round(round, toks, eot);
+    for (Doc& d : round) (d.val ? val : train).add(d.index, d.ids, d.from, on_shard);
+    round.clear();
+    round_text = 0;
+  };
+  // Each document is assigned one step late, so that the last one can be held out when the
+  // rule has held out none (a small corpus).
+  std::string text, pending;
+  auto assign = [&](uint64_t i, bool v) {
+    ShardStream& split = v ? val : train;
+    ++split.info.documents;
+    const uint64_t from = split.already_written(i);
+    if (from == UINT64_MAX) return;  // wholly in finished shards: not tokenized again
+    round_text += pending.size();
+    round.push_back({i, v, from, std::move(pending), {}});
+    if (round_text >= round_bytes) flush_round();
+  };
+  for (const auto& f : files) {
+    DocumentStream ds = docs_of(f);
+    for (; ds.next(text); ++n_docs) {
+      if (n_docs > 0) assign(n_docs - 1, is_validation_document(n_docs - 1, o.val_fraction));
+      pending = std::move(text);
+      const uint64_t done = files_done_bytes + ds.bytes_read();
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      bar.update(done / 1000000, fmt::format("{:.1f} M tokens, {:.1f} MB/s",
+                                             (train.info.tokens + val.info.tokens) / 1e6,
+                                             secs > 0 ? done / 1e6 / secs : 0.0));
+    }
+    files_done_bytes += ds.bytes_read();
   }
-  train.finish();
-  val.finish();
+  if (n_docs > 0)
+    assign(n_docs - 1, is_validation_document(n_docs - 1, o.val_fraction) ||
+                           (o.val_fraction > 0 && val.info.documents == 0 && n_docs >= 2));
+  flush_round();
+  train.finish(on_shard);
+  val.finish(on_shard);
   bar.finish();
 
+  const uint64_t n_val = val.info.documents;
+  if ((o.val_fraction > 0 && n_val == 0) || train.info.documents == 0)
+    throw ConfigError("prepare",
+                      fmt::format("the input has {} document(s), too few to hold out a "
+                                  "fraction {} for validation and keep any for training",
+                                  n_docs, o.val_fraction),
+                      "add more text, or set --val-fraction 0 to disable the split");
+  log(fmt::format("read {} file(s), {:.1f} MB, {} documents ({} for validation)", files.size(),
+                  files_done_bytes / 1e6, n_docs, n_val));
+
+  std::vector<std::string> input_names;
+  for (const auto& f : files) input_names.push_back(f.path.string());
   nlohmann::json meta = {
       {"format", kDatasetFormat},
       {"version", kDatasetVersion},
@@ -175,26 +389,25 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
       {"token_bytes", token_bytes_for(vocab_size)},
       {"vocab", o.train_vocab > 0 ? fmt::format("trained: {} tokens", o.train_vocab)
                                   : fmt::format("copied from {}", vocab_source.string())},
-      {"inputs", [&] {
-         std::vector<std::string> v;
-         for (const auto& p : o.inputs) v.push_back(p.string());
-         return v;
-       }()},
-      {"documents", {{"rule", "split at 2+ blank lines, join to min_chars, cut at max_chars"},
+      {"inputs", input_names},
+      {"documents", {{"rule", "split at 2+ blank lines, join to min_chars, cut at max_chars; "
+                              "JSON Lines: one record, cut at max_chars"},
                      {"min_chars", o.documents.min_chars},
                      {"max_chars", o.documents.max_chars},
+                     {"text_field", o.text_field},
                      {"separator", "<|endoftext|> before every document"}}},
       {"val_fraction", o.val_fraction},
       {"splits", {{"train", split_json(train.info)}, {"val", split_json(val.info)}}}};
+  fs::remove(state_path);
   write_file_atomic(staging.path() / "meta.json", meta.dump(2) + "\n");
   staging.commit();
 
   log(fmt::format("wrote {}: {} train tokens in {} shard(s), {} val tokens in {} shard(s), "
                   "vocab size {}", o.out.string(), train.info.tokens, train.info.shards.size(),
                   val.info.tokens, val.info.shards.size(), vocab_size));
-  return {vocab_size,         train.info.tokens,        val.info.tokens,
-          train.info.documents, val.info.documents,     train.info.shards.size(),
-          val.info.shards.size()};
+  return {vocab_size,           train.info.tokens,    val.info.tokens,
+          train.info.documents, val.info.documents,   train.info.shards.size(),
+          val.info.shards.size(), train.resumed + val.resumed};
 }
 
 }  // namespace keel::data

@@ -17,11 +17,12 @@ ProgressBar::~ProgressBar() {
   if (active_ && !finished_) fmt::print(stderr, "\n");  // leave the cursor on a fresh line
 }
 
-void ProgressBar::update(uint64_t done) {
+void ProgressBar::update(uint64_t done, const std::string& note) {
   if (!active_ || finished_) return;
   const auto now = std::chrono::steady_clock::now();
   if (now - last_ < std::chrono::milliseconds(100)) return;
   last_ = now;
+  note_ = note;
   draw(done);
 }
 
@@ -40,9 +41,9 @@ void ProgressBar::draw(uint64_t done) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::string eta;
   if (frac > 0 && frac < 1) eta = fmt::format(" eta {:.0f}s", secs * (1 - frac) / frac);
-  fmt::print(stderr, "\r{} [{}{}] {:3.0f}% {}/{}{} {:.1f}s{}\x1b[K", label_,
+  fmt::print(stderr, "\r{} [{}{}] {:3.0f}% {}/{}{}{}{} {:.1f}s{}\x1b[K", label_,
              std::string(filled, '#'), std::string(kWidth - filled, '.'), frac * 100, done,
-             total_, unit_, secs, eta);
+             total_, unit_, note_.empty() ? "" : ", ", note_, secs, eta);
   std::fflush(stderr);
 }
 

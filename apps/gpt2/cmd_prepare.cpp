@@ -1,4 +1,5 @@
-// `gpt2 prepare`: text files -> token shards + vocabulary in a dataset directory.
+// `gpt2 prepare`: text or JSON Lines files -> token shards + vocabulary in a dataset directory,
+// streamed in bounded memory on every core, resumable after an interruption (data/prepare.h).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -17,8 +18,11 @@ void add_prepare_command(CLI::App& app) {
 
   CLI::App* cmd = app.add_subcommand(
       "prepare",
-      "Tokenize text files into train/val token shards (documents separated by <|endoftext|>)");
-  cmd->add_option("--input,-i", *inputs, "text files: .txt, .xz (e.g. .txt.xz) or .gz")
+      "Tokenize text files into train/val token shards (documents separated by <|endoftext|>); "
+      "re-running an interrupted prepare continues it");
+  cmd->add_option("--input,-i", *inputs,
+                  "text (.txt) or JSON Lines (.jsonl) files, optionally .xz / .gz; folders (every "
+                  "such file inside); quoted globs ('shards/*.jsonl.gz'); - for stdin")
       ->required();
   cmd->add_option("--out,-o", *out, "output dataset directory (replaced atomically)")->required();
   auto* v = cmd->add_option("--vocab", *vocab,
@@ -31,6 +35,13 @@ void add_prepare_command(CLI::App& app) {
                   "fraction of documents held out for validation")
       ->capture_default_str();
   cmd->add_option("--shard-tokens", opts->shard_tokens, "tokens per shard file at most")
+      ->capture_default_str();
+  cmd->add_option("--text-field", opts->text_field, "the text field of JSON Lines records")
+      ->capture_default_str();
+  cmd->add_option("--threads", opts->threads, "tokenizing threads (0: every core)")
+      ->capture_default_str();
+  cmd->add_option("--memory-mb", opts->memory_mb,
+                  "bound on the text and tokens held in memory at once, in MB")
       ->capture_default_str();
   cmd->add_flag("--quiet,-q", *quiet, "no progress bars or summary");
 

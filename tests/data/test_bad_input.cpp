@@ -110,11 +110,14 @@ TEST_CASE("bad input: prepare with missing, empty or corrupt inputs leaves the o
   expect_error<keel::IoError>([&] { run({dir / "bad.txt.xz"}); }, {"bad.txt.xz", "corrupt"});
   write_text(dir / "bad.txt.gz", std::string("\x1f\x8b\x08\x00garbage", 12));
   expect_error<keel::IoError>([&] { run({dir / "bad.txt.gz"}); }, {"bad.txt.gz", "corrupt"});
-  expect_error<keel::IoError>([&] { run({dir.path()}); }, {"is a directory"});
+  fs::create_directories(dir / "no_text");
+  expect_error<keel::IoError>([&] { run({dir / "no_text"}); }, {"no_text", "no corpus files"});
+  expect_error<keel::IoError>([&] { run({dir / "nothing*.txt"}); }, {"nothing*.txt", "no file matches"});
 
   CHECK(read_file(dir / "out/meta.json") == meta);
   for (const auto& e : fs::directory_iterator(dir.path()))
-    CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+    CHECK((e.path().filename().string().find(".tmp-") == std::string::npos &&
+           e.path().filename().string().find(".partial") == std::string::npos));
 }
 
 TEST_CASE("bad input: prepare with bad options or vocabulary leaves the output alone") {

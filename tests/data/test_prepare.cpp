@@ -68,9 +68,13 @@ TEST_CASE("prepare: GPT-2 tokens, <|endoftext|> before each document, split by d
   CHECK(std::count(val.begin(), val.end(), 50256) == static_cast<long>(r.val_documents));
   const auto docs = split_documents(text, o.documents);
   std::string train_text, val_text;
-  const uint64_t D = docs.size(), V = r.val_documents;
-  for (uint64_t i = 0; i < D; ++i)
-    ((i + 1) * V / D > i * V / D ? val_text : train_text) += "<|endoftext|>" + std::string(docs[i]);
+  uint64_t V = 0;
+  for (uint64_t i = 0; i < docs.size(); ++i) {
+    const bool v = is_validation_document(i, o.val_fraction);  // 120 kB: many documents
+    V += v;
+    (v ? val_text : train_text) += "<|endoftext|>" + std::string(docs[i]);
+  }
+  CHECK(V == r.val_documents);
   CHECK(tok.decode(train) == train_text);
   CHECK(tok.decode(val) == val_text);
 }

@@ -1,0 +1,63 @@
+// Documents read from a corpus file a piece at a time, so that memory does not grow with the
+// file: `gpt2 prepare` streams files of many GB through this.
+//
+// Plain text: the rule of documents.h, applied as the text arrives; the documents are exactly
+// those split_documents() gives for the whole text (tested), as long as no single paragraph
+// run exceeds the buffer (documents.h rule 3 then cuts it at max_chars as it goes).
+//
+// JSON Lines (.jsonl, .jsonl.gz, .jsonl.xz): one JSON object per line, its string field
+// `text_field` is one document (then cut at max_chars by rule 3; never joined to others).
+//   - blank lines are skipped; other fields are ignored;
+//   - an empty or whitespace-only text is skipped (it has nothing to learn);
+//   - a line that is not a JSON object, lacks the field, has a non-string field, or holds
+//     invalid UTF-8 is an IoError naming FILE:LINE (a corpus with bad records should be
+//     cleaned, not silently thinned).
+// Compression: .xz (liblzma), .gz (zlib); stdin ("-") may be plain or gzip.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/documents.h"
+
+namespace keel::data {
+
+enum class InputFormat { text, jsonl };
+
+struct InputFile {
+  std::filesystem::path path;  // "-" is stdin
+  InputFormat format = InputFormat::text;
+  bool is_stdin() const { return path == "-"; }
+};
+
+// .jsonl / .json with optional .gz / .xz is JSON Lines, everything else plain text.
+InputFormat format_for(const std::filesystem::path& path);
+
+// What `--input` names, as files in order: "-" is stdin (once at most); a folder is every
+// corpus file under it (.txt, .jsonl, .json, each optionally .gz / .xz, and bare .xz / .gz;
+// hidden files skipped), sorted by path; a pattern with * ? or [ that is not an existing path is
+// expanded as a shell glob, sorted. IoError for a folder or pattern that yields nothing.
+std::vector<InputFile> expand_inputs(const std::vector<std::filesystem::path>& specs);
+
+class DocumentStream {
+ public:
+  DocumentStream(InputFile input, DocumentRule rule, std::string text_field = "text");
+  ~DocumentStream();
+  DocumentStream(const DocumentStream&) = delete;
+  DocumentStream& operator=(const DocumentStream&) = delete;
+
+  // The next document into doc; false at the end. IoError (naming the file) when it cannot be
+  // read, is corrupt, or holds no text at all ("is empty" / "only whitespace").
+  bool next(std::string& doc);
+  // Bytes of the file consumed so far (compressed bytes for compressed files), for progress.
+  uint64_t bytes_read() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace keel::data
