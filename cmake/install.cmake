@@ -42,7 +42,8 @@ if(TARGET keel_data)
   set(KEEL_PACKAGE_WITH_DATA ON)
 endif()
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/keelConfig.cmake.in
-  ${CMAKE_CURRENT_BINARY_DIR}/keelConfig.cmake INSTALL_DESTINATION ${KEEL_INSTALL_CMAKEDIR})
+  ${CMAKE_CURRENT_BINARY_DIR}/keelConfig.cmake INSTALL_DESTINATION ${KEEL_INSTALL_CMAKEDIR}
+  PATH_VARS CMAKE_INSTALL_DATADIR)
 # 0.x: minor versions may break the API, so only the same minor version is compatible.
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/keelConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -177,6 +179,37 @@ class ShardStream {
   uint64_t next_doc_ = 0, next_skip_ = 0;
 };
 
+// An exclusive flock on OUT.partial.lock, so that two prepares into one output refuse rather
+// than interleave; removed when the run ends.
+class OutputLock {
+ public:
+  explicit OutputLock(const fs::path& out) {
+    fs::path target = out.filename().empty() ? out.parent_path() : out;
+    path_ = target.string() + ".partial.lock";
+    if (!target.parent_path().empty()) fs::create_directories(target.parent_path());
+    fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw IoError("prepare", fmt::format("{}: cannot create: {}", path_.string(), std::strerror(errno)));
+    if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      close(fd_);
+      throw ConfigError("prepare", fmt::format("{}: another gpt2 prepare is writing this output "
+                                               "(it holds {})", target.string(), path_.string()),
+                        "wait for it to finish, or choose another --out");
+    }
+  }
+  ~OutputLock() {
+    std::error_code ec;
+    fs::remove(path_, ec);
+    close(fd_);
+  }
+  OutputLock(const OutputLock&) = delete;
+  OutputLock& operator=(const OutputLock&) = delete;
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+};
+
 nlohmann::json split_json(const SplitInfo& s) {
   return {{"shards", s.shards}, {"tokens", s.tokens}, {"documents", s.documents}};
 }
@@ -248,13 +281,23 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   if (has_stdin && o.train_vocab > 0)
     throw ConfigError("prepare", "--train-vocab reads the input twice, and stdin (-) can be read once",
                       "save the text to a file, or use a given vocabulary (--vocab)");
+  // Fail before any work on what can be checked up front: missing inputs, a bad vocabulary.
   uint64_t total_bytes = 0;
   for (const auto& f : files) {
     std::error_code ec;
-    if (!f.is_stdin()) total_bytes += fs::file_size(f.path, ec);
+    if (f.is_stdin()) continue;
+    if (!fs::exists(f.path, ec))
+      throw IoError("prepare", fmt::format("{}: file not found", f.path.string()), "check the --input path");
+    total_bytes += fs::file_size(f.path, ec);
   }
+  const fs::path vocab_source =
+      o.train_vocab > 0 ? fs::path() : o.vocab_dir.empty() ? default_vocab_dir() : o.vocab_dir;
+  Vocab vocab;
+  if (o.train_vocab == 0) vocab = load_vocab(vocab_source);
 
   // 1. The staging directory: continue an interrupted run of the same job, else start afresh.
+  // One prepare at a time per output: OUT.partial.lock is held (flock) while it runs.
+  const OutputLock lock(o.out);
   StagingDir staging(o.out, /*resumable=*/true);
   const fs::path state_path = staging.path() / "state.json";
   const nlohmann::json fp = fingerprint(o, files);
@@ -277,8 +320,6 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
 
   // 2. The vocabulary: given, GPT-2's, or learned from the training documents only.
   fs::create_directories(staging.path() / "vocab");
-  Vocab vocab;
-  fs::path vocab_source;
   if (o.train_vocab > 0 && state.value("vocab_ready", false)) {
     vocab = load_vocab(staging.path() / "vocab");
   } else if (o.train_vocab > 0) {
@@ -296,8 +337,6 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
     log(fmt::format("learned a {}-token vocabulary{}", vocab.size(),
                     vocab.size() < o.train_vocab ? " (the text ran out of pairs to merge)" : ""));
   } else {
-    vocab_source = o.vocab_dir.empty() ? default_vocab_dir() : o.vocab_dir;
-    vocab = load_vocab(vocab_source);
     copy_vocab_files(vocab_source, staging.path() / "vocab");
   }
   state["vocab_ready"] = true;

@@ -2,6 +2,8 @@
 // bound give the same bytes; an interrupted run resumes to the same output; JSON Lines input;
 // folders, globs and stdin.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -209,4 +211,19 @@ TEST_CASE("prepare: folders and globs expand to their corpus files in sorted ord
   CHECK(globbed[0].path == dir / "corpus/b.txt");
   CHECK(globbed[1].is_stdin());
   CHECK_THROWS_AS(expand_inputs({"-", "-"}), keel::IoError);
+}
+
+TEST_CASE("prepare: a second prepare into the same output refuses while the first runs") {
+  keel::test::TempDir dir("lock");
+  write_text(dir / "a.txt", keel::test::austen_slice(0, 50000));
+  const fs::path lock = dir.path().string() + "/out.partial.lock";
+  const int fd = open(lock.c_str(), O_RDWR | O_CREAT, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(flock(fd, LOCK_EX | LOCK_NB) == 0);  // as a running prepare holds it
+  CHECK_THROWS_WITH_AS(prepare_dataset(quiet({dir / "a.txt"}, dir / "out")),
+                       doctest::Contains("another gpt2 prepare"), keel::ConfigError);
+  close(fd);
+  fs::remove(lock);
+  CHECK(prepare_dataset(quiet({dir / "a.txt"}, dir / "out")).train_documents > 0);
+  CHECK(!fs::exists(lock));
 }
