@@ -321,7 +321,7 @@ struct DocumentStream::Impl {
 
   // Scans every complete line (all of it at the end) and drops text no longer needed.
   void scan() {
-    while (pos_ < base_ + buf_.size() || (eof_ && pos_ < base_ + buf_.size())) {
+    while (pos_ < base_ + buf_.size()) {
       const size_t nl = buf_.find('\n', pos_ - base_);
       if (nl == std::string::npos && !eof_) break;
       const uint64_t eol = nl == std::string::npos ? base_ + buf_.size() : base_ + nl;

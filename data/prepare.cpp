@@ -25,6 +25,7 @@
 #include "data/file_io.h"
 #include "data/progress.h"
 #include "data/shard.h"
+#include "data/shard_stream.h"
 #include "data/tokenizer.h"
 
 namespace keel::data {
@@ -73,111 +74,6 @@ void copy_vocab_files(const fs::path& from, const fs::path& to) {
       fs::copy_file(entry.path(), to / name, fs::copy_options::overwrite_existing);
   }
 }
-
-// One split's shards, written as the tokens arrive: the current shard grows in NAME.part and is
-// renamed to its final name once it holds shard_tokens tokens (or the input ends).
-class ShardStream {
- public:
-  ShardStream(std::string name, fs::path dir, uint32_t vocab_size, uint64_t shard_tokens)
-      : name_(std::move(name)), dir_(std::move(dir)), vocab_size_(vocab_size),
-        shard_tokens_(shard_tokens), tb_(token_bytes_for(vocab_size)) {}
-  ~ShardStream() {
-    if (file_) std::fclose(file_);
-  }
-
-  // Continues after the shards an interrupted run finished (state as saved by to_json).
-  void restore(const nlohmann::json& j) {
-    info.shards = j.at("shards").get<std::vector<std::string>>();
-    next_doc_ = j.at("next_doc").get<uint64_t>();
-    next_skip_ = j.at("next_skip").get<uint64_t>();
-    info.tokens = info.shards.size() * shard_tokens_;
-    resumed = info.shards.size();
-  }
-  nlohmann::json to_json() const {
-    return {{"shards", info.shards}, {"next_doc", next_doc_}, {"next_skip", next_skip_}};
-  }
-  // Tokens of document `doc` that an earlier run already wrote (0 for every document but
-  // the one its last shard ended in), or all of them (UINT64_MAX) for documents before it.
-  uint64_t already_written(uint64_t doc) const {
-    return doc < next_doc_ ? UINT64_MAX : doc == next_doc_ ? next_skip_ : 0;
-  }
-
-  // Appends document `doc`'s ids from `from` on.
-  template <class OnShard>
-  void add(uint64_t doc, const std::vector<int32_t>& ids, uint64_t from, OnShard&& on_shard) {
-    for (uint64_t k = from; k < ids.size();) {
-      if (!file_) open_part();
-      const uint64_t take = std::min<uint64_t>(ids.size() - k, shard_tokens_ - in_shard_);
-      encode(ids.data() + k, take);
-      k += take, in_shard_ += take, info.tokens += take;
-      if (in_shard_ == shard_tokens_) {
-        // The next shard starts at token k of this document, or with the next document.
-        if (k < ids.size()) next_doc_ = doc, next_skip_ = k;
-        else next_doc_ = doc + 1, next_skip_ = 0;
-        close_part();
-        on_shard(info.shards.back());
-      }
-    }
-  }
-  template <class OnShard>
-  void finish(OnShard&& on_shard) {
-    if (file_ && in_shard_ > 0) {
-      close_part();
-      on_shard(info.shards.back());
-    }
-  }
-
-  SplitInfo info;
-  size_t resumed = 0;
-
- private:
-  fs::path part_path() const { return dir_ / (name_ + ".part"); }
-  void open_part() {
-    file_ = std::fopen(part_path().c_str(), "wb");
-    if (!file_) throw IoError("prepare", fmt::format("{}: cannot write: {}", part_path().string(), std::strerror(errno)));
-    const std::string header = shard_header(vocab_size_, 0);  // the count is set on close
-    std::fwrite(header.data(), 1, header.size(), file_);
-    in_shard_ = 0;
-  }
-  void encode(const int32_t* ids, uint64_t n) {
-    buf_.resize(n * tb_);
-    for (uint64_t i = 0; i < n; ++i) {
-      if (ids[i] < 0 || uint32_t(ids[i]) >= vocab_size_)
-        throw ValueError("prepare", fmt::format("token {} is not below vocab size {}", ids[i], vocab_size_));
-      if (tb_ == 2) {
-        const auto v = static_cast<uint16_t>(ids[i]);
-        std::memcpy(buf_.data() + 2 * i, &v, 2);
-      } else {
-        std::memcpy(buf_.data() + 4 * i, &ids[i], 4);
-      }
-    }
-    if (std::fwrite(buf_.data(), 1, buf_.size(), file_) != buf_.size())
-      throw IoError("prepare", fmt::format("{}: write failed (disk full?)", part_path().string()));
-  }
-  // Header with the real count, flushed to disk, then renamed: a finished shard is whole.
-  void close_part() {
-    const std::string header = shard_header(vocab_size_, in_shard_);
-    const bool ok = std::fseek(file_, 0, SEEK_SET) == 0 &&
-                    std::fwrite(header.data(), 1, header.size(), file_) == header.size() &&
-                    std::fflush(file_) == 0 && fsync(fileno(file_)) == 0;
-    std::fclose(file_);
-    file_ = nullptr;
-    if (!ok) throw IoError("prepare", fmt::format("{}: write failed (disk full?)", part_path().string()));
-    const std::string name = fmt::format("{}_{:06d}.bin", name_, info.shards.size());
-    fs::rename(part_path(), dir_ / name);
-    info.shards.push_back(name);
-    in_shard_ = 0;
-  }
-
-  std::string name_;
-  fs::path dir_;
-  uint32_t vocab_size_;
-  uint64_t shard_tokens_, in_shard_ = 0;
-  uint32_t tb_;
-  FILE* file_ = nullptr;
-  std::string buf_;
-  uint64_t next_doc_ = 0, next_skip_ = 0;
-};
 
 // An exclusive flock on OUT.partial.lock, so that two prepares into one output refuse rather
 // than interleave; removed when the run ends.
@@ -352,14 +248,20 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   ShardStream train("train", staging.path(), vocab_size, o.shard_tokens);
   ShardStream val("val", staging.path(), vocab_size, o.shard_tokens);
   if (resuming && state.contains("train")) {
-    train.restore(state.at("train"));
-    val.restore(state.at("val"));
+    for (auto [name, split] : {std::pair{"train", &train}, std::pair{"val", &val}}) {
+      const auto& j = state.at(name);
+      split->restore({j.at("shards").get<std::vector<std::string>>(),
+                      j.at("next_doc").get<uint64_t>(), j.at("next_skip").get<uint64_t>()});
+    }
     log(fmt::format("resuming {}: {} finished shard(s) kept", staging.path().string(),
                     train.resumed + val.resumed));
   }
-  auto on_shard = [&](const std::string& file) {
-    state["train"] = train.to_json();
-    state["val"] = val.to_json();
+  auto as_json = [](const ShardStreamState& s) {
+    return nlohmann::json{{"shards", s.shards}, {"next_doc", s.next_doc}, {"next_skip", s.next_skip}};
+  };
+  const ShardStream::OnShard on_shard = [&](const std::string& file) {
+    state["train"] = as_json(train.state());
+    state["val"] = as_json(val.state());
     write_file_atomic(state_path, state.dump() + "\n");
     if (o.on_shard) o.on_shard(file);
   };
