@@ -138,7 +138,7 @@ TEST_CASE("prepare: an interrupted run resumes to the same output without redoin
   CHECK(prepare_dataset(o).resumed_shards == 0);
 }
 
-TEST_CASE("prepare: JSON Lines records are documents; odd fields, blank lines, bad records") {
+TEST_CASE("prepare: JSON Lines records are documents, with odd fields, blank lines and bad records") {
   keel::test::TempDir dir("jsonl");
   write_text(dir / "a.jsonl",
              "{\"id\": 1, \"text\": \"First record.\", \"meta\": {\"x\": [1, 2]}}\n"

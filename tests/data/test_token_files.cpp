@@ -111,7 +111,7 @@ TEST_CASE("llm.c: malformed files are refused, one clear error each") {
   CHECK_THROWS_AS(write_llmc_file(p, std::vector<uint32_t>{70000}), keel::ValueError);
 }
 
-TEST_CASE("nanoGPT: raw uint16 train.bin/val.bin read back exactly; odd lengths and big ids refused") {
+TEST_CASE("nanoGPT: raw uint16 train.bin/val.bin read back exactly, odd lengths and big ids refused") {
   keel::test::TempDir dir("nanogpt");
   std::vector<uint16_t> train(1000), val(100);
   for (size_t i = 0; i < train.size(); ++i) train[i] = uint16_t((i * 7919) % 50257);
