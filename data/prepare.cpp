@@ -10,6 +10,7 @@
 #include "data/assets.h"
 #include "data/bpe_trainer.h"
 #include "data/dataset.h"
+#include "core/io.h"
 #include "data/file_io.h"
 #include "data/progress.h"
 #include "data/shard.h"
@@ -146,7 +147,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   const auto vocab_size = static_cast<uint32_t>(tok.vocab_size());
 
   // 3. Tokenize into a staging directory next to `out`.
-  StagingDir staging(o.out);
+  io::StagingDir staging(o.out, "prepare");
   fs::create_directory(staging.path() / "vocab");
   if (o.train_vocab > 0) save_vocab(tok.vocab(), staging.path() / "vocab");
   else copy_vocab_files(vocab_source, staging.path() / "vocab");
@@ -186,7 +187,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
                      {"separator", "<|endoftext|> before every document"}}},
       {"val_fraction", o.val_fraction},
       {"splits", {{"train", split_json(train.info)}, {"val", split_json(val.info)}}}};
-  write_file_atomic(staging.path() / "meta.json", meta.dump(2) + "\n");
+  io::write_file_atomic(staging.path() / "meta.json", meta.dump(2) + "\n", "prepare");
   staging.commit();
 
   log(fmt::format("wrote {}: {} train tokens in {} shard(s), {} val tokens in {} shard(s), "

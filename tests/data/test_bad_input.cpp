@@ -51,7 +51,7 @@ PrepareOptions quiet(std::vector<fs::path> inputs, fs::path out) {
 std::string good_dataset(const keel::test::TempDir& dir) {
   write_text(dir / "good.txt", keel::test::austen_slice(0, 40000));
   prepare_dataset(quiet({dir / "good.txt"}, dir / "out"));
-  return read_file(dir / "out/meta.json");
+  return keel::io::read_file(dir / "out/meta.json", "test");
 }
 
 }  // namespace
@@ -70,7 +70,7 @@ TEST_CASE("bad input: malformed encoder.json") {
   keel::test::TempDir dir("bad");
   const auto v = vocab_copy(dir);
   const auto enc = v / "encoder.json";
-  const std::string good = read_file(enc);
+  const std::string good = keel::io::read_file(enc, "test");
   write_text(enc, good.substr(0, good.size() / 2));  // truncated
   expect_error<keel::IoError>([&] { load_vocab(v); }, {enc.string(), "malformed JSON"});
   write_text(enc, "[1, 2, 3]");
@@ -112,7 +112,7 @@ TEST_CASE("bad input: prepare with missing, empty or corrupt inputs leaves the o
   expect_error<keel::IoError>([&] { run({dir / "bad.txt.gz"}); }, {"bad.txt.gz", "corrupt"});
   expect_error<keel::IoError>([&] { run({dir.path()}); }, {"is a directory"});
 
-  CHECK(read_file(dir / "out/meta.json") == meta);
+  CHECK(keel::io::read_file(dir / "out/meta.json", "test") == meta);
   for (const auto& e : fs::directory_iterator(dir.path()))
     CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
 }
@@ -140,7 +140,7 @@ TEST_CASE("bad input: prepare with bad options or vocabulary leaves the output a
   auto tiny = quiet({dir / "tiny.txt"}, dir / "out");
   expect_error<keel::ConfigError>([&] { prepare_dataset(tiny); }, {"1 document", "--val-fraction"});
 
-  CHECK(read_file(dir / "out/meta.json") == meta);
+  CHECK(keel::io::read_file(dir / "out/meta.json", "test") == meta);
   tiny.val_fraction = 0;  // no validation split: fine
   CHECK(prepare_dataset(tiny).val_documents == 0);
 }
@@ -152,7 +152,7 @@ TEST_CASE("bad input: prepare refuses to replace a directory that is not a datas
   write_text(dir / "home/precious.txt", "keep me");
   expect_error<keel::ConfigError>([&] { prepare_dataset(quiet({dir / "good.txt"}, dir / "home")); },
                                   {"home", "refusing to overwrite"});
-  CHECK(read_file(dir / "home/precious.txt") == "keep me");
+  CHECK(keel::io::read_file(dir / "home/precious.txt", "test") == "keep me");
   expect_error<keel::ConfigError>(
       [&] { prepare_dataset(quiet({dir / "good.txt"}, dir / "home/precious.txt")); },
       {"not a directory"});
@@ -167,7 +167,7 @@ TEST_CASE("bad input: damaged dataset directories") {
   expect_error<keel::ConfigError>([&] { TokenSplit::open(out, "train", 10000); },
                                   {"50257", "10000"});
 
-  const std::string meta = read_file(out / "meta.json");
+  const std::string meta = keel::io::read_file(out / "meta.json", "test");
   write_text(out / "meta.json", "{\"format\": \"keel-token-shards\"");
   expect_error<keel::IoError>([&] { TokenSplit::open(out, "train"); }, {"meta.json", "malformed"});
   write_text(out / "meta.json", "{\"format\": \"other\", \"version\": 1}");
