@@ -46,7 +46,7 @@ void require_regular_file(const fs::path& path, const char* op) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT || errno == ENOTDIR)
-      throw IoError(op, fmt::format("{}: no such file", path.string()), "check the path");
+      throw IoError(op, fmt::format("{}: file not found", path.string()), "check the path");
     throw IoError(op, fmt::format("{}: cannot stat: {}", path.string(), why()));
   }
   check_mode(st, path, op);

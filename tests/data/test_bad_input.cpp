@@ -2,11 +2,16 @@
 // problem, and leaves an existing prepared dataset untouched.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/file_io.h"
+#include "data/loader.h"
+#include "data/shard.h"
 #include "data/prepare.h"
 #include "data/vocab.h"
 #include "test_util.h"
@@ -182,4 +187,62 @@ TEST_CASE("bad input: damaged dataset directories") {
                               {"train_000000.bin", "cannot open"});
   fs::remove(out / "meta.json");
   expect_error<keel::IoError>([&] { TokenSplit::open(out, "val"); }, {"meta.json", "not found"});
+}
+
+TEST_CASE("bad input: a .gz file with a damaged magic byte is refused, not read as text") {
+  keel::test::TempDir dir("gzmagic");
+  // zlib's transparent mode would pass these bytes through as if they were plain text.
+  write_text(dir / "a.txt.gz", std::string("\x1f\x8c\x08\x00 some words of text here", 28));
+  expect_error<keel::IoError>([&] { read_text_file(dir / "a.txt.gz"); }, {"a.txt.gz", "not gzip data"});
+  write_text(dir / "b.txt.gz", "plain text with a .gz name");
+  expect_error<keel::IoError>([&] { read_text_file(dir / "b.txt.gz"); }, {"b.txt.gz", "not gzip data"});
+}
+
+TEST_CASE("bad input: FIFOs where files are expected fail at once instead of blocking") {
+  keel::test::TempDir dir("fifo");
+  REQUIRE(::mkfifo((dir / "corpus.txt").c_str(), 0600) == 0);
+  expect_error<keel::IoError>([&] { read_text_file(dir / "corpus.txt"); }, {"corpus.txt", "FIFO"});
+  fs::create_directories(dir / "ds");
+  REQUIRE(::mkfifo((dir / "ds/meta.json").c_str(), 0600) == 0);
+  expect_error<keel::IoError>([&] { read_dataset_meta(dir / "ds"); }, {"meta.json", "FIFO"});
+  REQUIRE(::mkfifo((dir / "shard.bin").c_str(), 0600) == 0);
+  expect_error<keel::IoError>([&] { ShardReader r(dir / "shard.bin"); }, {"shard.bin", "not a regular file"});
+  fs::create_directories(dir / "vocab");
+  REQUIRE(::mkfifo((dir / "vocab/encoder.json").c_str(), 0600) == 0);
+  REQUIRE(::mkfifo((dir / "vocab/vocab.bpe").c_str(), 0600) == 0);
+  expect_error<keel::IoError>([&] { load_vocab(dir / "vocab"); }, {"encoder.json", "FIFO"});
+}
+
+TEST_CASE("bad input: meta.json numbers that would wrap or overflow a cast") {
+  keel::test::TempDir dir("meta_ranges");
+  const std::string meta = good_dataset(dir);
+  const fs::path out = dir / "out";
+  auto with = [&](const char* key, const nlohmann::json& v) {
+    nlohmann::json j = nlohmann::json::parse(meta);
+    j[key] = v;
+    write_text(out / "meta.json", j.dump());
+  };
+  with("vocab_size", 4294967616ull);  // 2^32 + 320: read as 320 before
+  expect_error<keel::IoError>([&] { read_dataset_meta(out); }, {"meta.json", "vocab_size"});
+  with("vocab_size", 1e30);  // a float-to-integer overflow before
+  expect_error<keel::IoError>([&] { read_dataset_meta(out); }, {"meta.json", "vocab_size"});
+  with("version", 1e30);
+  expect_error<keel::IoError>([&] { read_dataset_meta(out); }, {"meta.json", "version"});
+  with("eot_id", -7);
+  expect_error<keel::IoError>([&] { read_dataset_meta(out); }, {"meta.json", "eot_id"});
+  write_text(out / "meta.json", std::string(100000, '[') + std::string(100000, ']'));
+  expect_error<keel::IoError>([&] { read_dataset_meta(out); }, {"meta.json", "nested deeper"});
+  write_text(out / "meta.json", "{\"format\": 1");
+  expect_error<keel::IoError>([&] { read_dataset_meta(out); }, {"meta.json", "malformed JSON"});
+}
+
+TEST_CASE("bad input: deeply nested encoder.json and a loader state with wrapped numbers") {
+  keel::test::TempDir dir("deep_vocab");
+  const fs::path v = vocab_copy(dir);
+  write_text(v / "encoder.json", std::string(100000, '{') + std::string(100000, '}'));
+  expect_error<keel::IoError>([&] { load_vocab(v); }, {"encoder.json", "nested deeper"});
+  expect_error<keel::IoError>([] { LoaderState::from_json(R"({"seed":1,"step":1e30,"batch_size":1,"seq_len":1,
+      "world_size":1,"split_tokens":1})"); }, {"step"});
+  expect_error<keel::IoError>([] { LoaderState::from_json(R"({"seed":-1,"step":1,"batch_size":1,"seq_len":1,
+      "world_size":1,"split_tokens":1})"); }, {"seed"});
 }
