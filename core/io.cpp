@@ -192,7 +192,8 @@ void throw_json_too_deep(const std::string& source, const char* op, int max_dept
 }
 
 void throw_json_malformed(const std::string& source, const char* op, size_t byte) {
-  throw IoError(op, fmt::format("{}: malformed JSON near byte {}", source, byte),
+  throw IoError(op, byte ? fmt::format("{}: malformed JSON near byte {}", source, byte)
+                         : fmt::format("{}: malformed JSON (a number out of range?)", source),
                 "check the syntax (e.g. with `python3 -m json.tool`)");
 }
 

@@ -113,6 +113,8 @@ J parse_json(std::string_view text, const std::string& source, const char* op, i
     throw_json_too_deep(source, op, max_depth);
   } catch (const typename J::parse_error& e) {
     throw_json_malformed(source, op, e.byte);  // its own message quotes raw input
+  } catch (const typename J::exception&) {  // e.g. a number too large for a double (1e999)
+    throw_json_malformed(source, op, 0);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "apps/gpt2/checkpoint.h"
+#include "apps/gpt2/memory_check.h"
 #include "apps/gpt2/metrics.h"
 #include "core/allocator.h"
 #include "core/factory.h"
@@ -105,6 +106,7 @@ void Trainer::setup() {
   } else {
     mcfg_ = model_config(cfg_, meta.vocab_size);
   }
+  check_model_fits(mcfg_, device_);
   T_ = cfg_.seq_len ? cfg_.seq_len : mcfg_.block_size;
   if (T_ > mcfg_.block_size)
     throw ConfigError("train", fmt::format("--seq-len {} is longer than the model's context {}", T_, mcfg_.block_size));

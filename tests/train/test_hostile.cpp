@@ -28,13 +28,16 @@ void expect_error(F&& f, const std::string& needle) {
   }
 }
 
-// A finished 2-step run, checkpointed at both steps.
-TrainConfig finished_run(const std::string& name) {
+// A 2-step run checkpointed at both steps, then its last checkpoint removed (as if it died
+// after step 1), so that resuming it with the same configuration reads step_00000001.
+TrainConfig run_to_resume(const std::string& name) {
   TrainConfig c = testing::tiny_config(name);
   c.max_steps = 2;
   c.ckpt_every = 1;
   c.keep_checkpoints = 5;
   train(c);
+  fs::remove_all(fs::path(c.run_dir) / "checkpoints" / "step_00000002");
+  c.resume = true;
   return c;
 }
 
@@ -46,26 +49,24 @@ void edit_trainer_json(const fs::path& ckpt, const std::string& key, const nlohm
 }  // namespace
 
 TEST_CASE("a checkpoint directory named with a step beyond int64 is ignored, not overflowed") {
-  TrainConfig c = finished_run("huge_step_name");
+  TrainConfig c = run_to_resume("huge_step_name");
   fs::path huge = fs::path(c.run_dir) / "checkpoints" / "step_99999999999999999999";
   fs::copy(*latest_checkpoint(c.run_dir), huge);
-  CHECK(latest_checkpoint(c.run_dir)->filename() == "step_00000002");
+  CHECK(latest_checkpoint(c.run_dir)->filename() == "step_00000001");
 }
 
 TEST_CASE("trainer.json must agree with its directory, and its numbers must fit") {
-  TrainConfig c = finished_run("lying_state");
+  TrainConfig c = run_to_resume("lying_state");
   const fs::path ckpt = *latest_checkpoint(c.run_dir);
-  // A step from the future: resume would truncate the metrics and overwrite newer checkpoints.
-  edit_trainer_json(ckpt, "step", 1);
+  // A step from the past: resume would truncate the metrics and overwrite newer checkpoints.
+  edit_trainer_json(ckpt, "step", 0);
   expect_error<IoError>([&] { load_checkpoint(ckpt); }, "disagrees with the directory name");
   edit_trainer_json(ckpt, "step", 1e30);  // was a float-to-integer overflow
   expect_error<IoError>([&] { load_checkpoint(ckpt); }, "trainer.json");
-  edit_trainer_json(ckpt, "step", 2);
+  edit_trainer_json(ckpt, "step", 1);
   nlohmann::json loader = io::read_json_file(ckpt / "trainer.json", "test")["loader"];
   loader["seq_len"] = 1e30;
   edit_trainer_json(ckpt, "loader", loader);
-  c.resume = true;
-  c.max_steps = 3;
   expect_error<IoError>([&] { train(c); }, "seq_len");
   loader["seq_len"] = 32;
   edit_trainer_json(ckpt, "loader", loader);
@@ -76,7 +77,7 @@ TEST_CASE("trainer.json must agree with its directory, and its numbers must fit"
 }
 
 TEST_CASE("a checkpoint tensor relabelled from F32 to I32 is refused, naming the file") {
-  TrainConfig c = finished_run("relabelled");
+  TrainConfig c = run_to_resume("relabelled");
   const fs::path model = *latest_checkpoint(c.run_dir) / "model.safetensors";
   std::string bytes = io::read_file(model, "test");
   const size_t at = bytes.find("\"F32\"");
@@ -84,8 +85,6 @@ TEST_CASE("a checkpoint tensor relabelled from F32 to I32 is refused, naming the
   bytes.replace(at, 5, "\"I32\"");
   std::ofstream(model, std::ios::binary) << bytes;
   expect_error<IoError>([&] { load_run_model(c.run_dir); }, "model.safetensors");
-  c.resume = true;
-  c.max_steps = 3;
   expect_error<IoError>([&] { train(c); }, "floating-point");
 }
 
@@ -100,15 +99,15 @@ TEST_CASE("pruning never leaves a listed checkpoint incomplete, and stale tempor
   for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   CHECK(names == std::vector<std::string>{"step_00000003", "step_00000004"});
+  fs::remove_all(root / "step_00000004");  // as if it died after step 3
   // What a kill -9 mid-save or mid-prune leaves: temporaries of a process that is gone
   // (pid 2^31 - 1 cannot exist on Linux) and one of a live process (ours would be removed too,
   // so use pid 1).
   fs::create_directories(root / ".tmp-step_00000005-2147483646");
   fs::create_directories(root / ".del-step_00000001-2147483646");
   fs::create_directories(root / ".tmp-step_00000005-1");
-  CHECK(latest_checkpoint(c.run_dir)->filename() == "step_00000004");
+  CHECK(latest_checkpoint(c.run_dir)->filename() == "step_00000003");
   c.resume = true;
-  c.max_steps = 5;
   train(c);
   CHECK_FALSE(fs::exists(root / ".tmp-step_00000005-2147483646"));
   CHECK_FALSE(fs::exists(root / ".del-step_00000001-2147483646"));
@@ -133,6 +132,11 @@ TEST_CASE("flag values are never silently replaced or ignored") {
   c = testing::tiny_config("huge_model");
   c.n_layer = 1000000;  // allocated for over a minute, then blamed the batch size
   expect_error<ConfigError>([&] { train(c); }, "--n-layer");
+  c = testing::tiny_config("too_big");
+  c.n_layer = 4096;  // within the flag's range, but about 200 billion parameters at width 2048
+  c.n_embd = 2048;
+  c.n_head = 16;
+  expect_error<ConfigError>([&] { train(c); }, "more than this machine's");
   c = testing::tiny_config("seed_wrapped");
   c.seed = ~uint64_t{0};  // what --seed -1 became
   expect_error<ConfigError>([&] { train(c); }, "--seed");
