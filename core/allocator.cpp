@@ -30,7 +30,7 @@ void* allocate(Device device, size_t nbytes) {
   void* p = std::aligned_alloc(kCpuAlignment, rounded);
   if (!p)
     throw OutOfMemoryError("allocate", "could not allocate " + std::to_string(nbytes) + " bytes on the CPU",
-                           "use a smaller batch or sequence length");
+                           "use a smaller batch or sequence length, or a smaller model");
   note_cpu_alloc(nbytes);
   return p;
 }

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "data/file_io.h"
+#include "core/io.h"
 #include "data/token_files.h"
 
 namespace keel::data {
@@ -44,32 +44,54 @@ DatasetMeta foreign_meta(const fs::path& dir, DatasetFormat format) {
 
 DatasetMeta read_dataset_meta(const fs::path& dir) {
   const fs::path path = dir / "meta.json";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw IoError("read_dataset_meta", fmt::format("{}: dataset directory not found", dir.string()),
+                  "create it with `gpt2 prepare --input FILE --out DIR`");
   if (const DatasetFormat format = detect_dataset_format(dir); format != DatasetFormat::keel)
     return foreign_meta(dir, format);
-  const std::string text = read_file(path);
-  DatasetMeta m;
-  try {
-    const auto j = nlohmann::json::parse(text);
-    if (j.at("format").get<std::string>() != kDatasetFormat)
-      throw IoError("read_dataset_meta", fmt::format("{}: not a keel dataset (format \"{}\")",
-                                                     path.string(), j.at("format").get<std::string>()));
-    if (j.at("version").get<int>() != kDatasetVersion)
-      throw IoError("read_dataset_meta",
-                    fmt::format("{}: dataset version {} is not supported (this build reads {})",
-                                path.string(), j.at("version").get<int>(), kDatasetVersion),
-                    "re-run `gpt2 prepare`");
-    m.vocab_size = j.at("vocab_size").get<uint32_t>();
-    m.eot_id = j.at("eot_id").get<int32_t>();
-    m.token_bytes = j.at("token_bytes").get<uint32_t>();
-    for (auto [name, info] : {std::pair{"train", &m.train}, std::pair{"val", &m.val}}) {
-      const auto& s = j.at("splits").at(name);
-      info->shards = s.at("shards").get<std::vector<std::string>>();
-      info->tokens = s.at("tokens").get<uint64_t>();
-      info->documents = s.at("documents").get<uint64_t>();
+  const std::string text = io::read_file(path, "read_dataset_meta", io::kMaxJsonBytes);
+  const auto j = io::parse_json(text, path.string(), "read_dataset_meta");
+  const std::string hint = "re-run `gpt2 prepare` to regenerate the dataset";
+  auto bad = [&](const std::string& msg) -> IoError {
+    return IoError("read_dataset_meta", fmt::format("{}: {}", path.string(), msg), hint);
+  };
+  auto field = [&](const nlohmann::json& o, const char* key) -> const nlohmann::json& {
+    if (!o.is_object() || !o.contains(key)) throw bad(fmt::format("no field \"{}\"", key));
+    return o[key];
+  };
+  // Every integer is range-checked: 2^32 + 320 must not wrap to 320, nor 1e30 be cast.
+  auto integer = [&](const nlohmann::json& o, const char* key, int64_t lo, int64_t hi) {
+    try {
+      return io::get_int(field(o, key), lo, hi, fmt::format("field \"{}\"", key));
+    } catch (const ConfigError& e) {
+      throw bad(e.message());
     }
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError("read_dataset_meta", fmt::format("{}: malformed: {}", path.string(), e.what()),
-                  "re-run `gpt2 prepare` to regenerate the dataset");
+  };
+  const auto& format = field(j, "format");
+  if (!format.is_string() || format.get<std::string>() != kDatasetFormat)
+    throw bad(fmt::format("not a keel dataset (format {})", io::quote_json(format)));
+  const int64_t version = integer(j, "version", 0, INT32_MAX);
+  if (version != kDatasetVersion)
+    throw IoError("read_dataset_meta",
+                  fmt::format("{}: dataset version {} is not supported (this build reads {})", path.string(),
+                              version, kDatasetVersion),
+                  "re-run `gpt2 prepare`");
+  DatasetMeta m;
+  m.vocab_size = static_cast<uint32_t>(integer(j, "vocab_size", 1, UINT32_MAX));
+  m.eot_id = static_cast<int32_t>(integer(j, "eot_id", -1, INT32_MAX));
+  m.token_bytes = static_cast<uint32_t>(integer(j, "token_bytes", 1, 8));
+  const auto& splits = field(j, "splits");
+  for (auto [name, info] : {std::pair{"train", &m.train}, std::pair{"val", &m.val}}) {
+    const auto& s = field(splits, name);
+    const auto& shards = field(s, "shards");
+    if (!shards.is_array()) throw bad(fmt::format("splits.{}.shards is not an array", name));
+    for (const auto& f : shards) {
+      if (!f.is_string()) throw bad(fmt::format("splits.{}.shards holds {}, not a file name", name, io::quote_json(f)));
+      info->shards.push_back(f.get<std::string>());
+    }
+    info->tokens = static_cast<uint64_t>(integer(s, "tokens", 0, INT64_MAX));
+    info->documents = static_cast<uint64_t>(integer(s, "documents", 0, INT64_MAX));
   }
   m.json = text;
   return m;

@@ -1,35 +1,20 @@
-// File reading with decompression, atomic writes and staged directories (see file_io.h).
+// Reading corpus text with decompression (see file_io.h).
 #include "data/file_io.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <lzma.h>
-#include <stdio.h>
-#include <unistd.h>
 #include <zlib.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
+#include <algorithm>
 
 #include "core/error.h"
+#include "core/io.h"
 
 namespace keel::data {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string errno_text() { return std::strerror(errno); }
-
-void check_regular_file(const fs::path& path, const char* op) {
-  std::error_code ec;
-  const auto st = fs::status(path, ec);
-  if (ec || !fs::exists(st))
-    throw IoError(op, fmt::format("{}: file not found", path.string()), "check the path");
-  if (fs::is_directory(st))
-    throw IoError(op, fmt::format("{}: is a directory, expected a file", path.string()));
-}
 
 std::string decompress_xz(const std::string& in, const fs::path& path) {
   lzma_stream strm = LZMA_STREAM_INIT;
@@ -58,126 +43,56 @@ std::string decompress_xz(const std::string& in, const fs::path& path) {
   return out;
 }
 
-std::string decompress_gz(const fs::path& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw IoError("read_text_file", fmt::format("{}: cannot open: {}", path.string(),
-                                                      errno_text()));
+std::string decompress_gz(const std::string& in, const fs::path& path) {
+  // zlib's gzread passes non-gzip data through unchanged ("transparent mode"): a .gz whose magic
+  // bytes are damaged would enter the dataset as binary garbage. Check the magic ourselves.
+  if (in.size() < 2 || static_cast<unsigned char>(in[0]) != 0x1f || static_cast<unsigned char>(in[1]) != 0x8b)
+    throw IoError("read_text_file", fmt::format("{}: not gzip data (the first two bytes are not 1f 8b)", path.string()),
+                  "check the file with `gzip -t`, or drop the .gz suffix if it is plain text");
+  z_stream strm{};
+  // 15 + 32: a 32 KiB window, gzip or zlib header detected automatically.
+  if (inflateInit2(&strm, 15 + 32) != Z_OK)
+    throw IoError("read_text_file", fmt::format("{}: cannot start the gzip decoder", path.string()));
   std::string out;
-  char buf[1 << 16];
-  int n;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, n);
-  int err = Z_OK;
-  const char* msg = gzerror(f, &err);
-  const std::string message = msg ? msg : "";
-  gzclose(f);
-  if (n < 0 || (err != Z_OK && err != Z_STREAM_END))
+  out.resize(std::max<size_t>(in.size() * 4, 1 << 16));
+  size_t consumed = 0, produced = 0;
+  int ret = Z_OK;
+  while (true) {
+    if (produced == out.size()) out.resize(out.size() * 2);
+    strm.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data())) + consumed;
+    strm.avail_in = static_cast<uInt>(std::min<size_t>(in.size() - consumed, 1u << 30));
+    strm.next_out = reinterpret_cast<Bytef*>(out.data()) + produced;
+    strm.avail_out = static_cast<uInt>(std::min<size_t>(out.size() - produced, 1u << 30));
+    const uInt in_before = strm.avail_in, out_before = strm.avail_out;
+    ret = inflate(&strm, Z_NO_FLUSH);
+    consumed += in_before - strm.avail_in;
+    produced += out_before - strm.avail_out;
+    if (ret == Z_STREAM_END) {
+      // Concatenated members (as `cat a.gz b.gz` makes) are one valid gzip file.
+      if (consumed == in.size()) break;
+      if (inflateReset(&strm) != Z_OK) break;
+      continue;
+    }
+    if (ret != Z_OK && ret != Z_BUF_ERROR) break;
+    if (ret == Z_BUF_ERROR && consumed == in.size() && produced < out.size()) break;  // truncated
+  }
+  inflateEnd(&strm);
+  if (ret != Z_STREAM_END || consumed != in.size())
     throw IoError("read_text_file",
-                  fmt::format("{}: corrupt or truncated gzip data ({})", path.string(), message),
+                  fmt::format("{}: corrupt or truncated gzip data (zlib error {})", path.string(), ret),
                   "check the file with `gzip -t`");
+  out.resize(produced);
   return out;
 }
 
 }  // namespace
 
-std::string read_file(const fs::path& path) {
-  check_regular_file(path, "read_file");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw IoError("read_file", fmt::format("{}: cannot open: {}", path.string(),
-                                                 errno_text()));
-  std::string data;
-  f.seekg(0, std::ios::end);
-  const auto size = f.tellg();
-  if (size < 0) throw IoError("read_file", fmt::format("{}: cannot read", path.string()));
-  data.resize(static_cast<size_t>(size));
-  f.seekg(0);
-  f.read(data.data(), size);
-  if (!f) throw IoError("read_file", fmt::format("{}: read failed: {}", path.string(),
-                                                 errno_text()));
-  return data;
-}
-
 std::string read_text_file(const fs::path& path) {
+  std::string raw = io::read_file(path, "read_text_file");
   const std::string ext = path.extension().string();
-  if (ext == ".gz") {
-    check_regular_file(path, "read_text_file");
-    return decompress_gz(path);
-  }
-  std::string raw = read_file(path);
+  if (ext == ".gz") return decompress_gz(raw, path);
   if (ext == ".xz") return decompress_xz(raw, path);
   return raw;
-}
-
-void write_file_atomic(const fs::path& path, std::string_view data) {
-  const fs::path tmp = path.string() + fmt::format(".tmp-{}", getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw IoError("write_file", fmt::format("{}: cannot create: {}", tmp.string(),
-                                                    errno_text()));
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    f.flush();
-    if (!f) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw IoError("write_file", fmt::format("{}: write failed: {}", tmp.string(), errno_text()),
-                    "is the disk full?");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw IoError("write_file", fmt::format("{}: cannot rename into place: {}", path.string(),
-                                            ec.message()));
-  }
-}
-
-StagingDir::StagingDir(fs::path target, bool resumable) : target_(std::move(target)) {
-  if (target_.filename().empty()) target_ = target_.parent_path();  // "out/" -> "out"
-  staging_ = target_.string() + (resumable ? std::string(".partial") : fmt::format(".tmp-{}", getpid()));
-  std::error_code ec;
-  if (!resumable) fs::remove_all(staging_, ec);  // a leftover from a crashed run with the same pid
-  if (!target_.parent_path().empty()) fs::create_directories(target_.parent_path(), ec);
-  if (resumable && fs::is_directory(staging_, ec)) return;
-  if (!fs::create_directory(staging_, ec) || ec)
-    throw IoError("prepare", fmt::format("{}: cannot create directory: {}", staging_.string(),
-                                         ec ? ec.message() : "already exists"));
-}
-
-StagingDir::~StagingDir() {
-  if (!committed_) {
-    std::error_code ec;
-    fs::remove_all(staging_, ec);
-  }
-}
-
-void StagingDir::commit() {
-  std::error_code ec;
-  if (!fs::exists(target_, ec)) {
-    fs::rename(staging_, target_, ec);
-    if (ec) throw IoError("prepare", fmt::format("{}: cannot rename into place: {}",
-                                                 target_.string(), ec.message()));
-    committed_ = true;
-    return;
-  }
-  // Swap in one step, so that `target` is never missing or half-written.
-  if (renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), RENAME_EXCHANGE) != 0) {
-    // Filesystems without RENAME_EXCHANGE: move the old one aside first.
-    const fs::path old = target_.string() + fmt::format(".old-{}", getpid());
-    fs::rename(target_, old, ec);
-    if (ec) throw IoError("prepare", fmt::format("{}: cannot move the old output aside: {}",
-                                                 target_.string(), ec.message()));
-    fs::rename(staging_, target_, ec);
-    if (ec) {
-      std::error_code ec2;
-      fs::rename(old, target_, ec2);
-      throw IoError("prepare", fmt::format("{}: cannot rename into place: {}", target_.string(),
-                                           ec.message()));
-    }
-    fs::remove_all(old, ec);
-  } else {
-    fs::remove_all(staging_, ec);  // now holds the old contents
-  }
-  committed_ = true;
 }
 
 }  // namespace keel::data

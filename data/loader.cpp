@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/io.h"
 
 namespace keel::data {
 
@@ -66,16 +67,26 @@ std::string LoaderState::to_json() const {
 }
 
 LoaderState LoaderState::from_json(const std::string& text) {
-  try {
-    const auto j = nlohmann::json::parse(text);
-    LoaderState s;
-    s.seed = j.at("seed"), s.step = j.at("step"), s.batch_size = j.at("batch_size");
-    s.seq_len = j.at("seq_len"), s.world_size = j.at("world_size");
-    s.split_tokens = j.at("split_tokens");
-    return s;
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError("LoaderState::from_json", fmt::format("malformed loader state: {}", e.what()));
-  }
+  static const char* kOp = "LoaderState::from_json";
+  const auto j = io::parse_json(text, "loader state", kOp);
+  // Range-checked, so a hostile 1e30 or 2^64 - 1 never becomes a position or a size.
+  auto integer = [&](const char* key, int64_t lo, int64_t hi) {
+    if (!j.is_object() || !j.contains(key))
+      throw IoError(kOp, fmt::format("malformed loader state: no field \"{}\"", key));
+    try {
+      return io::get_int(j[key], lo, hi, fmt::format("loader state field \"{}\"", key));
+    } catch (const ConfigError& e) {
+      throw IoError(kOp, "malformed " + e.message());
+    }
+  };
+  LoaderState s;
+  s.seed = static_cast<uint64_t>(integer("seed", 0, INT64_MAX));
+  s.step = static_cast<uint64_t>(integer("step", 0, INT64_MAX));
+  s.batch_size = integer("batch_size", 1, INT32_MAX);
+  s.seq_len = integer("seq_len", 1, INT32_MAX);
+  s.world_size = integer("world_size", 1, INT32_MAX);
+  s.split_tokens = static_cast<uint64_t>(integer("split_tokens", 0, INT64_MAX));
+  return s;
 }
 
 // ---- TrainLoader ---------------------------------------------------------------------------

@@ -22,6 +22,7 @@
 #include "data/assets.h"
 #include "data/bpe_trainer.h"
 #include "data/dataset.h"
+#include "core/io.h"
 #include "data/file_io.h"
 #include "data/progress.h"
 #include "data/shard.h"
@@ -194,14 +195,14 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   // 1. The staging directory: continue an interrupted run of the same job, else start afresh.
   // One prepare at a time per output: OUT.partial.lock is held (flock) while it runs.
   const OutputLock lock(o.out);
-  StagingDir staging(o.out, /*resumable=*/true);
+  io::StagingDir staging(o.out, "prepare", /*resumable=*/true);
   const fs::path state_path = staging.path() / "state.json";
   const nlohmann::json fp = fingerprint(o, files);
   nlohmann::json state;
   std::error_code ec;
   if (!has_stdin && fs::exists(state_path, ec)) {
     try {
-      state = nlohmann::json::parse(read_file(state_path));
+      state = io::read_json_file(state_path, "prepare");
       if (state.at("fingerprint") != fp) state = nullptr;
     } catch (const std::exception&) {
       state = nullptr;  // unreadable: start again
@@ -236,7 +237,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
     copy_vocab_files(vocab_source, staging.path() / "vocab");
   }
   state["vocab_ready"] = true;
-  write_file_atomic(state_path, state.dump() + "\n");
+  io::write_file_atomic(state_path, state.dump() + "\n", "prepare");
 
   const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<Tokenizer> toks;
@@ -262,7 +263,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   const ShardStream::OnShard on_shard = [&](const std::string& file) {
     state["train"] = as_json(train.state());
     state["val"] = as_json(val.state());
-    write_file_atomic(state_path, state.dump() + "\n");
+    io::write_file_atomic(state_path, state.dump() + "\n", "prepare");
     if (o.on_shard) o.on_shard(file);
   };
 
@@ -340,7 +341,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
       {"val_fraction", o.val_fraction},
       {"splits", {{"train", split_json(train.info)}, {"val", split_json(val.info)}}}};
   fs::remove(state_path);
-  write_file_atomic(staging.path() / "meta.json", meta.dump(2) + "\n");
+  io::write_file_atomic(staging.path() / "meta.json", meta.dump(2) + "\n", "prepare");
   staging.commit();
 
   log(fmt::format("wrote {}: {} train tokens in {} shard(s), {} val tokens in {} shard(s), "

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "data/file_io.h"
+#include "core/io.h"
 
 namespace keel::data {
 
@@ -61,7 +61,7 @@ void write_shard(const std::filesystem::path& path, std::span<const uint32_t> to
       std::memcpy(out + 4 * i, &tokens[i], 4);
     }
   }
-  write_file_atomic(path, buf);
+  io::write_file_atomic(path, buf, "write_shard");
 }
 
 void ShardReader::fail(const std::string& what, const std::string& hint) {
@@ -74,7 +74,8 @@ void ShardReader::fail(const std::string& what, const std::string& hint) {
 }
 
 void ShardReader::map_file() {
-  const int fd = open(path_.c_str(), O_RDONLY);
+  // O_NONBLOCK: a FIFO in place of a shard must fail below, not block the open forever.
+  const int fd = open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) fail(fmt::format("cannot open: {}", std::strerror(errno)));
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "core/io.h"
 #include "data/file_io.h"
 
 namespace keel::data {
@@ -135,7 +136,7 @@ void write_llmc_file(const fs::path& path, std::span<const uint32_t> tokens) {
     const auto v = static_cast<uint16_t>(tokens[i]);
     std::memcpy(buf.data() + kLlmcHeaderBytes + 2 * i, &v, 2);
   }
-  write_file_atomic(path, buf);
+  io::write_file_atomic(path, buf, "write_llmc_file");
 }
 
 std::vector<fs::path> export_llmc(const fs::path& dataset, const fs::path& out,

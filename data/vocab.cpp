@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "data/file_io.h"
+#include "core/io.h"
 #include "data/unicode.h"
 
 namespace keel::data {
@@ -81,14 +81,10 @@ Vocab load_vocab(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir))
     throw IoError("load_vocab", fmt::format("{}: vocabulary directory not found", dir.string()),
                   "pass a directory holding encoder.json and vocab.bpe");
-  const std::string enc_text = read_file(enc_path), bpe_text = read_file(bpe_path);
+  const std::string enc_text = io::read_file(enc_path, "load_vocab", io::kMaxJsonBytes),
+                    bpe_text = io::read_file(bpe_path, "load_vocab", io::kMaxJsonBytes);
 
-  nlohmann::json enc;
-  try {
-    enc = nlohmann::json::parse(enc_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw IoError("load_vocab", fmt::format("{}: malformed JSON: {}", enc_path.string(), e.what()));
-  }
+  const nlohmann::json enc = io::parse_json(enc_text, enc_path.string(), "load_vocab");
   if (!enc.is_object() || enc.empty())
     throw IoError("load_vocab", fmt::format("{}: expected a non-empty JSON object of token -> id",
                                             enc_path.string()));
@@ -101,7 +97,7 @@ Vocab load_vocab(const std::filesystem::path& dir) {
   for (auto it = enc.begin(); it != enc.end(); ++it) {
     if (!it.value().is_number_integer())
       throw IoError("load_vocab", fmt::format("{}: token {} has a non-integer id", enc_path.string(),
-                                              nlohmann::json(it.key()).dump()));
+                                              io::quote(it.key())));
     const int64_t id = it.value().get<int64_t>();
     if (id < 0 || id >= static_cast<int64_t>(enc.size()) || seen[id])
       throw IoError("load_vocab",
@@ -114,7 +110,7 @@ Vocab load_vocab(const std::filesystem::path& dir) {
     } else if (!from_gpt2_alphabet(it.key(), bytes)) {
       throw IoError("load_vocab", fmt::format("{}: token {} uses a character outside GPT-2's byte "
                                               "alphabet", enc_path.string(),
-                                              nlohmann::json(it.key()).dump()));
+                                              io::quote(it.key())));
     }
     v.tokens[id] = bytes;
     by_spelling.emplace(it.key(), static_cast<int32_t>(id));
@@ -168,8 +164,8 @@ void save_vocab(const Vocab& vocab, const std::filesystem::path& dir) {
   std::string bpe = "#version: 0.2\n";
   for (const auto& [l, r] : vocab.merges)
     bpe += to_gpt2_alphabet(vocab.tokens[l]) + " " + to_gpt2_alphabet(vocab.tokens[r]) + "\n";
-  write_file_atomic(dir / "encoder.json", enc);
-  write_file_atomic(dir / "vocab.bpe", bpe);
+  io::write_file_atomic(dir / "encoder.json", enc, "save_vocab");
+  io::write_file_atomic(dir / "vocab.bpe", bpe, "save_vocab");
 }
 
 }  // namespace keel::data

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "nn/file_util.h"
+#include "core/io.h"
 
 namespace keel::nn {
 
@@ -127,6 +127,10 @@ std::string GPT2Config::to_json() const {
 
 namespace {
 
+// No config size is anywhere near this; larger values are typos or hostile, and refusing them
+// early keeps every product of two sizes far from int64 overflow.
+constexpr int64_t kMaxInt = int64_t{1} << 31;
+
 struct Reader {
   const json& j;
   const std::string& source;
@@ -138,13 +142,18 @@ struct Reader {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return fallback;
     if constexpr (std::is_same_v<T, bool>) {
-      if (!it->is_boolean()) fail(std::string("'") + key + "' must be true or false, got " + it->dump());
+      if (!it->is_boolean()) fail(std::string("'") + key + "' must be true or false, got " + io::quote_json(*it));
     } else if constexpr (std::is_integral_v<T>) {
-      if (!it->is_number_integer()) fail(std::string("'") + key + "' must be an integer, got " + it->dump());
+      // Range-checked: 2^32 + 320 must not wrap to 320, nor 1e30 be cast to an integer.
+      try {
+        return io::get_int(*it, 0, kMaxInt, std::string("'") + key + "'");
+      } catch (const ConfigError& e) {
+        fail(e.message());
+      }
     } else if constexpr (std::is_floating_point_v<T>) {
-      if (!it->is_number()) fail(std::string("'") + key + "' must be a number, got " + it->dump());
+      if (!it->is_number()) fail(std::string("'") + key + "' must be a number, got " + io::quote_json(*it));
     } else {
-      if (!it->is_string()) fail(std::string("'") + key + "' must be a string, got " + it->dump());
+      if (!it->is_string()) fail(std::string("'") + key + "' must be a string, got " + io::quote_json(*it));
     }
     return it->get<T>();
   }
@@ -155,9 +164,9 @@ struct Reader {
 GPT2Config GPT2Config::from_json(const std::string& text, const std::string& source) {
   json j;
   try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw ConfigError("GPT2Config::from_json", source + ": not valid JSON: " + e.what());
+    j = io::parse_json<json>(text, source, "GPT2Config::from_json");
+  } catch (const IoError& e) {
+    throw ConfigError("GPT2Config::from_json", e.message(), e.hint());
   }
   if (!j.is_object()) throw ConfigError("GPT2Config::from_json", source + ": expected a JSON object");
   Reader r{j, source};
@@ -213,9 +222,9 @@ GPT2Config GPT2Config::from_json(const std::string& text, const std::string& sou
 }
 
 GPT2Config GPT2Config::load(const std::filesystem::path& path) {
-  return from_json(read_whole_file(path, "GPT2Config::load"), path.string());
+  return from_json(io::read_file(path, "GPT2Config::load", io::kMaxJsonBytes), path.string());
 }
 
-void GPT2Config::save(const std::filesystem::path& path) const { write_file_atomic(path, to_json(), "GPT2Config::save"); }
+void GPT2Config::save(const std::filesystem::path& path) const { io::write_file_atomic(path, to_json(), "GPT2Config::save"); }
 
 }  // namespace keel::nn

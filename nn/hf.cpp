@@ -4,7 +4,7 @@
 
 #include "core/autograd.h"
 #include "core/copy.h"
-#include "nn/file_util.h"
+#include "core/io.h"
 #include "ops/shape.h"
 
 namespace keel::nn {

@@ -106,6 +106,11 @@ void Module::load_state(const NamedTensors& state) {
       throw ValueError(kOp, "missing tensor '" + name + "'",
                        "the state must hold every parameter of the model (is it from a different config?)");
     if (!it->second->defined()) throw ValueError(kOp, "tensor '" + name + "' is undefined");
+    // Integers relabelled as weights would be converted to garbage floats: refuse them.
+    if (!is_floating(it->second->dtype()))
+      throw DTypeError(kOp, "tensor '" + name + "' has dtype " + dtype_name(it->second->dtype()) +
+                                ", a parameter must be floating-point (f32, bf16, f16)",
+                       "the file is corrupt or not a model");
     if (it->second->shape() != p.shape())
       throw ShapeError(kOp, "tensor '" + name + "' has shape " + shape_str(it->second->shape()) +
                                 ", the model's parameter is " + shape_str(p.shape()),

@@ -10,7 +10,7 @@
 
 #include "core/autograd.h"
 #include "core/factory.h"
-#include "nn/file_util.h"
+#include "core/io.h"
 
 namespace keel::nn {
 namespace fs = std::filesystem;
@@ -76,7 +76,7 @@ void save_safetensors(const fs::path& path, const NamedTensors& tensors,
   text.append((8 - text.size() % 8) % 8, ' ');  // pad so the data region starts 8-byte aligned
   const uint64_t n = text.size();
 
-  AtomicWriter w(path, kOp);
+  io::AtomicWriter w(path, kOp);
   w.write(&n, 8);  // the host is little-endian (static_assert above)
   w.write(text);
   for (const Tensor& h : host) w.write(h.raw_data(), static_cast<size_t>(h.numel()) * dtype_size(h.dtype()));
@@ -89,9 +89,9 @@ SafetensorsFile load_safetensors(const fs::path& path) {
   auto fail = [&](const std::string& msg, const std::string& hint = "is the file a complete safetensors file?") {
     throw IoError(kOp, file + ": " + msg, hint);
   };
+  // Only regular files: a FIFO would block the open forever.
+  io::require_regular_file(path, kOp);
   std::error_code ec;
-  if (!fs::exists(path, ec)) fail("no such file", "check the path");
-  if (fs::is_directory(path, ec)) fail("is a directory, expected a .safetensors file", "check the path");
   const uint64_t size = fs::file_size(path, ec);
   if (ec) fail("cannot stat: " + ec.message());
   std::ifstream in(path, std::ios::binary);
@@ -109,12 +109,7 @@ SafetensorsFile load_safetensors(const fs::path& path) {
   if (!in) fail("cannot read the header");
   const uint64_t data_size = size - 8 - n;
 
-  json header;
-  try {
-    header = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail(std::string("malformed JSON header: ") + e.what());
-  }
+  const json header = io::parse_json(text, file + " (header)", kOp);
   if (!header.is_object()) fail("the header is not a JSON object");
 
   SafetensorsFile out;
@@ -137,7 +132,7 @@ SafetensorsFile load_safetensors(const fs::path& path) {
       continue;
     }
     const std::string where = file + ": tensor '" + name + "'";
-    auto bad = [&](const std::string& msg) { fail("tensor '" + name + "': " + msg); };
+    auto bad = [&](const std::string& msg) { fail("tensor " + io::quote(name, 80) + ": " + msg); };
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
       bad("needs dtype, shape and data_offsets");
     if (!v["dtype"].is_string()) bad("dtype is not a string");
@@ -145,16 +140,16 @@ SafetensorsFile load_safetensors(const fs::path& path) {
     if (!v["shape"].is_array()) bad("shape is not an array");
     uint64_t numel = 1;
     for (const json& d : v["shape"]) {
-      if (!d.is_number_unsigned()) bad("shape " + v["shape"].dump() + " holds a non-integer or negative size");
+      if (!d.is_number_unsigned()) bad("shape " + io::quote_json(v["shape"]) + " holds a non-integer or negative size");
       const uint64_t s = d.get<uint64_t>();
       if (s > (uint64_t{1} << 48) || (s && numel > std::numeric_limits<uint64_t>::max() / 8 / s))
-        bad("shape " + v["shape"].dump() + " is implausibly large");
+        bad("shape " + shape_str(e.shape) + " x " + std::to_string(s) + " is implausibly large");
       numel *= s;
       e.shape.push_back(static_cast<int64_t>(s));
     }
     const json& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      bad("data_offsets must be two non-negative integers, got " + off.dump());
+      bad("data_offsets must be two non-negative integers, got " + io::quote_json(off));
     e.begin = off[0].get<uint64_t>();
     e.end = off[1].get<uint64_t>();
     if (e.begin > e.end || e.end > data_size)

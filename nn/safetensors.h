@@ -7,7 +7,7 @@
 //   [rest]    the data region; offsets are relative to its start, tensors row-major little-endian
 //
 // dtypes: F32, F64, BF16, F16, I32, I64 (keel's own). Reading validates every field and throws
-// IoError naming the file and the tensor; writing is atomic (nn/file_util.h).
+// IoError naming the file and the tensor; writing is atomic (core/io.h).
 #pragma once
 
 #include <filesystem>

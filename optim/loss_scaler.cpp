@@ -84,7 +84,9 @@ void LossScaler::load_state(const NamedTensors& state) {
   };
   double scale = get("scale"), tracker = get("growth_tracker"), skipped = get("skipped_steps");
   if (by_name.size() != 3) throw ConfigError("LossScaler::load_state", "unexpected entries besides scale, growth_tracker, skipped_steps");
-  if (!(scale > 0) || !std::isfinite(scale) || tracker < 0 || skipped < 0)
+  // The counters become int64: anything at or past 2^62 (or not finite) is corrupt, and casting
+  // it would be undefined behaviour.
+  if (!(scale > 0) || !std::isfinite(scale) || !(tracker >= 0 && tracker < 0x1p62) || !(skipped >= 0 && skipped < 0x1p62))
     throw ValueError("LossScaler::load_state", "invalid values: scale " + std::to_string(scale) + ", growth_tracker " +
                                                    std::to_string(tracker) + ", skipped_steps " + std::to_string(skipped));
   cur_scale_ = scale;

@@ -10,6 +10,7 @@
 #include "apps/gpt2/run_model.h"
 #include "apps/gpt2/trainer.h"
 #include "data/assets.h"
+#include "core/io.h"
 #include "data/file_io.h"
 #include "data/tokenizer.h"
 #include "nn/hf.h"
@@ -26,17 +27,16 @@ struct EvalArgs {
 };
 
 std::vector<int32_t> read_token_file(const std::string& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(data::read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError("eval", path + ": malformed JSON: " + e.what(), "pass a JSON array of token ids");
-  }
+  const nlohmann::json j = io::read_json_file(path, "eval --tokens");
   if (!j.is_array()) throw IoError("eval", path + ": expected a JSON array of token ids");
   std::vector<int32_t> ids;
   for (const auto& v : j) {
-    if (!v.is_number_integer()) throw IoError("eval", path + ": element " + v.dump() + " is not a token id");
-    ids.push_back(v.get<int32_t>());
+    // Range-checked: 4294967301 must not wrap to 5.
+    try {
+      ids.push_back(static_cast<int32_t>(io::get_int(v, 0, INT32_MAX, "element " + std::to_string(ids.size()))));
+    } catch (const ConfigError& e) {
+      throw IoError("eval --tokens", path + ": " + e.message() + " (a token id)", "pass a JSON array of token ids");
+    }
   }
   return ids;
 }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/gpt2/commands.h"
+#include "core/io.h"
 #include "core/error.h"
 #include "data/assets.h"
 #include "data/tokenizer.h"
@@ -23,19 +24,18 @@ std::string read_stdin() {
 std::vector<int32_t> parse_ids(const std::string& text) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ValueError("tokenize --decode", fmt::format("stdin: malformed JSON: {}", e.what()),
-                     "pass a JSON array of integers, e.g. [464, 2068]");
+    j = io::parse_json(text, "stdin", "tokenize --decode");
+  } catch (const IoError& e) {
+    throw ValueError("tokenize --decode", e.message(), "pass a JSON array of integers, e.g. [464, 2068]");
   }
   if (!j.is_array())
     throw ValueError("tokenize --decode", "stdin: expected a JSON array of token ids");
   std::vector<int32_t> ids;
   for (size_t i = 0; i < j.size(); ++i) {
-    if (!j[i].is_number_integer() || j[i].get<int64_t>() < INT32_MIN ||
-        j[i].get<int64_t>() > INT32_MAX)
+    if (!j[i].is_number_integer() || (j[i].is_number_unsigned() && j[i].get<uint64_t>() > INT32_MAX) ||
+        j[i].get<int64_t>() < INT32_MIN || j[i].get<int64_t>() > INT32_MAX)
       throw ValueError("tokenize --decode",
-                       fmt::format("stdin: element {} ({}) is not a token id", i, j[i].dump()));
+                       fmt::format("stdin: element {} ({}) is not a token id", i, io::quote_json(j[i])));
     ids.push_back(j[i].get<int32_t>());
   }
   return ids;

@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "data/file_io.h"
+#include "core/io.h"
 
 namespace keel::app {
 
@@ -65,7 +65,7 @@ double num_value(const json& v, const char* key, const LineRef& at) {
     if (s == "inf" || s == "+inf" || s == "Infinity") return std::numeric_limits<double>::infinity();
     if (s == "-inf" || s == "-Infinity") return -std::numeric_limits<double>::infinity();
   }
-  bad_line(at, fmt::format("field \"{}\" is not a number: {}", key, v.dump()));
+  bad_line(at, fmt::format("field \"{}\" is not a number: {}", key, io::quote_json(v)));
 }
 
 double get_num(const json& obj, const char* key, const LineRef& at) {
@@ -104,7 +104,12 @@ struct ParsedLine {
 // Parses a line, or returns nullopt when it is not JSON at all (the caller decides whether
 // that is a cut-short last line or corruption). Valid JSON that breaks the schema throws.
 std::optional<ParsedLine> parse_line(std::string_view text, const LineRef& at) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json j;
+  try {
+    j = json::parse(text, io::json_depth_limit<json>(), /*allow_exceptions=*/false);
+  } catch (const io::JsonTooDeep&) {
+    bad_line(at, fmt::format("nested deeper than {} levels", io::kMaxJsonDepth));
+  }
   if (j.is_discarded()) return std::nullopt;
   if (!j.is_object()) bad_line(at, "not a JSON object");
   ParsedLine p{text, 0, std::nullopt};
@@ -213,7 +218,7 @@ std::string to_json_line(const MetricsRecord& r) {
 void truncate_after(const fs::path& path, int64_t step) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return;
-  const std::string data = data::read_file(path);
+  const std::string data = io::read_file(path, "read_metrics");
   std::string kept;
   kept.reserve(data.size());
   for (const auto& line : parse_log(data, path)) {
@@ -221,7 +226,7 @@ void truncate_after(const fs::path& path, int64_t step) {
     kept.append(line.text);
     kept.push_back('\n');
   }
-  if (kept.size() != data.size()) data::write_file_atomic(path, kept);
+  if (kept.size() != data.size()) io::write_file_atomic(path, kept, "MetricsLog");
 }
 
 MetricsLog::MetricsLog(const fs::path& run_dir, std::optional<int64_t> resume_step)
@@ -261,7 +266,7 @@ void MetricsLog::write(const MetricsRecord& record) {
 }
 
 std::vector<MetricsRecord> read_metrics(const fs::path& path) {
-  const std::string data = data::read_file(path);
+  const std::string data = io::read_file(path, "read_metrics");
   std::vector<MetricsRecord> out;
   for (auto& line : parse_log(data, path))
     if (line.record) out.push_back(std::move(*line.record));

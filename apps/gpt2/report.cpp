@@ -14,7 +14,7 @@
 
 #include "apps/gpt2/svg_chart.h"
 #include "core/error.h"
-#include "data/file_io.h"
+#include "core/io.h"
 
 namespace keel::app {
 
@@ -332,12 +332,7 @@ std::pair<RunSummary, std::vector<MetricsRecord>> load_run(const fs::path& run_d
   s.name = (norm.has_filename() ? norm.filename() : norm.parent_path().filename()).string();
   const fs::path cfg = run_dir / "config.json";
   if (fs::exists(cfg, ec)) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(data::read_file(cfg));
-    } catch (const nlohmann::json::exception& e) {
-      throw IoError("summarize", fmt::format("{}: malformed JSON: {}", cfg.string(), e.what()));
-    }
+    const nlohmann::json j = io::read_json_file(cfg, "summarize");
     if (!j.is_object())
       throw IoError("summarize", fmt::format("{}: expected a JSON object", cfg.string()));
     if (auto it = j.find("name"); it != j.end() && it->is_string() && !it->get<std::string>().empty())
@@ -401,7 +396,7 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
   for (auto& r : runs)
     if (name_count[r.summary.name] > 1)
       r.summary.name += " (" + r.summary.dir.lexically_normal().string() + ")";
-  data::write_file_atomic(out_html, render_html(runs, title));
+  io::write_file_atomic(out_html, render_html(runs, title), "report");
 }
 
 }  // namespace keel::app

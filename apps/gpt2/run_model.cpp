@@ -5,7 +5,7 @@
 #include "apps/gpt2/checkpoint.h"
 #include "data/assets.h"
 #include "nn/hf.h"
-#include "nn/file_util.h"
+#include "core/io.h"
 
 namespace fs = std::filesystem;
 
@@ -16,13 +16,10 @@ nlohmann::json read_run_config(const fs::path& run_dir) {
   fs::path p = run_dir / "config.json";
   if (!fs::exists(p))
     throw IoError("run", p.string() + " does not exist", "pass a run directory written by `gpt2 train`");
-  try {
-    nlohmann::json j = nlohmann::json::parse(nn::read_whole_file(p, "run"));
-    if (!j.contains("model") || !j.contains("train")) throw IoError("run", p.string() + ": no 'model'/'train' section");
-    return j;
-  } catch (const nlohmann::json::exception& e) {
-    throw IoError("run", p.string() + ": malformed JSON: " + e.what());
-  }
+  nlohmann::json j = io::read_json_file(p, "run");
+  if (!j.is_object() || !j.contains("model") || !j.contains("train") || !j["train"].is_object())
+    throw IoError("run", p.string() + ": no 'model'/'train' section", "pass a run directory written by `gpt2 train`");
+  return j;
 }
 }  // namespace
 
@@ -32,12 +29,22 @@ std::unique_ptr<nn::GPT2> load_run_model(const fs::path& run_dir) {
   if (!latest)
     throw IoError("run", run_dir.string() + " has no checkpoint yet", "train it first (gpt2 train)");
   auto model = std::make_unique<nn::GPT2>(nn::GPT2Config::from_json(cfg["model"].dump(), (run_dir / "config.json").string()));
-  model->load_state(load_checkpoint(*latest).model);
+  try {
+    model->load_state(load_checkpoint(*latest).model);
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error& e) {  // name the file: the tensor's name alone does not say which
+    throw IoError("run", (*latest / "model.safetensors").string() + ": " + e.message(), e.hint());
+  }
   return model;
 }
 
 fs::path run_data_dir(const fs::path& run_dir) {
-  return read_run_config(run_dir)["train"].value("data", std::string());
+  const nlohmann::json cfg = read_run_config(run_dir);
+  const auto it = cfg["train"].find("data");
+  if (it == cfg["train"].end() || !it->is_string())
+    throw IoError("run", (run_dir / "config.json").string() + ": train.data is not a directory name");
+  return it->get<std::string>();
 }
 
 std::unique_ptr<nn::GPT2> load_model(const std::string& run_dir, const std::string& init_from, const char* op) {

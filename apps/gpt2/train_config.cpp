@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/io.h"
 
 namespace keel::app {
 
@@ -67,10 +68,21 @@ void TrainConfig::merge_json(const nlohmann::json& j, const std::string& source)
   for_each_field(*this, [&](const char* key, auto& value, const char*) {
     known.insert(key);
     if (!j.contains(key)) return;
-    try {
-      value = j.at(key).get<std::decay_t<decltype(value)>>();
-    } catch (const nlohmann::json::exception&) {
-      throw ConfigError("config", fmt::format("{}: field '{}' has the wrong type ({})", source, key, j.at(key).dump()));
+    using T = std::decay_t<decltype(value)>;
+    const auto& v = j.at(key);
+    const bool ok = std::is_same_v<T, std::string> ? v.is_string() : std::is_same_v<T, double> ? v.is_number() : true;
+    if (!ok)
+      throw ConfigError("config", fmt::format("{}: field '{}' has the wrong type ({})", source, key, io::quote_json(v)));
+    if constexpr (std::is_integral_v<T>) {
+      // Range-checked: no wrap (2^64 - 1 for -1), no float-to-integer cast of 1e30.
+      try {
+        value = static_cast<T>(io::get_int(v, std::is_signed_v<T> ? INT64_MIN : 0, INT64_MAX,
+                                           fmt::format("{}: field '{}'", source, key)));
+      } catch (const ConfigError& e) {
+        throw ConfigError("config", e.message());
+      }
+    } else {
+      value = v.get<T>();
     }
   });
   for (const auto& [key, _] : j.items())
@@ -85,7 +97,25 @@ void add_train_flags(CLI::App& cmd, TrainConfig* cfg, std::string* config_file) 
     std::string flag = std::string("--") + key;
     for (char& ch : flag)
       if (ch == '_') ch = '-';
-    cmd.add_option(flag, value, help);
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_integral_v<T>) {
+      // Our own parse: CLI11 would saturate 99999999999999999999 to INT64_MAX and wrap -1 to
+      // 2^64 - 1 for an unsigned field. Semantic ranges are checked in validate().
+      cmd.add_option_function<std::string>(
+             flag,
+             [&value, flag](const std::string& s) {
+               int64_t v = 0;
+               if (!io::parse_int(s, std::is_signed_v<T> ? INT64_MIN : 0, INT64_MAX, v))
+                 throw CLI::ValidationError(flag, fmt::format("'{}' is not {} integer in range", s,
+                                                              std::is_signed_v<T> ? "an" : "a non-negative"));
+               value = static_cast<T>(v);
+             },
+             help)
+          ->type_name("INT")
+          ->default_str(std::to_string(value));
+    } else {
+      cmd.add_option(flag, value, help);
+    }
   });
   cmd.add_flag("--resume", cfg->resume, "continue the run in --run-dir from its latest checkpoint");
 }
@@ -99,14 +129,29 @@ void TrainConfig::validate() const {
   need(attention.empty() || attention == "mhsa" || attention == "ls" || attention == "qk_norm" ||
            attention == "softcap",
        "attention", "unknown variant '" + attention + "'", "use mhsa, ls, qk_norm or softcap");
+  // Upper bounds far above any real run: larger values are typos (or hostile) and would only
+  // overflow sizes, allocate for minutes or never finish.
+  constexpr int64_t kMaxSize = 1 << 20, kMaxSteps = int64_t{1} << 40;
   need(n_layer >= 0 && n_head >= 0 && n_embd >= 0, "n-layer", "layer, head and width counts cannot be negative");
+  need(n_layer <= 4096 && n_head <= 4096 && n_embd <= 65536, "n-layer",
+       "at most 4096 layers, 4096 heads and width 65536");
+  need(ls_local_heads >= -1, "ls-local-heads", "must be at least 0 (or -1 for the preset's)");
+  need(ls_window >= 0, "ls-window", "must be at least 1 (or 0 for the preset's)");
+  need(init_from.empty() || (n_layer == 0 && n_head == 0 && n_embd == 0 && attention.empty() &&
+                             ls_local_heads == -1 && ls_window == 0 && bias == -1 && tie_embeddings == -1),
+       "init-from", "the model's shape and attention come from --init-from, so --n-layer, --n-head, --n-embd, "
+       "--attention, --ls-local-heads, --ls-window, --bias and --tie-embeddings cannot change it",
+       "drop those flags, or train from scratch without --init-from");
+  need(batch_size <= kMaxSize && seq_len <= kMaxSize && grad_accum <= kMaxSize, "batch-size",
+       "--batch-size, --seq-len and --grad-accum are at most 2^20");
   need(bias >= -1 && bias <= 1 && tie_embeddings >= -1 && tie_embeddings <= 1, "bias",
        "--bias and --tie-embeddings take 1, 0 or -1 (the preset's)");
   need(batch_size >= 1, "batch-size", "must be at least 1");
   need(seq_len >= 0, "seq-len", "cannot be negative");
   need(grad_accum >= 1, "grad-accum", "must be at least 1");
-  need(max_steps >= 1, "max-steps", "must be at least 1");
-  need(warmup_steps >= 0, "warmup-steps", "cannot be negative");
+  need(max_steps >= 1 && max_steps <= kMaxSteps, "max-steps", "must be in [1, 2^40]");
+  need(warmup_steps >= 0 && warmup_steps <= kMaxSteps, "warmup-steps", "must be in [0, 2^40]");
+  need(seed <= uint64_t{INT64_MAX}, "seed", "must be in [0, 2^63 - 1]");
   need(std::isfinite(lr) && lr >= 0, "lr", "must be a non-negative number");
   need(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, "min-lr", "must be in [0, lr]");
   need(weight_decay >= 0, "weight-decay", "cannot be negative");
@@ -119,6 +164,9 @@ void TrainConfig::validate() const {
   need(on_nonfinite == "stop" || on_nonfinite == "skip", "on-nonfinite", "use stop or skip");
   need(log_every >= 1, "log-every", "must be at least 1");
   need(val_every >= 0 && val_batches >= 0 && ckpt_every >= 0, "val-every", "cannot be negative");
+  need(log_every <= kMaxSteps && val_every <= kMaxSteps && val_batches <= kMaxSteps && ckpt_every <= kMaxSteps &&
+           keep_checkpoints <= 1000000,
+       "val-every", "--log-every, --val-every, --val-batches and --ckpt-every are at most 2^40");
   need(keep_checkpoints >= 1, "keep-checkpoints", "must be at least 1");
   need(spike_factor > 1, "spike-factor", "must be above 1");
   need(!run_dir.empty(), "run-dir", "a run directory is required", "e.g. --run-dir runs/mhsa");

@@ -14,11 +14,12 @@
 #include <numeric>
 
 #include "apps/gpt2/checkpoint.h"
+#include "apps/gpt2/memory_check.h"
 #include "apps/gpt2/metrics.h"
 #include "core/allocator.h"
 #include "core/factory.h"
+#include "core/io.h"
 #include "data/loader.h"
-#include "nn/file_util.h"
 #include "nn/hf.h"
 #include "ops/arith.h"
 #include "optim/adamw.h"
@@ -105,11 +106,16 @@ void Trainer::setup() {
   } else {
     mcfg_ = model_config(cfg_, meta.vocab_size);
   }
+  check_model_fits(mcfg_, device_);
   T_ = cfg_.seq_len ? cfg_.seq_len : mcfg_.block_size;
   if (T_ > mcfg_.block_size)
     throw ConfigError("train", fmt::format("--seq-len {} is longer than the model's context {}", T_, mcfg_.block_size));
   train_split_ = data::TokenSplit::open(cfg_.data, "train", meta.vocab_size);
   val_split_ = data::TokenSplit::open(cfg_.data, "val", meta.vocab_size);
+  // Caught now, not after the last step (which would end the run before its final checkpoint).
+  if (val_split_->size() < 2)
+    throw ConfigError("train", "--data " + cfg_.data + ": the dataset has no validation split",
+                      "prepare it again with --val-fraction above 0 (e.g. 0.01)");
   loader_ = std::make_unique<data::TrainLoader>(train_split_, data::LoaderOptions{cfg_.batch_size, T_, cfg_.seed, 0, 1});
 
   // The run directory: a fresh run must not clobber one that has checkpoints; a resume must
@@ -121,7 +127,10 @@ void Trainer::setup() {
       throw ConfigError("train", "--resume: " + run_dir_.string() + " has no checkpoint to resume from",
                         "start it without --resume");
     TrainConfig saved;
-    saved.merge_json(nlohmann::json::parse(nn::read_whole_file(config_path, "train")).at("train"), config_path);
+    const nlohmann::json saved_json = io::read_json_file(config_path, "train");
+    if (!saved_json.is_object() || !saved_json.contains("train"))
+      throw ConfigError("train", config_path.string() + ": no \"train\" section", "is this a run of `gpt2 train`?");
+    saved.merge_json(saved_json["train"], config_path);
     if (identity_of(saved) != identity_of(cfg_))
       throw ConfigError("train", "--resume: the configuration differs from the one in " + config_path.string(),
                         "resume with the same model, data, optimiser, dtype and seed flags (or none: "
@@ -132,7 +141,8 @@ void Trainer::setup() {
   }
   fs::create_directories(run_dir_);
   nlohmann::json resolved{{"name", cfg_.name}, {"train", cfg_.to_json()}, {"model", nlohmann::json::parse(mcfg_.to_json())}};
-  nn::write_file_atomic(config_path, resolved.dump(2) + "\n", "train");
+  io::write_file_atomic(config_path, resolved.dump(2) + "\n", "train");
+  remove_stale_temporaries(run_dir_);  // of runs killed while writing a checkpoint
 
   if (!model_) model_ = std::make_unique<nn::GPT2>(mcfg_, cfg_.seed);
   model_->to(device_);
@@ -168,7 +178,11 @@ nlohmann::json Trainer::trainer_state(int64_t next_step) const {
 
 void Trainer::resume_from(const fs::path& ckpt) {
   Checkpoint c = load_checkpoint(ckpt);
-  model_->load_state(c.model);
+  try {
+    model_->load_state(c.model);
+  } catch (const Error& e) {  // name the file: the tensor's name alone does not say which
+    throw IoError("train", (ckpt / "model.safetensors").string() + ": " + e.message(), e.hint());
+  }
   nn::NamedTensors opt_state, scaler_state;
   // optimizer.safetensors holds AdamW's state and, under "scaler.", the loss scaler's.
   for (auto& [name, t] : c.optimizer) {
@@ -327,9 +341,10 @@ TrainResult Trainer::run() {
                          "--on-nonfinite skip skips such steps instead");
     }
     const bool last = step_ + 1 == cfg_.max_steps;
-    if ((cfg_.val_every > 0 && (step_ + 1) % cfg_.val_every == 0) || last) validate_now();
     const bool stop = g_stop.load();
+    // The checkpoint first: a failing validation must not lose the step's work.
     if ((cfg_.ckpt_every > 0 && (step_ + 1) % cfg_.ckpt_every == 0) || last || stop) checkpoint(step_ + 1);
+    if ((cfg_.val_every > 0 && (step_ + 1) % cfg_.val_every == 0) || last) validate_now();
     if (stop) {
       event("stop", "stopped by a signal; continue with --resume");
       fmt::print("\ngpt2 train: stopped by a signal after step {}; continue with --resume\n", step_ + 1);

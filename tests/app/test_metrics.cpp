@@ -211,3 +211,14 @@ TEST_CASE("a fresh MetricsLog replaces an old log and rejects unknown events") {
   CHECK(read_text(dir / "metrics.jsonl").empty());
   expect_error<keel::ValueError>([&] { again.write(event(1, "oops", "")); }, {"oops"});
 }
+
+TEST_CASE("metrics reader refuses deep nesting and never dumps a nested value into a message") {
+  TempDir dir("metrics-deep");
+  const auto p = dir / "metrics.jsonl";
+  // Before: a stack overflow when the value was dumped into the error message.
+  write_text(p, "{\"kind\":\"train\",\"step\":1,\"loss\":" + std::string(200000, '[') + std::string(200000, ']') +
+                    "}\n{\"kind\":\"train\",\"step\":2,\"loss\":3}\n");
+  expect_error<keel::IoError>([&] { read_metrics(p); }, {p.string() + ":1", "nested deeper"});
+  write_text(p, "{\"kind\":\"train\",\"step\":1,\"loss\":[[[1]]]}\n");
+  expect_error<keel::IoError>([&] { read_metrics(p); }, {p.string() + ":1", "an array of 1 elements"});
+}

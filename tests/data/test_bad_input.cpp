@@ -2,11 +2,16 @@
 // problem, and leaves an existing prepared dataset untouched.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/file_io.h"
+#include "data/loader.h"
+#include "data/shard.h"
 #include "data/prepare.h"
 #include "data/vocab.h"
 #include "test_util.h"
@@ -51,7 +56,7 @@ PrepareOptions quiet(std::vector<fs::path> inputs, fs::path out) {
 std::string good_dataset(const keel::test::TempDir& dir) {
   write_text(dir / "good.txt", keel::test::austen_slice(0, 40000));
   prepare_dataset(quiet({dir / "good.txt"}, dir / "out"));
-  return read_file(dir / "out/meta.json");
+  return keel::io::read_file(dir / "out/meta.json", "test");
 }
 
 }  // namespace
@@ -70,7 +75,7 @@ TEST_CASE("bad input: malformed encoder.json") {
   keel::test::TempDir dir("bad");
   const auto v = vocab_copy(dir);
   const auto enc = v / "encoder.json";
-  const std::string good = read_file(enc);
+  const std::string good = keel::io::read_file(enc, "test");
   write_text(enc, good.substr(0, good.size() / 2));  // truncated
   expect_error<keel::IoError>([&] { load_vocab(v); }, {enc.string(), "malformed JSON"});
   write_text(enc, "[1, 2, 3]");
@@ -114,7 +119,7 @@ TEST_CASE("bad input: prepare with missing, empty or corrupt inputs leaves the o
   expect_error<keel::IoError>([&] { run({dir / "no_text"}); }, {"no_text", "no corpus files"});
   expect_error<keel::IoError>([&] { run({dir / "nothing*.txt"}); }, {"nothing*.txt", "no file matches"});
 
-  CHECK(read_file(dir / "out/meta.json") == meta);
+  CHECK(keel::io::read_file(dir / "out/meta.json", "test") == meta);
   for (const auto& e : fs::directory_iterator(dir.path()))
     CHECK((e.path().filename().string().find(".tmp-") == std::string::npos &&
            e.path().filename().string().find(".partial") == std::string::npos));
@@ -143,7 +148,7 @@ TEST_CASE("bad input: prepare with bad options or vocabulary leaves the output a
   auto tiny = quiet({dir / "tiny.txt"}, dir / "out");
   expect_error<keel::ConfigError>([&] { prepare_dataset(tiny); }, {"1 document", "--val-fraction"});
 
-  CHECK(read_file(dir / "out/meta.json") == meta);
+  CHECK(keel::io::read_file(dir / "out/meta.json", "test") == meta);
   tiny.val_fraction = 0;  // no validation split: fine
   CHECK(prepare_dataset(tiny).val_documents == 0);
 }
@@ -155,7 +160,7 @@ TEST_CASE("bad input: prepare refuses to replace a directory that is not a datas
   write_text(dir / "home/precious.txt", "keep me");
   expect_error<keel::ConfigError>([&] { prepare_dataset(quiet({dir / "good.txt"}, dir / "home")); },
                                   {"home", "refusing to overwrite"});
-  CHECK(read_file(dir / "home/precious.txt") == "keep me");
+  CHECK(keel::io::read_file(dir / "home/precious.txt", "test") == "keep me");
   expect_error<keel::ConfigError>(
       [&] { prepare_dataset(quiet({dir / "good.txt"}, dir / "home/precious.txt")); },
       {"not a directory"});
@@ -170,7 +175,7 @@ TEST_CASE("bad input: damaged dataset directories") {
   expect_error<keel::ConfigError>([&] { TokenSplit::open(out, "train", 10000); },
                                   {"50257", "10000"});
 
-  const std::string meta = read_file(out / "meta.json");
+  const std::string meta = keel::io::read_file(out / "meta.json", "test");
   write_text(out / "meta.json", "{\"format\": \"keel-token-shards\"");
   expect_error<keel::IoError>([&] { TokenSplit::open(out, "train"); }, {"meta.json", "malformed"});
   write_text(out / "meta.json", "{\"format\": \"other\", \"version\": 1}");
@@ -185,4 +190,64 @@ TEST_CASE("bad input: damaged dataset directories") {
                               {"train_000000.bin", "cannot open"});
   fs::remove(out / "meta.json");
   expect_error<keel::IoError>([&] { TokenSplit::open(out, "val"); }, {"meta.json", "not found"});
+}
+
+TEST_CASE("bad input: a .gz file with a damaged magic byte is refused, not read as text") {
+  keel::test::TempDir dir("gzmagic");
+  // zlib's transparent mode would pass these bytes through as if they were plain text.
+  write_text(dir / "a.txt.gz", std::string("\x1f\x8c\x08\x00 some words of text here", 28));
+  expect_error<keel::IoError>([&] { read_text_file(dir / "a.txt.gz"); }, {"a.txt.gz", "not gzip data"});
+  write_text(dir / "b.txt.gz", "plain text with a .gz name");
+  expect_error<keel::IoError>([&] { read_text_file(dir / "b.txt.gz"); }, {"b.txt.gz", "not gzip data"});
+}
+
+TEST_CASE("bad input: FIFOs where files are expected fail at once instead of blocking") {
+  keel::test::TempDir dir("fifo");
+  REQUIRE(::mkfifo((dir / "corpus.txt").c_str(), 0600) == 0);
+  expect_error<keel::IoError>([&] { read_text_file(dir / "corpus.txt"); }, {"corpus.txt", "FIFO"});
+  fs::create_directories(dir / "ds");
+  REQUIRE(::mkfifo((dir / "ds/meta.json").c_str(), 0600) == 0);
+  expect_error<keel::IoError>([&] { read_dataset_meta(dir / "ds"); }, {"meta.json", "FIFO"});
+  REQUIRE(::mkfifo((dir / "shard.bin").c_str(), 0600) == 0);
+  expect_error<keel::IoError>([&] { ShardReader r(dir / "shard.bin"); }, {"shard.bin", "not a regular file"});
+  fs::create_directories(dir / "vocab");
+  REQUIRE(::mkfifo((dir / "vocab/encoder.json").c_str(), 0600) == 0);
+  REQUIRE(::mkfifo((dir / "vocab/vocab.bpe").c_str(), 0600) == 0);
+  expect_error<keel::IoError>([&] { load_vocab(dir / "vocab"); }, {"encoder.json", "FIFO"});
+}
+
+TEST_CASE("bad input: meta.json numbers that would wrap or overflow a cast") {
+  keel::test::TempDir dir("meta_ranges");
+  const std::string meta = good_dataset(dir);
+  const fs::path out = dir / "out";
+  auto with = [&](const char* key, const nlohmann::json& v) {
+    nlohmann::json j = nlohmann::json::parse(meta);
+    j[key] = v;
+    write_text(out / "meta.json", j.dump());
+  };
+  with("vocab_size", 4294967616ull);  // 2^32 + 320: read as 320 before
+  expect_error<keel::IoError>([&] { read_dataset_meta(out); }, {"meta.json", "vocab_size"});
+  with("vocab_size", 1e30);  // a float-to-integer overflow before
+  expect_error<keel::IoError>([&] { read_dataset_meta(out); }, {"meta.json", "vocab_size"});
+  with("version", 1e30);
+  expect_error<keel::IoError>([&] { read_dataset_meta(out); }, {"meta.json", "version"});
+  with("eot_id", -7);
+  expect_error<keel::IoError>([&] { read_dataset_meta(out); }, {"meta.json", "eot_id"});
+  write_text(out / "meta.json", std::string(100000, '[') + std::string(100000, ']'));
+  expect_error<keel::IoError>([&] { read_dataset_meta(out); }, {"meta.json", "nested deeper"});
+  write_text(out / "meta.json", "{\"format\": 1");
+  expect_error<keel::IoError>([&] { read_dataset_meta(out); }, {"meta.json", "malformed JSON"});
+}
+
+TEST_CASE("bad input: deeply nested encoder.json and a loader state with wrapped numbers") {
+  keel::test::TempDir dir("deep_vocab");
+  const fs::path v = vocab_copy(dir);
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += "{\"a\":";
+  write_text(v / "encoder.json", deep + "1" + std::string(100000, '}'));
+  expect_error<keel::IoError>([&] { load_vocab(v); }, {"encoder.json", "nested deeper"});
+  expect_error<keel::IoError>([] { LoaderState::from_json(R"({"seed":1,"step":1e30,"batch_size":1,"seq_len":1,
+      "world_size":1,"split_tokens":1})"); }, {"step"});
+  expect_error<keel::IoError>([] { LoaderState::from_json(R"({"seed":-1,"step":1,"batch_size":1,"seq_len":1,
+      "world_size":1,"split_tokens":1})"); }, {"seed"});
 }

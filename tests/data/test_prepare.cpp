@@ -86,12 +86,12 @@ TEST_CASE("prepare: deterministic, and a re-run cleanly replaces the output") {
   o.shard_tokens = 4000;  // several shards
   const PrepareResult r1 = prepare_dataset(o);
   CHECK(r1.train_shards > 2);
-  const std::string meta1 = read_file(dir / "out/meta.json");
-  const std::string shard1 = read_file(dir / "out/train_000001.bin");
+  const std::string meta1 = keel::io::read_file(dir / "out/meta.json", "test");
+  const std::string shard1 = keel::io::read_file(dir / "out/train_000001.bin", "test");
   write_text(dir / "out/stray.txt", "left over");
   prepare_dataset(o);
-  CHECK(read_file(dir / "out/meta.json") == meta1);
-  CHECK(read_file(dir / "out/train_000001.bin") == shard1);
+  CHECK(keel::io::read_file(dir / "out/meta.json", "test") == meta1);
+  CHECK(keel::io::read_file(dir / "out/train_000001.bin", "test") == shard1);
   CHECK_FALSE(fs::exists(dir / "out/stray.txt"));  // replaced as a whole
   for (const auto& e : fs::directory_iterator(dir.path()))  // no staging leftovers
     CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/doc_stream.h"
+#include "core/io.h"
 #include "data/file_io.h"
 #include "data/prepare.h"
 #include "test_util.h"
@@ -49,7 +50,7 @@ PrepareOptions quiet(std::vector<fs::path> inputs, fs::path out) {
 std::map<std::string, std::string> snapshot(const fs::path& dir) {
   std::map<std::string, std::string> files;
   for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = read_file(e.path());
+    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = keel::io::read_file(e.path(), "test");
   return files;
 }
 

@@ -20,7 +20,7 @@ std::vector<int32_t> read_all(const ShardReader& r) {
 }
 
 void patch(const std::filesystem::path& p, size_t offset, const void* bytes, size_t n) {
-  std::string data = read_file(p);
+  std::string data = keel::io::read_file(p, "test");
   std::memcpy(data.data() + offset, bytes, n);
   std::ofstream(p, std::ios::binary | std::ios::trunc).write(data.data(), data.size());
 }

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "core/io.h"
 #include "data/file_io.h"
 #include "data/prepare.h"
 #include "data/token_files.h"
@@ -50,7 +51,7 @@ void expect_io_error(F&& f, const std::string& name, const std::string& what) {
 }
 
 void patch_i32(const fs::path& p, size_t offset, int32_t v) {
-  std::string data = read_file(p);
+  std::string data = keel::io::read_file(p, "test");
   std::memcpy(data.data() + offset, &v, 4);
   std::ofstream(p, std::ios::binary | std::ios::trunc).write(data.data(), std::streamsize(data.size()));
 }
@@ -61,7 +62,7 @@ TEST_CASE("llm.c: the header is 256 int32 (magic 20240520, version 1, count) the
   keel::test::TempDir dir("llmc");
   const std::vector<uint32_t> tokens = {50256, 0, 1, 65535 % 50257, 42, 50000};
   write_llmc_file(dir / "a.bin", tokens);
-  const std::string bytes = read_file(dir / "a.bin");
+  const std::string bytes = keel::io::read_file(dir / "a.bin", "test");
   REQUIRE(bytes.size() == 1024 + 2 * tokens.size());
   int32_t header[256];
   std::memcpy(header, bytes.data(), sizeof header);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "core/io.h"
 #include "data/file_io.h"
 
 namespace keel::test {

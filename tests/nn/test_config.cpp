@@ -175,3 +175,19 @@ TEST_CASE("bad config JSON: not GPT-2, malformed, wrong types, unsupported featu
   CHECK_THROWS_AS(GPT2Config::from_json(R"({"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": true})"),
                   ConfigError);
 }
+
+TEST_CASE("config.json: deep nesting, wrapping integers and floats where integers belong are refused") {
+  const std::string deep = "{\"model_type\": \"gpt2\", \"x\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  try {
+    GPT2Config::from_json(deep, "run/config.json");
+    FAIL("no throw");
+  } catch (const ConfigError& e) {
+    CHECK(contains(e.what(), "run/config.json"));
+    CHECK(contains(e.what(), "nested deeper"));
+  }
+  // 2^32 + 320 must not become 320, nor 2^64 - 1 become -1, nor 1e30 be cast.
+  CHECK_THROWS_AS(GPT2Config::from_json(R"({"model_type": "gpt2", "vocab_size": 4294967616})"), ConfigError);
+  CHECK_THROWS_AS(GPT2Config::from_json(R"({"model_type": "gpt2", "n_layer": 18446744073709551615})"), ConfigError);
+  CHECK_THROWS_AS(GPT2Config::from_json(R"({"model_type": "gpt2", "n_layer": 1e30})"), ConfigError);
+  CHECK_THROWS_AS(GPT2Config::from_json(R"({"model_type": "gpt2", "n_layer": [[[[2]]]]})"), ConfigError);
+}

@@ -148,3 +148,14 @@ TEST_CASE("safetensors reads reject every kind of bad file, naming the file and 
   CHECK(contains(load_error(dir, file_with(ok, 4)), "outside the data region"));
   CHECK_THROWS_AS(load_safetensors(dir.path), IoError);  // a directory
 }
+
+TEST_CASE("safetensors: a deeply nested header is an error naming the file, not a stack overflow") {
+  testing::TempDir dir("st_deep");
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  CHECK(contains(load_error(dir, file_with(deep, 0)), "nested deeper"));
+  // A bad shape quotes its size, never the (possibly huge, nested) value itself.
+  const std::string nested_shape = R"({"t": {"dtype": "F32", "shape": [[[[1]]]], "data_offsets": [0, 4]}})";
+  const std::string msg = load_error(dir, file_with(nested_shape, 4));
+  CHECK(contains(msg, "an array of 1 elements"));
+  CHECK_FALSE(contains(msg, "[[["));
+}

@@ -94,11 +94,13 @@ TEST_CASE("a corrupt or truncated checkpoint is refused on resume") {
 TEST_CASE("a model whose vocabulary disagrees with the data is refused") {
   TrainConfig c = testing::tiny_config("vocab_mismatch");
   c.init_from = KEEL_SOURCE_DIR "/tests/nn/data/hf_tiny";  // vocabulary 97, the data's is 512
+  c.n_embd = 0;  // the model's shape comes from --init-from
   expect_error<ConfigError>(c, "vocabulary");
 }
 
 TEST_CASE("a Hugging Face init directory that is missing or malformed is refused") {
   TrainConfig c = testing::tiny_config("bad_init");
+  c.n_embd = 0;  // the model's shape comes from --init-from
   c.init_from = "/nonexistent/hf";
   expect_error<IoError>(c, "/nonexistent/hf");
   fs::path dir = testing::scratch_dir("bad_init_dir");

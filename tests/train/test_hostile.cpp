@@ -1,0 +1,169 @@
+// Hostile input and faults around training: checkpoints and run state that lie about
+// themselves, configuration values that would wrap or be silently replaced, and the order of
+// the last checkpoint and the last validation. Each case was a crash, a hang, undefined
+// behaviour or silent acceptance before its fix.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "apps/gpt2/checkpoint.h"
+#include "apps/gpt2/run_model.h"
+#include "apps/gpt2/trainer.h"
+#include "core/io.h"
+#include "nn/safetensors.h"
+#include "train_fixture.h"
+
+using namespace keel;
+using namespace keel::app;
+namespace fs = std::filesystem;
+
+namespace {
+template <typename E, typename F>
+void expect_error(F&& f, const std::string& needle) {
+  try {
+    f();
+    FAIL("no error for: " << needle);
+  } catch (const E& e) {
+    CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());
+  }
+}
+
+// A 2-step run checkpointed at both steps, then its last checkpoint removed (as if it died
+// after step 1), so that resuming it with the same configuration reads step_00000001.
+TrainConfig run_to_resume(const std::string& name) {
+  TrainConfig c = testing::tiny_config(name);
+  c.max_steps = 2;
+  c.ckpt_every = 1;
+  c.keep_checkpoints = 5;
+  train(c);
+  fs::remove_all(fs::path(c.run_dir) / "checkpoints" / "step_00000002");
+  c.resume = true;
+  return c;
+}
+
+void edit_trainer_json(const fs::path& ckpt, const std::string& key, const nlohmann::json& value) {
+  nlohmann::json j = io::read_json_file(ckpt / "trainer.json", "test");
+  j[key] = value;
+  std::ofstream(ckpt / "trainer.json") << j.dump(2);
+}
+}  // namespace
+
+TEST_CASE("a checkpoint directory named with a step beyond int64 is ignored, not overflowed") {
+  TrainConfig c = run_to_resume("huge_step_name");
+  fs::path huge = fs::path(c.run_dir) / "checkpoints" / "step_99999999999999999999";
+  fs::copy(*latest_checkpoint(c.run_dir), huge);
+  CHECK(latest_checkpoint(c.run_dir)->filename() == "step_00000001");
+}
+
+TEST_CASE("trainer.json must agree with its directory, and its numbers must fit") {
+  TrainConfig c = run_to_resume("lying_state");
+  const fs::path ckpt = *latest_checkpoint(c.run_dir);
+  // A step from the past: resume would truncate the metrics and overwrite newer checkpoints.
+  edit_trainer_json(ckpt, "step", 0);
+  expect_error<IoError>([&] { load_checkpoint(ckpt); }, "disagrees with the directory name");
+  edit_trainer_json(ckpt, "step", 1e30);  // was a float-to-integer overflow
+  expect_error<IoError>([&] { load_checkpoint(ckpt); }, "trainer.json");
+  edit_trainer_json(ckpt, "step", 1);
+  nlohmann::json loader = io::read_json_file(ckpt / "trainer.json", "test")["loader"];
+  loader["seq_len"] = 1e30;
+  edit_trainer_json(ckpt, "loader", loader);
+  expect_error<IoError>([&] { train(c); }, "seq_len");
+  loader["seq_len"] = 32;
+  edit_trainer_json(ckpt, "loader", loader);
+  edit_trainer_json(ckpt, "dropout_rng", nlohmann::json::parse("[[[[1]]]]"));
+  expect_error<IoError>([&] { load_checkpoint(ckpt); }, "dropout_rng");
+  std::ofstream(ckpt / "trainer.json") << std::string(100000, '[') << std::string(100000, ']');
+  expect_error<IoError>([&] { load_checkpoint(ckpt); }, "nested deeper");
+}
+
+TEST_CASE("a checkpoint tensor relabelled from F32 to I32 is refused, naming the file") {
+  TrainConfig c = run_to_resume("relabelled");
+  const fs::path model = *latest_checkpoint(c.run_dir) / "model.safetensors";
+  std::string bytes = io::read_file(model, "test");
+  const size_t at = bytes.find("\"F32\"");
+  REQUIRE(at != std::string::npos);
+  bytes.replace(at, 5, "\"I32\"");
+  std::ofstream(model, std::ios::binary) << bytes;
+  expect_error<IoError>([&] { load_run_model(c.run_dir); }, "model.safetensors");
+  expect_error<IoError>([&] { train(c); }, "floating-point");
+}
+
+TEST_CASE("pruning never leaves a listed checkpoint incomplete, and stale temporaries go") {
+  TrainConfig c = testing::tiny_config("prune");
+  c.max_steps = 4;
+  c.ckpt_every = 1;
+  c.keep_checkpoints = 2;
+  train(c);
+  const fs::path root = fs::path(c.run_dir) / "checkpoints";
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"step_00000003", "step_00000004"});
+  fs::remove_all(root / "step_00000004");  // as if it died after step 3
+  // What a kill -9 mid-save or mid-prune leaves: temporaries of a process that is gone
+  // (pid 2^31 - 1 cannot exist on Linux) and one of a live process (ours would be removed too,
+  // so use pid 1).
+  fs::create_directories(root / ".tmp-step_00000005-2147483646");
+  fs::create_directories(root / ".del-step_00000001-2147483646");
+  fs::create_directories(root / ".tmp-step_00000005-1");
+  CHECK(latest_checkpoint(c.run_dir)->filename() == "step_00000003");
+  c.resume = true;
+  train(c);
+  CHECK_FALSE(fs::exists(root / ".tmp-step_00000005-2147483646"));
+  CHECK_FALSE(fs::exists(root / ".del-step_00000001-2147483646"));
+  CHECK(fs::exists(root / ".tmp-step_00000005-1"));  // not ours to judge: pid 1 is alive
+}
+
+TEST_CASE("flag values are never silently replaced or ignored") {
+  TrainConfig c = testing::tiny_config("ls_negative");
+  c.attention = "ls";
+  c.ls_window = -3;
+  expect_error<ConfigError>([&] { train(c); }, "--ls-window");
+  c.ls_window = 8;
+  c.ls_local_heads = -2;
+  expect_error<ConfigError>([&] { train(c); }, "--ls-local-heads");
+  c = testing::tiny_config("init_and_shape");
+  c.init_from = KEEL_SOURCE_DIR "/tests/nn/data/hf_tiny";
+  c.n_layer = 7;
+  expect_error<ConfigError>([&] { train(c); }, "--init-from");
+  c = testing::tiny_config("forever");
+  c.max_steps = INT64_MAX;
+  expect_error<ConfigError>([&] { train(c); }, "--max-steps");
+  c = testing::tiny_config("huge_model");
+  c.n_layer = 1000000;  // allocated for over a minute, then blamed the batch size
+  expect_error<ConfigError>([&] { train(c); }, "--n-layer");
+  c = testing::tiny_config("too_big");
+  c.n_layer = 4096;  // within the flag's range, but about 200 billion parameters at width 2048
+  c.n_embd = 2048;
+  c.n_head = 16;
+  expect_error<ConfigError>([&] { train(c); }, "more than this machine's");
+  c = testing::tiny_config("seed_wrapped");
+  c.seed = ~uint64_t{0};  // what --seed -1 became
+  expect_error<ConfigError>([&] { train(c); }, "--seed");
+}
+
+TEST_CASE("config values from a file are range-checked: no wrap, no float cast") {
+  TrainConfig c;
+  expect_error<ConfigError>([&] { c.merge_json(nlohmann::json{{"max_steps", 1e30}}, "cfg.json"); }, "max_steps");
+  expect_error<ConfigError>([&] { c.merge_json(nlohmann::json{{"seed", -1}}, "cfg.json"); }, "seed");
+  expect_error<ConfigError>([&] { c.merge_json(nlohmann::json::parse(R"({"lr": [[[1]]]})"), "cfg.json"); },
+                            "an array of 1 elements");
+  c.merge_json(nlohmann::json{{"seed", 7}, {"max_steps", 9}}, "cfg.json");
+  CHECK(c.seed == 7);
+  CHECK(c.max_steps == 9);
+}
+
+TEST_CASE("a dataset without a validation split is refused at start, before any training") {
+  fs::path data = testing::scratch_dir("no_val_data");
+  data::PrepareOptions o;
+  o.inputs = {data::bundled_corpus_path()};
+  o.out = data;
+  o.train_vocab = 300;
+  o.val_fraction = 0;
+  o.progress = false;
+  data::prepare_dataset(o);
+  TrainConfig c = testing::tiny_config("no_val");
+  c.data = data.string();
+  expect_error<ConfigError>([&] { train(c); }, "no validation split");
+  CHECK_FALSE(fs::exists(fs::path(c.run_dir) / "checkpoints"));
+}
