@@ -60,9 +60,12 @@ const fs::path& dataset() {
   return d;
 }
 
-// A tiny model, 10 steps, checkpoints at 5 and 10, evaluation on 2 batches.
+// A tiny model, 10 steps, checkpoints at 5 and 10, evaluation on 2 batches. No biases: the
+// key bias of attention has a gradient that is exactly zero in exact arithmetic, so its
+// computed gradient is pure rounding noise, which Adam scales up to lr-sized steps; any
+// change of summation order (one rank or two) then moves it by ~lr, hiding what is compared.
 std::string train_args(const fs::path& run_dir, const std::string& extra, int max_steps = 10, int ckpt_every = 5) {
-  return " train --preset tiny --n-embd 32 --n-head 2 --seq-len 32 --device cpu --warmup-steps 3 --max-steps " +
+  return " train --preset tiny --n-embd 32 --n-head 2 --seq-len 32 --device cpu --bias 0 --warmup-steps 3 --max-steps " +
          std::to_string(max_steps) +
          " --lr 3e-3 --val-every 5 --val-batches 2 --ckpt-every " + std::to_string(ckpt_every) + " --data " + q(dataset()) + " --run-dir " +
          q(run_dir) + " " + extra;
