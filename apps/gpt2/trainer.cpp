@@ -116,7 +116,8 @@ void Trainer::setup() {
     throw ConfigError("train", fmt::format("--seq-len {} is longer than the model's context {}", T_, mcfg_.block_size));
   train_split_ = data::TokenSplit::open(cfg_.data, "train", meta.vocab_size);
   val_split_ = data::TokenSplit::open(cfg_.data, "val", meta.vocab_size);
-  loader_ = std::make_unique<data::TrainLoader>(train_split_, data::LoaderOptions{cfg_.batch_size, T_, cfg_.seed, dist_.rank(), dist_.world()});
+  loader_ = std::make_unique<data::TrainLoader>(
+      train_split_, data::LoaderOptions{cfg_.batch_size, T_, cfg_.seed, dist_.rank(), dist_.world()});
 
   // The run directory: a fresh run must not clobber one that has checkpoints; a resume must
   // continue the very same run.
@@ -159,6 +160,8 @@ void Trainer::setup() {
   model_->to(device_);
   model_->to(dtype_);
   model_->train();
+  // Every rank starts from rank 0's weights (before AdamW copies them into f32 masters).
+  broadcast_parameters(*dist_.comm, model_->parameters());
   opt_ = std::make_unique<optim::AdamW>(model_->named_parameters(),
                                         optim::AdamWOptions{cfg_.lr, cfg_.beta1, cfg_.beta2, 1e-8, cfg_.weight_decay});
   scaler_ = std::make_unique<optim::LossScaler>(dtype_);
@@ -168,7 +171,6 @@ void Trainer::setup() {
   peak_ = peak_flops(device_, dtype_);
 
   if (cfg_.resume) resume_from(*latest);
-  broadcast_parameters(*dist_.comm, opt_->param_tensors());  // every rank starts from rank 0's
   sync_ = std::make_unique<optim::GradBucketer>(dist_.comm, opt_->param_tensors(), size_t(cfg_.bucket_mb * (1 << 20)));
   if (!dist_.root()) return;
   // Records carry the 1-based number of the step they belong to (as the progress line shows),
