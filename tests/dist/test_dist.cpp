@@ -209,7 +209,8 @@ TEST_CASE("a rank killed with SIGKILL ends the job within the timeout, naming th
     for (const auto& e : fs::directory_iterator("/proc")) {
       std::string env = read_text(e.path() / "environ");
       if (env.find("OMPI_COMM_WORLD_RANK=1") == std::string::npos) continue;
-      if (read_text(e.path() / "cmdline").find("train") == std::string::npos) continue;
+      // This job's rank only (other tests may run jobs at the same time).
+      if (read_text(e.path() / "cmdline").find(run_dir.string()) == std::string::npos) continue;
       victim = std::stoi(e.path().filename().string());
     }
   }
