@@ -10,6 +10,7 @@ namespace keel {
 
 namespace {
 thread_local bool t_grad_enabled = true;
+thread_local GradReadyHook t_grad_ready_hook;
 
 // The node an input's gradient flows into: its grad_fn, or for a leaf requiring grad an
 // AccumulateGrad; null when the input needs no gradient.
@@ -32,6 +33,11 @@ Node::~Node() {
     }
   }
 }
+
+GradReadyHookGuard::GradReadyHookGuard(GradReadyHook hook) : previous_(std::move(t_grad_ready_hook)) {
+  t_grad_ready_hook = std::move(hook);
+}
+GradReadyHookGuard::~GradReadyHookGuard() { t_grad_ready_hook = std::move(previous_); }
 
 bool grad_enabled() { return t_grad_enabled; }
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
@@ -128,6 +134,14 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
     }
   }
 
+  // A leaf used by several ops has one AccumulateGrad node per use: its gradient is final
+  // when the last of them has run. Counted only when someone listens.
+  std::unordered_map<TensorImpl*, int> pending_leaf;
+  if (t_grad_ready_hook)
+    for (auto& [n, _] : dependencies)
+      if (auto* acc = dynamic_cast<AccumulateGrad*>(n))
+        if (auto leaf = acc->leaf()) ++pending_leaf[leaf.get()];
+
   // Kahn's algorithm: a node runs once every consumer has delivered its gradient.
   std::unordered_map<Node*, Tensor> grads;
   grads[start.get()] = grad;
@@ -138,6 +152,9 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
     Tensor g = std::move(grads[n]);
     grads.erase(n);
     std::vector<Tensor> input_grads = n->backward(g);
+    if (t_grad_ready_hook)
+      if (auto* acc = dynamic_cast<AccumulateGrad*>(n))
+        if (auto leaf = acc->leaf(); leaf && --pending_leaf[leaf.get()] == 0) t_grad_ready_hook(leaf);
     for (size_t i = 0; i < n->next.size(); ++i) {
       Node* next = n->next[i].get();
       if (!next) continue;

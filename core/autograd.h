@@ -21,6 +21,7 @@
 // save output.detach() instead.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -52,6 +53,7 @@ class AccumulateGrad : public Node {
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : leaf_(leaf) {}
   const char* name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> backward(const Tensor& grad_output) override;
+  std::shared_ptr<TensorImpl> leaf() const { return leaf_.lock(); }
 
  private:
   std::weak_ptr<TensorImpl> leaf_;  // weak: a graph must not keep a dropped parameter alive
@@ -77,6 +79,22 @@ bool needs_grad(const std::vector<Tensor>& inputs);
 // Makes `node` the grad_fn of `output`, with one edge per input.
 void connect(Tensor& output, std::shared_ptr<Node> node, std::initializer_list<Tensor> inputs);
 void connect(Tensor& output, std::shared_ptr<Node> node, const std::vector<Tensor>& inputs);
+
+// Called by the engine, on the thread running backward, as soon as a leaf's gradient is
+// final for this backward (every path into the leaf has delivered): what data-parallel
+// training uses to start reducing gradients while the rest of the backward runs.
+using GradReadyHook = std::function<void(const std::shared_ptr<TensorImpl>& leaf)>;
+// Installs `hook` for the backward passes run on this thread while the guard lives.
+class GradReadyHookGuard {
+ public:
+  explicit GradReadyHookGuard(GradReadyHook hook);
+  ~GradReadyHookGuard();
+  GradReadyHookGuard(const GradReadyHookGuard&) = delete;
+  GradReadyHookGuard& operator=(const GradReadyHookGuard&) = delete;
+
+ private:
+  GradReadyHook previous_;
+};
 
 // The engine behind Tensor::backward.
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);

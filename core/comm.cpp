@@ -197,7 +197,54 @@ class ThreadCommunicator final : public Communicator {
   int rank_;
 };
 
+// Work that finished before it was returned.
+class DoneWork final : public Communicator::Work {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
 }  // namespace
+
+void Communicator::all_reduce_max(Tensor& t) {
+  Tensor gathered = all_gather(t);  // (world, S...)
+  Tensor host = host_packed(gathered);
+  Tensor res = empty(t.shape(), {t.dtype(), Device::cpu()});
+  const int64_t n = t.numel();
+  visit_dtype(t.dtype(), [&]<typename T>() {
+    const T* g = host.data<T>();
+    T* out = res.data<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      T m = g[i];
+      for (int r = 1; r < world_size(); ++r) {
+        T v = g[int64_t(r) * n + i];
+        if constexpr (!std::is_integral_v<T>) {
+          if (v != v) m = v;  // NaN (v != v also works for bf16/f16 wrappers)
+          if (m != m) continue;
+        }
+        if (v > m) m = v;
+      }
+      out[i] = m;
+    }
+  });
+  write_back(t, res);
+}
+
+void Communicator::reduce_scatter_sum(const Tensor& in, Tensor& out) {
+  const int64_t n = out.numel();
+  if (!in.is_contiguous() || in.numel() != n * world_size() || in.dtype() != out.dtype())
+    throw ShapeError("reduce_scatter_sum", "in must be contiguous with world_size * numel(out) = " +
+                                               std::to_string(n * world_size()) + " elements of out's dtype, got " +
+                                               shape_str(in.shape()));
+  Tensor all = in.detach().clone();
+  all_reduce_sum(all);
+  copy_(out, all.as_strided(out.shape(), contiguous_strides(out.shape()), all.offset() + rank() * n));
+}
+
+std::unique_ptr<Communicator::Work> Communicator::all_reduce_mean_async(Tensor& t) {
+  all_reduce_mean(t);
+  return std::make_unique<DoneWork>();
+}
 
 Tensor Communicator::all_gather(const Tensor& in) {
   Shape s{world_size()};

@@ -1,7 +1,8 @@
 // Communicators: the collective operations data-parallel training needs (all-reduce,
 // broadcast, all-gather, barrier), behind one interface so that the trainer does not care
-// whether ranks are threads of this process (CPU backend, tests), processes on GPUs (NCCL
-// backend, later) or just one rank (LocalCommunicator).
+// whether ranks are threads of this process (CPU backend, tests), separate processes joined
+// by MPI (core/comm_mpi.h), processes on GPUs joined by NCCL (core/cuda/comm_nccl.h) or just
+// one rank (LocalCommunicator).
 //
 // Rules every backend follows, NCCL-style:
 //  - every rank calls the same collectives in the same order with tensors of the same
@@ -25,7 +26,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  virtual std::string backend() const = 0;  // "local", "threads", "nccl"
+  virtual std::string backend() const = 0;  // "local", "threads", "mpi", "nccl"
 
   // t (any shape; contiguous or not) <- elementwise sum of t over all ranks.
   virtual void all_reduce_sum(Tensor& t) = 0;
@@ -38,6 +39,29 @@ class Communicator {
   virtual void all_gather(const Tensor& in, Tensor& out) = 0;
   // Returns once every rank has called it.
   virtual void barrier() = 0;
+
+  // t <- elementwise max over ranks, where a NaN on any rank wins (MPI_MAX and a plain
+  // std::max would drop it, hiding the rank that diverged). Default: all_gather, then a
+  // local max in rank order, which every rank computes identically.
+  virtual void all_reduce_max(Tensor& t);
+  // in (world * n, contiguous) -> out (n): out = sum over ranks of their chunk
+  // in[rank*n, (rank+1)*n). What ZeRO needs. Default: all_reduce_sum of a copy, then a slice.
+  virtual void reduce_scatter_sum(const Tensor& in, Tensor& out);
+
+  // A collective in flight: wait() returns once its result is in the tensor it was given
+  // (which the caller must keep alive and untouched until then).
+  class Work {
+   public:
+    virtual ~Work() = default;
+    virtual void wait() = 0;
+    // Lets the backend advance the operation without blocking (MPI progresses non-blocking
+    // collectives only inside MPI calls); true once it is complete.
+    virtual bool test() { return false; }
+  };
+  // Starts t <- mean of t over ranks and returns at once where the backend can (MPI's
+  // MPI_Iallreduce, NCCL on its own stream), so a caller can go on computing. t must be
+  // contiguous. Default: the blocking all_reduce_mean, returning finished work.
+  virtual std::unique_ptr<Work> all_reduce_mean_async(Tensor& t);
 
   // Convenience: in (S) -> (world, S...) on in's device.
   Tensor all_gather(const Tensor& in);

@@ -3,8 +3,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
+#include <thread>
+
 #include "apps/gpt2/commands.h"
+#include "apps/gpt2/distributed.h"
 #include "apps/gpt2/trainer.h"
+#include "core/comm_mpi.h"
 #include "core/io.h"
 
 namespace keel::app {
@@ -46,7 +51,28 @@ void add_train_command(CLI::App& app) {
   add_train_flags(*cmd, flags.get(), config_file.get());
   cmd->callback([cmd, flags, config_file] {
     TrainConfig cfg = resolve_train_config(*cmd, *flags, *config_file);
-    TrainResult r = train(cfg);
+    if (cfg.nproc > 0 && !launched_by_mpi()) {
+      // The launcher: N ranks of this command under mpirun; its exit status is theirs.
+      int rc = launch_local_ranks(int(cfg.nproc));
+      std::fflush(stdout);
+      std::exit(rc);
+    }
+    TrainResult r;
+    try {
+      r = train(cfg);
+    } catch (const Error& e) {
+      if (!launched_by_mpi() || detect_launch().world == 1) throw;
+      // Every rank says what it saw; then the whole job ends (MPI_Abort), since a rank that
+      // failed alone would leave the others waiting in a collective. The pause lets ranks
+      // that hit the same error (a configuration every rank checks) print it too.
+      fmt::print(stderr, "gpt2: rank {}: {}\n", detect_launch().rank, e.what());
+      std::fflush(stderr);
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      mpi_abort(1);
+      throw;
+    }
+    mpi_finalize();
+    if (r.rank != 0) return;
     fmt::print("gpt2 train: {} at step {}: train loss {:.4f}, val loss {:.4f} (ppl {:.2f}); run in {}\n",
                r.interrupted ? "stopped" : "done", r.steps, r.final_loss, r.val_loss, r.val_perplexity, cfg.run_dir);
   });

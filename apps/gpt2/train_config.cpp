@@ -52,6 +52,9 @@ void for_each_field(TrainConfig& c, F&& f) {
   f("keep_checkpoints", c.keep_checkpoints, "how many checkpoints to keep");
   f("on_nonfinite", c.on_nonfinite, "on a NaN/inf loss or gradient: stop | skip");
   f("spike_factor", c.spike_factor, "log a loss spike when loss > factor * recent mean");
+  f("dist_backend", c.dist_backend, "data-parallel backend: auto | local | mpi | nccl (auto: mpi on CPUs, nccl on GPUs)");
+  f("bucket_mb", c.bucket_mb, "data parallelism: gradient all-reduce bucket size in MB");
+  f("nproc", c.nproc, "start N local ranks of this command under mpirun (data parallelism on one machine)");
 }
 }  // namespace
 
@@ -169,6 +172,10 @@ void TrainConfig::validate() const {
        "val-every", "--log-every, --val-every, --val-batches and --ckpt-every are at most 2^40");
   need(keep_checkpoints >= 1, "keep-checkpoints", "must be at least 1");
   need(spike_factor > 1, "spike-factor", "must be above 1");
+  need(dist_backend == "auto" || dist_backend == "local" || dist_backend == "mpi" || dist_backend == "nccl",
+       "dist-backend", "unknown backend '" + dist_backend + "'", "use auto, local, mpi or nccl");
+  need(bucket_mb > 0, "bucket-mb", "must be positive");
+  need(nproc >= 0, "nproc", "cannot be negative");
   need(!run_dir.empty(), "run-dir", "a run directory is required", "e.g. --run-dir runs/mhsa");
   need(!data.empty(), "data", "a dataset directory is required", "make one with `gpt2 prepare`");
 }
@@ -177,7 +184,8 @@ nlohmann::json identity_of(const TrainConfig& cfg) {
   nlohmann::json j = cfg.to_json();
   // What may change between an interrupted run and its resumption without changing the run.
   for (const char* key : {"run_dir", "name", "log_every", "val_every", "val_batches", "ckpt_every",
-                          "keep_checkpoints", "on_nonfinite", "spike_factor", "device", "data"})
+                          "keep_checkpoints", "on_nonfinite", "spike_factor", "device", "data", "dist_backend",
+                          "bucket_mb", "nproc"})
     j.erase(key);
   return j;
 }

@@ -47,6 +47,11 @@ struct TrainConfig {
   double spike_factor = 2.0;          // log a spike when loss > factor * recent mean
   bool resume = false;
 
+  // --- data parallelism (docs/distributed.md) ---
+  std::string dist_backend = "auto";  // auto | local | mpi | nccl
+  double bucket_mb = 25;              // gradient all-reduce bucket size
+  int64_t nproc = 0;                  // > 0: start this many local ranks (under mpirun)
+
   nlohmann::json to_json() const;
   // Fields present in j replace this config's; unknown keys are a ConfigError (typos).
   void merge_json(const nlohmann::json& j, const std::string& source);

@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "apps/gpt2/checkpoint.h"
+#include "apps/gpt2/distributed.h"
 #include "apps/gpt2/memory_check.h"
 #include "apps/gpt2/metrics.h"
 #include "core/allocator.h"
@@ -24,6 +25,7 @@
 #include "ops/arith.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
+#include "optim/grad_bucketer.h"
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
 
@@ -33,7 +35,8 @@ namespace keel::app {
 
 namespace {
 
-// SIGINT / SIGTERM ask the loop to stop after the current step, checkpoint, and exit cleanly.
+// SIGINT / SIGTERM / SIGUSR1 (what mpirun forwards) ask the loop to stop after the current
+// step, checkpoint, and exit cleanly; with several ranks, a request seen by any rank stops all.
 std::atomic<bool> g_stop{false};
 extern "C" void on_signal(int) { g_stop = true; }
 
@@ -78,7 +81,9 @@ class Trainer {
   optim::CosineSchedule schedule_;
   std::shared_ptr<const data::TokenSplit> train_split_, val_split_;
   std::unique_ptr<data::TrainLoader> loader_;
-  std::unique_ptr<MetricsLog> log_;
+  std::unique_ptr<MetricsLog> log_;  // rank 0 only: one writer of metrics, reports, checkpoints
+  Distributed dist_;
+  std::unique_ptr<optim::GradBucketer> sync_;
   int64_t step_ = 0;  // the next optimizer step to take
   double flops_per_token_ = 0, peak_ = 0, elapsed_ = 0;
   std::deque<double> recent_;  // recent losses, for spike detection
@@ -92,6 +97,7 @@ void Trainer::setup() {
   if (dtype_ != DType::f32 && device_.is_cpu())
     throw ConfigError("train", "--dtype " + cfg_.dtype + " needs a GPU: CPU kernels compute in f32",
                       "use --dtype f32 on the CPU");
+  dist_ = start_distributed(cfg_, &device_);
   run_dir_ = cfg_.run_dir;
   if (cfg_.name.empty()) cfg_.name = cfg_.attention.empty() ? cfg_.preset : cfg_.attention;
 
@@ -116,7 +122,8 @@ void Trainer::setup() {
   if (val_split_->size() < 2)
     throw ConfigError("train", "--data " + cfg_.data + ": the dataset has no validation split",
                       "prepare it again with --val-fraction above 0 (e.g. 0.01)");
-  loader_ = std::make_unique<data::TrainLoader>(train_split_, data::LoaderOptions{cfg_.batch_size, T_, cfg_.seed, 0, 1});
+  loader_ = std::make_unique<data::TrainLoader>(
+      train_split_, data::LoaderOptions{cfg_.batch_size, T_, cfg_.seed, dist_.rank(), dist_.world()});
 
   // The run directory: a fresh run must not clobber one that has checkpoints; a resume must
   // continue the very same run.
@@ -131,7 +138,15 @@ void Trainer::setup() {
     if (!saved_json.is_object() || !saved_json.contains("train"))
       throw ConfigError("train", config_path.string() + ": no \"train\" section", "is this a run of `gpt2 train`?");
     saved.merge_json(saved_json["train"], config_path);
-    if (identity_of(saved) != identity_of(cfg_))
+    // Another world size keeps the global batch: B stays, the accumulation makes up the rest.
+    const int saved_world = saved_json.value("distributed", nlohmann::json::object()).value("world", 1);
+    cfg_.grad_accum = grad_accum_for_resume(saved, saved_world, cfg_, dist_.world());
+    auto id = [](const TrainConfig& c) {
+      nlohmann::json j = identity_of(c);
+      j.erase("batch_size"), j.erase("grad_accum");  // checked above as the global batch
+      return j;
+    };
+    if (id(saved) != id(cfg_))
       throw ConfigError("train", "--resume: the configuration differs from the one in " + config_path.string(),
                         "resume with the same model, data, optimiser, dtype and seed flags (or none: "
                         "`gpt2 train --resume --run-dir DIR --data DIR` with --config " + config_path.string() + ")");
@@ -139,15 +154,23 @@ void Trainer::setup() {
     throw ConfigError("train", run_dir_.string() + " already holds a run (checkpoints in it)",
                       "continue it with --resume, or choose another --run-dir");
   }
-  fs::create_directories(run_dir_);
-  nlohmann::json resolved{{"name", cfg_.name}, {"train", cfg_.to_json()}, {"model", nlohmann::json::parse(mcfg_.to_json())}};
-  io::write_file_atomic(config_path, resolved.dump(2) + "\n", "train");
-  remove_stale_temporaries(run_dir_);  // of runs killed while writing a checkpoint
+  check_same_on_all_ranks(*dist_.comm, "configuration", identity_of(cfg_).dump());
+  if (dist_.root()) {
+    fs::create_directories(run_dir_);
+    nlohmann::json resolved{{"name", cfg_.name},
+                            {"train", cfg_.to_json()},
+                            {"model", nlohmann::json::parse(mcfg_.to_json())},
+                            {"distributed", dist_.describe()}};
+    io::write_file_atomic(config_path, resolved.dump(2) + "\n", "train");
+    remove_stale_temporaries(run_dir_);  // of runs killed while writing a checkpoint
+  }
 
   if (!model_) model_ = std::make_unique<nn::GPT2>(mcfg_, cfg_.seed);
   model_->to(device_);
   model_->to(dtype_);
   model_->train();
+  // Every rank starts from rank 0's weights (before AdamW copies them into f32 masters).
+  broadcast_parameters(*dist_.comm, model_->parameters());
   opt_ = std::make_unique<optim::AdamW>(model_->named_parameters(),
                                         optim::AdamWOptions{cfg_.lr, cfg_.beta1, cfg_.beta2, 1e-8, cfg_.weight_decay});
   scaler_ = std::make_unique<optim::LossScaler>(dtype_);
@@ -157,10 +180,16 @@ void Trainer::setup() {
   peak_ = peak_flops(device_, dtype_);
 
   if (cfg_.resume) resume_from(*latest);
+  sync_ = std::make_unique<optim::GradBucketer>(dist_.comm, opt_->param_tensors(), size_t(cfg_.bucket_mb * (1 << 20)));
+  if (!dist_.root()) return;
   // Records carry the 1-based number of the step they belong to (as the progress line shows),
   // so after step_ completed steps the log keeps exactly the records of steps <= step_.
   log_ = std::make_unique<MetricsLog>(run_dir_, cfg_.resume ? std::optional<int64_t>(step_) : std::nullopt);
   if (cfg_.resume) event("resume", "resumed from " + latest->string(), step_);
+  if (dist_.world() > 1)
+    fmt::print("gpt2 train: data parallel, backend {}, world {} ({}), global batch {} x {} sequences\n",
+               dist_.comm->backend(), dist_.world(), dist_.env.launcher, dist_.world() * cfg_.batch_size,
+               cfg_.grad_accum);
   fmt::print("gpt2 train: {} on {} ({}), {} parameters, B={} T={} accum={}, {} steps -> {}\n", mcfg_.summary(),
              device_.str(), cfg_.dtype, model_->num_parameters(), cfg_.batch_size, T_, cfg_.grad_accum,
              cfg_.max_steps, run_dir_.string());
@@ -195,7 +224,21 @@ void Trainer::resume_from(const fs::path& ckpt) {
   scaler_->load_state(scaler_state);
   try {
     step_ = c.trainer.at("step").get<int64_t>();
-    loader_->restore(data::LoaderState::from_json(c.trainer.at("loader").dump()));
+    // The loader position in global sequences, whatever world size and batch saved it.
+    data::LoaderState saved = data::LoaderState::from_json(c.trainer.at("loader").dump());
+    data::LoaderState now = loader_->state();
+    const uint64_t sequences = saved.step * uint64_t(saved.world_size * saved.batch_size);
+    const uint64_t per_step = uint64_t(now.world_size * now.batch_size);
+    if (saved.world_size != now.world_size || saved.batch_size != now.batch_size) {
+      if (sequences % per_step != 0)
+        throw ConfigError("train", fmt::format("--resume: the run read {} sequences, not a whole number of this "
+                                               "launch's {} ranks x batch {}", sequences, now.world_size,
+                                               now.batch_size));
+      saved.step = sequences / per_step;
+      saved.world_size = now.world_size;
+      saved.batch_size = now.batch_size;
+    }
+    loader_->restore(saved);
     model_->dropout_generator().set_state(c.trainer.at("dropout_rng").at("seed").get<uint64_t>(),
                                           c.trainer.at("dropout_rng").at("offset").get<uint64_t>());
     elapsed_ = c.trainer.value("elapsed_s", 0.0);
@@ -210,6 +253,8 @@ void Trainer::resume_from(const fs::path& ckpt) {
 
 // Saves the state after step_ has been taken; next_step is where a resume starts.
 void Trainer::checkpoint(int64_t next_step) {
+  check_parameters_identical(*dist_.comm, opt_->param_tensors(), next_step);
+  if (!dist_.root()) return;
   nn::NamedTensors opt_state = opt_->state();
   for (auto& [name, t] : scaler_->state()) opt_state.emplace_back("scaler." + name, t);
   fs::path dir =
@@ -219,6 +264,7 @@ void Trainer::checkpoint(int64_t next_step) {
 
 // An event of the step in progress (step_ + 1), or of `step` when given.
 void Trainer::event(const std::string& kind, const std::string& message, int64_t step) {
+  if (!log_) return;
   MetricsRecord r;
   r.kind = RecordKind::Event;
   r.step = step >= 0 ? step : step_ + 1;
@@ -237,11 +283,18 @@ StepResult Trainer::train_step(double lr) {
     auto [ids, targets] = batch_tensors(loader_->next(), device_);
     nn::GPT2Output out = model_->forward(ids, targets);
     // Gradients of the micro-batches add up in the parameters; scaling each loss by 1/accum
-    // makes their sum the gradient of the mean loss (and by the loss scale for f16, in f32).
-    scaler_->scale_loss(out.loss, 1.0 / double(cfg_.grad_accum)).backward();
+    // makes their sum the gradient of the mean loss (and by the loss scale for f16, in f32). In
+    // the last micro-batch's backward, finished gradient buckets start their all-reduce.
+    {
+      auto hook = micro + 1 == cfg_.grad_accum ? sync_->hook() : nullptr;
+      scaler_->scale_loss(out.loss, 1.0 / double(cfg_.grad_accum)).backward();
+    }
     s.loss += out.loss.item() / double(cfg_.grad_accum);
     s.max_logit.merge(out.max_logit.to_vector<float>());
   }
+  sync_->finish();  // every gradient is now the mean over ranks
+  s.loss = mean_over_ranks(*dist_.comm, s.loss);
+  max_over_ranks(*dist_.comm, s.max_logit);
   std::vector<Tensor> params = opt_->param_tensors();
   bool grads_finite = scaler_->unscale_(params);
   s.grad_norm = cfg_.grad_clip > 0 ? optim::clip_grad_norm(params, cfg_.grad_clip) : optim::grad_norm(params);
@@ -256,7 +309,8 @@ StepResult Trainer::train_step(double lr) {
 }
 
 void Trainer::log_step(const StepResult& s, double lr, double seconds) {
-  const double tokens = double(cfg_.batch_size * T_ * cfg_.grad_accum);
+  if (!dist_.root()) return;
+  const double tokens = double(cfg_.batch_size * T_ * cfg_.grad_accum * dist_.world());
   MetricsRecord r;
   r.step = step_ + 1;
   r.loss = s.loss;
@@ -295,7 +349,10 @@ void Trainer::log_step(const StepResult& s, double lr, double seconds) {
 }
 
 void Trainer::validate_now() {
-  EvalResult e = evaluate(*model_, val_split_, cfg_.batch_size, T_, cfg_.val_batches, device_);
+  EvalResult e = evaluate(*model_, val_split_, cfg_.batch_size, T_, cfg_.val_batches, device_, dist_.comm.get());
+  result_.val_loss = e.loss;
+  result_.val_perplexity = e.perplexity;
+  if (!dist_.root()) return;
   MetricsRecord r;
   r.kind = RecordKind::Val;
   r.step = step_ + 1;
@@ -303,8 +360,6 @@ void Trainer::validate_now() {
   r.val_ppl = e.perplexity;
   r.max_logit = e.max_logit.rows();
   log_->write(r);
-  result_.val_loss = e.loss;
-  result_.val_perplexity = e.perplexity;
   fmt::print("{}step {:>6} | val loss {:.4f} | val ppl {:.2f}\n", isatty(STDOUT_FILENO) ? "\n" : "", step_ + 1, e.loss,
              e.perplexity);
 }
@@ -314,13 +369,15 @@ TrainResult Trainer::run() {
   g_stop = false;
   auto old_int = std::signal(SIGINT, on_signal);
   auto old_term = std::signal(SIGTERM, on_signal);
+  auto old_usr1 = std::signal(SIGUSR1, on_signal);
   struct Restore {
-    decltype(old_int) i, t;
+    decltype(old_int) i, t, u;
     ~Restore() {
       std::signal(SIGINT, i);
       std::signal(SIGTERM, t);
+      std::signal(SIGUSR1, u);
     }
-  } restore{old_int, old_term};
+  } restore{old_int, old_term, old_usr1};
 
   for (; step_ < cfg_.max_steps; ++step_) {
     const double lr = schedule_.lr_at(step_);
@@ -341,19 +398,22 @@ TrainResult Trainer::run() {
                          "--on-nonfinite skip skips such steps instead");
     }
     const bool last = step_ + 1 == cfg_.max_steps;
-    const bool stop = g_stop.load();
+    const bool stop = any_rank(*dist_.comm, g_stop.load());
     // The checkpoint first: a failing validation must not lose the step's work.
     if ((cfg_.ckpt_every > 0 && (step_ + 1) % cfg_.ckpt_every == 0) || last || stop) checkpoint(step_ + 1);
     if ((cfg_.val_every > 0 && (step_ + 1) % cfg_.val_every == 0) || last) validate_now();
     if (stop) {
       event("stop", "stopped by a signal; continue with --resume");
-      fmt::print("\ngpt2 train: stopped by a signal after step {}; continue with --resume\n", step_ + 1);
+      if (dist_.root())
+        fmt::print("\ngpt2 train: stopped by a signal after step {}; continue with --resume\n", step_ + 1);
       result_.interrupted = true;
       ++step_;
       break;
     }
   }
   result_.steps = step_;
+  result_.rank = dist_.rank();
+  result_.world = dist_.world();
   return result_;
 }
 

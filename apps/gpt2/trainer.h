@@ -12,6 +12,7 @@
 #include <string>
 
 #include "apps/gpt2/train_config.h"
+#include "core/comm.h"
 #include "core/device.h"
 #include "core/max_logit.h"
 #include "data/dataset.h"
@@ -46,15 +47,18 @@ struct EvalResult {
   int64_t tokens = 0;
   MaxLogit max_logit;  // (L, H), merged over the batches (NaN wins)
 };
-// Mean next-token loss over (up to max_batches, 0 = all) batches of the split.
+// Mean next-token loss over (up to max_batches, 0 = all) batches of the split. With a
+// communicator of several ranks, each rank evaluates its share of those batches' windows and
+// the result (the same on every rank) is that of one rank evaluating them all.
 EvalResult evaluate(nn::GPT2& model, std::shared_ptr<const data::TokenSplit> split, int64_t batch_size,
-                    int64_t seq_len, int64_t max_batches, Device device);
+                    int64_t seq_len, int64_t max_batches, Device device, Communicator* comm = nullptr);
 
 struct TrainResult {
   int64_t steps = 0;          // the step the run reached
   double final_loss = 0;      // last training loss
   double val_loss = 0, val_perplexity = 0;
-  bool interrupted = false;   // SIGINT/SIGTERM: checkpointed, resumable
+  bool interrupted = false;   // SIGINT/SIGTERM/SIGUSR1: checkpointed, resumable
+  int rank = 0, world = 1;    // this process in a data-parallel run
 };
 
 // Runs (or with cfg.resume continues) a training run. ConfigError/IoError for bad input;

@@ -1,6 +1,7 @@
 // The CUDA entry points of core in a build without CUDA (preset `cpu`): there is no device,
 // so asking for one raises DeviceError with the way out.
 #include "core/cuda/caching_allocator.h"
+#include "core/cuda/comm_nccl.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
@@ -32,3 +33,10 @@ void add_inplace(Tensor&, const Tensor&) { no_cuda("add_inplace"); }
 void fill(Tensor&, double) { no_cuda("fill"); }
 
 }  // namespace keel::cuda
+
+namespace keel {
+std::shared_ptr<Communicator> make_nccl_communicator(Communicator&, int) {
+  throw DeviceError("nccl", "keel was built without CUDA, so it has no NCCL backend",
+                    "use --dist-backend mpi on the CPU, or rebuild with the `cuda` preset");
+}
+}  // namespace keel

@@ -1,0 +1,299 @@
+// MPI communicator (see comm_mpi.h). Every collective is started non-blocking and completed
+// by polling (wait_for), which is where the watchdog lives: a collective that does not
+// complete within the timeout means a rank died or stopped, and waiting longer would hang.
+#include "core/comm_mpi.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+#if KEEL_WITH_MPI
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "core/copy.h"
+#include "core/factory.h"
+#endif
+
+namespace keel {
+
+bool launched_by_mpi() {
+  // Open MPI's mpirun, MPICH/Hydra, and srun with PMI or PMIx each leave one of these.
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+#if !KEEL_WITH_MPI
+
+bool mpi_built() { return false; }
+std::shared_ptr<Communicator> make_mpi_communicator() {
+  throw ConfigError("mpi", "this keel was built without MPI, so it cannot run several processes on the CPU",
+                    "install Open MPI (apt-get install libopenmpi-dev openmpi-bin, as .ci/setup does) and "
+                    "rebuild keel");
+}
+void mpi_finalize() {}
+void mpi_abort(int) {}
+
+#else
+
+bool mpi_built() { return true; }
+
+namespace {
+
+// Seconds a collective may take before the watchdog declares a rank lost (KEEL_DIST_TIMEOUT).
+double timeout_s() {
+  const char* v = std::getenv("KEEL_DIST_TIMEOUT");
+  double t = v ? std::atof(v) : 0;
+  return t > 0 ? t : 30.0;
+}
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw ConfigError("mpi", std::string(what) + " failed: " + std::string(msg, len));
+}
+
+// The type a tensor is reduced in: f32, f64, i32, i64 as they are; bf16/f16 widened to f32.
+DType reduce_dtype(DType t) { return t == DType::bf16 || t == DType::f16 ? DType::f32 : t; }
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    default: throw DTypeError("mpi", std::string("no MPI reduction for ") + dtype_name(t));
+  }
+}
+
+// inout[i] = max(in[i], inout[i]) where NaN wins: the same answer whichever operand comes first.
+template <typename T>
+void nan_max(const T* in, T* inout, int n) {
+  for (int i = 0; i < n; ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(inout[i])) continue;
+      if (std::isnan(in[i])) { inout[i] = in[i]; continue; }
+    }
+    if (in[i] > inout[i]) inout[i] = in[i];
+  }
+}
+extern "C" void nan_max_op(void* in, void* inout, int* len, MPI_Datatype* dt) {
+  if (*dt == MPI_FLOAT) nan_max(static_cast<float*>(in), static_cast<float*>(inout), *len);
+  else if (*dt == MPI_DOUBLE) nan_max(static_cast<double*>(in), static_cast<double*>(inout), *len);
+  else if (*dt == MPI_INT32_T) nan_max(static_cast<int32_t*>(in), static_cast<int32_t*>(inout), *len);
+  else if (*dt == MPI_INT64_T) nan_max(static_cast<int64_t*>(in), static_cast<int64_t*>(inout), *len);
+}
+
+// Completes `req` by polling; past the timeout the job is aborted (every rank dies at once,
+// and the launcher names the rank that was lost first).
+void wait_for(MPI_Request& req, int rank, const char* op) {
+  int done = 0;
+  auto start = std::chrono::steady_clock::now();
+  const double limit = timeout_s();
+  for (int spins = 0;; ++spins) {
+    check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), op);
+    if (done) return;
+    if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if ((spins & 1023) == 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > limit) {
+      std::fprintf(stderr,
+                   "gpt2: rank %d: %s did not complete in %.0f s: another rank was lost or stopped; "
+                   "aborting every rank (set KEEL_DIST_TIMEOUT to wait longer)\n",
+                   rank, op, limit);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+  }
+}
+
+// The packed host buffer of t in its reduction dtype (t itself when that is what it is).
+Tensor staged(const Tensor& t, DType as) {
+  Tensor d = t.detach();
+  if (d.device().is_cpu() && d.is_contiguous() && d.dtype() == as) return d;
+  Tensor out = empty(d.shape(), {as, Device::cpu()});
+  copy_(out, d.device().is_cpu() ? d : d.to(Device::cpu()));
+  return out;
+}
+void write_back(Tensor& t, const Tensor& buf) {
+  if (buf.impl_ptr() == t.detach().impl_ptr() || buf.raw_data() == t.raw_data()) return;  // reduced in place
+  Tensor d = t.detach();
+  Tensor src = buf.as_strided(d.shape(), contiguous_strides(d.shape()), 0);
+  if (src.dtype() != d.dtype()) src = src.to(d.dtype());
+  copy_(d, src);
+}
+void divide(Tensor& buf, int world) {
+  visit_dtype(buf.dtype(), [&]<typename T>() {
+    if constexpr (std::is_floating_point_v<T>) {
+      T* p = buf.data<T>();
+      for (int64_t i = 0; i < buf.numel(); ++i) p[i] /= T(world);
+    }
+  });
+}
+
+class MpiWork final : public Communicator::Work {
+ public:
+  MpiWork(Tensor target, Tensor buf, int rank, int world)
+      : target_(std::move(target)), buf_(std::move(buf)), rank_(rank), world_(world) {}
+  MPI_Request req = MPI_REQUEST_NULL;
+  void wait() override {
+    if (finished_) return;
+    wait_for(req, rank_, "all_reduce_mean");
+    finish();
+  }
+  bool test() override {
+    if (finished_) return true;
+    int done = 0;
+    check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "all_reduce_mean");
+    if (done) finish();
+    return finished_;
+  }
+
+ private:
+  void finish() {
+    divide(buf_, world_);
+    write_back(target_, buf_);
+    finished_ = true;
+  }
+  Tensor target_, buf_;
+  int rank_, world_;
+  bool finished_ = false;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    check_mpi(MPI_Op_create(&nan_max_op, 1, &max_op_), "MPI_Op_create");
+  }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string backend() const override { return "mpi"; }
+
+  void all_reduce_sum(Tensor& t) override { reduce(t, MPI_SUM, false, "all_reduce_sum"); }
+  void all_reduce_mean(Tensor& t) override {
+    if (!is_floating(t.dtype()))
+      throw DTypeError("all_reduce_mean", std::string("a mean needs a floating tensor, got ") + dtype_name(t.dtype()));
+    reduce(t, MPI_SUM, true, "all_reduce_mean");
+  }
+  void all_reduce_max(Tensor& t) override { reduce(t, max_op_, false, "all_reduce_max"); }
+
+  std::unique_ptr<Work> all_reduce_mean_async(Tensor& t) override {
+    if (!is_floating(t.dtype()))
+      throw DTypeError("all_reduce_mean", std::string("a mean needs a floating tensor, got ") + dtype_name(t.dtype()));
+    Tensor buf = staged(t, reduce_dtype(t.dtype()));
+    auto w = std::make_unique<MpiWork>(t, buf, rank_, world_);
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), MPI_SUM,
+                             MPI_COMM_WORLD, &w->req),
+              "MPI_Iallreduce");
+    return w;
+  }
+
+  void broadcast(Tensor& t, int root) override {
+    if (root < 0 || root >= world_)
+      throw ValueError("broadcast", "root " + std::to_string(root) + " is outside [0, " + std::to_string(world_) + ")");
+    Tensor buf = staged(t, t.dtype());
+    MPI_Request req;
+    check_mpi(MPI_Ibcast(buf.raw_data(), int(buf.numel() * dtype_size(buf.dtype())), MPI_BYTE, root, MPI_COMM_WORLD,
+                         &req),
+              "MPI_Ibcast");
+    wait_for(req, rank_, "broadcast");
+    write_back(t, buf);
+  }
+
+  void all_gather(const Tensor& in, Tensor& out) override {
+    if (out.dtype() != in.dtype() || out.numel() != in.numel() * world_ || !out.is_contiguous())
+      throw ShapeError("all_gather", "out must be contiguous with world_size * numel(in) = " +
+                                         std::to_string(in.numel() * world_) + " elements of in's dtype, got " +
+                                         shape_str(out.shape()));
+    Tensor src = staged(in, in.dtype());
+    Tensor dst = staged(out, out.dtype());
+    const int bytes = int(src.numel() * dtype_size(src.dtype()));
+    MPI_Request req;
+    check_mpi(MPI_Iallgather(src.raw_data(), bytes, MPI_BYTE, dst.raw_data(), bytes, MPI_BYTE, MPI_COMM_WORLD, &req),
+              "MPI_Iallgather");
+    wait_for(req, rank_, "all_gather");
+    write_back(out, dst);
+  }
+  using Communicator::all_gather;
+
+  void reduce_scatter_sum(const Tensor& in, Tensor& out) override {
+    const int64_t n = out.numel();
+    if (!in.is_contiguous() || in.numel() != n * world_ || in.dtype() != out.dtype())
+      throw ShapeError("reduce_scatter_sum", "in must be contiguous with world_size * numel(out) = " +
+                                                 std::to_string(n * world_) + " elements of out's dtype, got " +
+                                                 shape_str(in.shape()));
+    const DType rd = reduce_dtype(in.dtype());
+    Tensor src = staged(in, rd);
+    Tensor dst = empty(out.shape(), {rd, Device::cpu()});
+    MPI_Request req;
+    check_mpi(MPI_Ireduce_scatter_block(src.raw_data(), dst.raw_data(), int(n), mpi_type(rd), MPI_SUM,
+                                        MPI_COMM_WORLD, &req),
+              "MPI_Ireduce_scatter_block");
+    wait_for(req, rank_, "reduce_scatter_sum");
+    write_back(out, dst);
+  }
+
+  void barrier() override {
+    MPI_Request req;
+    check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
+    wait_for(req, rank_, "barrier");
+  }
+
+ private:
+  void reduce(Tensor& t, MPI_Op op, bool mean, const char* name) {
+    Tensor buf = staged(t, reduce_dtype(t.dtype()));
+    MPI_Request req;
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), op,
+                             MPI_COMM_WORLD, &req),
+              name);
+    wait_for(req, rank_, name);
+    if (mean) divide(buf, world_);
+    write_back(t, buf);
+  }
+
+  int rank_ = 0, world_ = 1;
+  MPI_Op max_op_ = MPI_OP_NULL;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> make_mpi_communicator() {
+  static std::shared_ptr<Communicator> comm;
+  if (comm) return comm;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    // Errors come back as codes (turned into exceptions) rather than killing the process.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  }
+  comm = std::make_shared<MpiCommunicator>();
+  return comm;
+}
+
+void mpi_finalize() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+}
+
+void mpi_abort(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+#endif
+
+}  // namespace keel

@@ -1,0 +1,262 @@
+// Data parallelism with real processes: `gpt2 train` under `mpirun --oversubscribe -np 2` and
+// with `--nproc 2`, against single-process runs of the same global batch.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/gpt2/metrics.h"
+#include "nn/safetensors.h"
+#include "temp_dir.h"
+
+namespace fs = std::filesystem;
+using namespace keel;
+
+namespace {
+
+const std::string kGpt2 = KEEL_GPT2_BIN;
+const std::string kMpirun = std::string(KEEL_MPIEXEC) + " --oversubscribe --bind-to none" +
+                            (::geteuid() == 0 ? " --allow-run-as-root" : "");
+
+struct Scratch {
+  fs::path dir = fs::temp_directory_path() / ("keel_dist_" + std::to_string(::getpid()));
+  Scratch() {
+    fs::create_directories(dir);
+    // Under AddressSanitizer: Open MPI's allocations outlive MPI_Finalize, which LeakSanitizer
+    // would report as the ranks' leaks.
+    ::setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1:allocator_may_return_null=1", 1);
+  }
+  ~Scratch() { fs::remove_all(dir); }
+};
+Scratch& scratch() {
+  static Scratch s;
+  return s;
+}
+std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// Runs a shell command, its output in `log`; returns the exit status.
+int run(const std::string& cmd, const fs::path& log) {
+  int st = std::system((cmd + " > " + q(log) + " 2>&1").c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+const fs::path& dataset() {
+  static fs::path d = [] {
+    fs::path out = scratch().dir / "data";
+    int rc = run(kGpt2 + " prepare -i " + q(fs::path(KEEL_SOURCE_DIR) / "data/corpora/austen_6novels.txt.xz") +
+                     " -o " + q(out) + " --train-vocab 300",
+                 scratch().dir / "prepare.log");
+    REQUIRE(rc == 0);
+    return out;
+  }();
+  return d;
+}
+
+// A tiny model, 10 steps, checkpoints at 5 and 10, evaluation on 2 batches. No biases: the
+// key bias of attention has a gradient that is exactly zero in exact arithmetic, so its
+// computed gradient is pure rounding noise, which Adam scales up to lr-sized steps; any
+// change of summation order (one rank or two) then moves it by ~lr, hiding what is compared.
+std::string train_args(const fs::path& run_dir, const std::string& extra, int max_steps = 10, int ckpt_every = 5) {
+  return " train --preset tiny --n-embd 32 --n-head 2 --seq-len 32 --device cpu --bias 0 --warmup-steps 3 --max-steps " +
+         std::to_string(max_steps) +
+         " --lr 3e-3 --val-every 5 --val-batches 2 --ckpt-every " + std::to_string(ckpt_every) + " --data " + q(dataset()) + " --run-dir " +
+         q(run_dir) + " " + extra;
+}
+
+std::vector<double> losses(const fs::path& run_dir) {
+  std::vector<double> out;
+  for (const auto& r : app::read_metrics(run_dir / "metrics.jsonl"))
+    if (r.kind == app::RecordKind::Train) out.push_back(r.loss);
+  return out;
+}
+
+nn::NamedTensors final_model(const fs::path& run_dir) {
+  return nn::load_safetensors(run_dir / "checkpoints/step_00000010/model.safetensors").tensors;
+}
+
+// Largest relative difference of two runs' per-step losses and final parameters.
+double max_rel_diff(const fs::path& a, const fs::path& b) {
+  auto la = losses(a), lb = losses(b);
+  REQUIRE(la.size() == 10);
+  REQUIRE(lb.size() == 10);
+  double worst = 0;
+  for (size_t i = 0; i < la.size(); ++i) worst = std::max(worst, std::abs(la[i] - lb[i]) / std::abs(lb[i]));
+  auto ma = final_model(a), mb = final_model(b);
+  REQUIRE(ma.size() == mb.size());
+  for (size_t k = 0; k < ma.size(); ++k) {
+    auto va = ma[k].second.to_vector<float>(), vb = mb[k].second.to_vector<float>();
+    REQUIRE(va.size() == vb.size());
+    for (size_t i = 0; i < va.size(); ++i)
+      worst = std::max(worst, double(std::abs(va[i] - vb[i])) / std::max(1.0, double(std::abs(vb[i]))));
+  }
+  return worst;
+}
+bool bit_identical(const fs::path& a, const fs::path& b) {
+  if (losses(a) != losses(b)) return false;
+  auto ma = final_model(a), mb = final_model(b);
+  for (size_t k = 0; k < ma.size(); ++k)
+    if (ma[k].second.to_vector<float>() != mb[k].second.to_vector<float>()) return false;
+  return true;
+}
+
+// The runs several cases compare against, made once.
+const fs::path& world2_run() {
+  static fs::path d = [] {
+    fs::path run_dir = scratch().dir / "w2";
+    int rc = run(kMpirun + " -np 2 " + kGpt2 + train_args(run_dir, "--batch-size 2"), scratch().dir / "w2.log");
+    INFO(read_text(scratch().dir / "w2.log"));
+    REQUIRE(rc == 0);
+    return run_dir;
+  }();
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("world 2 x B equals world 1 x 2B and world 1 x B with accumulation 2") {
+  const fs::path& w2 = world2_run();
+  std::string log = read_text(scratch().dir / "w2.log");
+  CHECK(log.find("backend mpi, world 2 (mpirun)") != std::string::npos);
+  // Every rank checks at each checkpoint that its parameters are bit-identical to rank 0's
+  // (the run fails otherwise), and only rank 0 wrote: one config, one metrics log.
+  CHECK(read_text(w2 / "config.json").find("\"world\": 2") != std::string::npos);
+
+  fs::path w1 = scratch().dir / "w1", w1a = scratch().dir / "w1a";
+  REQUIRE(run(kGpt2 + train_args(w1, "--batch-size 4"), scratch().dir / "w1.log") == 0);
+  REQUIRE(run(kGpt2 + train_args(w1a, "--batch-size 2 --grad-accum 2"), scratch().dir / "w1a.log") == 0);
+  CHECK(max_rel_diff(w2, w1) < 1e-6);
+  CHECK(max_rel_diff(w2, w1a) < 1e-6);
+  CHECK(max_rel_diff(w1, w1a) < 1e-6);
+}
+
+TEST_CASE("gpt2 train --nproc 2 runs the same job as mpirun -np 2, bit for bit") {
+  fs::path run_dir = scratch().dir / "nproc";
+  int rc = run(kGpt2 + train_args(run_dir, "--batch-size 2 --nproc 2"), scratch().dir / "nproc.log");
+  INFO(read_text(scratch().dir / "nproc.log"));
+  REQUIRE(rc == 0);
+  CHECK(bit_identical(run_dir, world2_run()));
+}
+
+TEST_CASE("a world-2 run resumed at world 2 is bit-exact, and at world 1 keeps the global batch") {
+  // The run interrupted after step 5: world2_run's directory as it was then.
+  auto interrupted = [](const std::string& name) {
+    fs::path d = scratch().dir / name;
+    fs::remove_all(d);
+    fs::copy(world2_run(), d, fs::copy_options::recursive);
+    fs::remove_all(d / "checkpoints/step_00000010");
+    return d;
+  };
+  fs::path r2 = interrupted("resume2");
+  int rc = run(kMpirun + " -np 2 " + kGpt2 + " train --resume --run-dir " + q(r2) + " --data " + q(dataset()),
+               scratch().dir / "resume2.log");
+  INFO(read_text(scratch().dir / "resume2.log"));
+  REQUIRE(rc == 0);
+  CHECK(bit_identical(r2, world2_run()));
+
+  fs::path r1 = interrupted("resume1");
+  rc = run(kGpt2 + " train --resume --run-dir " + q(r1) + " --data " + q(dataset()), scratch().dir / "resume1.log");
+  std::string log = read_text(scratch().dir / "resume1.log");
+  INFO(log);
+  REQUIRE(rc == 0);
+  CHECK(log.find("accum=2") != std::string::npos);  // B = 2 kept, accumulation makes the global 4
+  CHECK(max_rel_diff(r1, world2_run()) < 1e-6);
+}
+
+TEST_CASE("ranks started with different configurations stop with one error each, writing nothing") {
+  fs::path run_dir = scratch().dir / "differ";
+  int rc = run(kMpirun + " -np 1 " + kGpt2 + train_args(run_dir, "--batch-size 2 --weight-decay 0.1") + " : -np 1 " +
+                   kGpt2 + train_args(run_dir, "--batch-size 2 --weight-decay 0.2"),
+               scratch().dir / "differ.log");
+  std::string log = read_text(scratch().dir / "differ.log");
+  INFO(log);
+  CHECK(rc != 0);
+  CHECK(log.find("configuration of rank 1 differs from rank 0") != std::string::npos);
+  CHECK(!fs::exists(run_dir / "config.json"));
+}
+
+TEST_CASE("a rank killed with SIGKILL ends the job within the timeout, naming the lost rank") {
+  fs::path run_dir = scratch().dir / "kill", log = scratch().dir / "kill.log";
+  pid_t job = ::fork();
+  REQUIRE(job >= 0);
+  if (job == 0) {
+    ::setpgid(0, 0);
+    std::string cmd = kMpirun + " -np 2 " + kGpt2 + train_args(run_dir, "--batch-size 2", 1000000) +
+                      " > " + q(log) + " 2>&1";
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), (char*)nullptr);
+    std::_Exit(127);
+  }
+  // Once training runs (metrics appear), find rank 1 among mpirun's children and kill it.
+  auto start = std::chrono::steady_clock::now();
+  auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  pid_t victim = 0;
+  int status = 0;
+  while (victim == 0 && since() < 60 && ::waitpid(job, &status, WNOHANG) == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!fs::exists(run_dir / "metrics.jsonl")) continue;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      std::string env = read_text(e.path() / "environ");
+      if (env.find("OMPI_COMM_WORLD_RANK=1") == std::string::npos) continue;
+      // This job's rank only (other tests may run jobs at the same time).
+      if (read_text(e.path() / "cmdline").find(run_dir.string()) == std::string::npos) continue;
+      victim = std::stoi(e.path().filename().string());
+    }
+  }
+  INFO(read_text(log));
+  REQUIRE(victim > 0);
+  ::kill(victim, SIGKILL);
+  start = std::chrono::steady_clock::now();
+  pid_t done = 0;
+  while (done == 0 && since() < 120) {
+    done = ::waitpid(job, &status, WNOHANG);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (done == 0) ::kill(-job, SIGKILL), ::waitpid(job, &status, 0);
+  INFO(read_text(log));
+  REQUIRE(done == job);
+  CHECK(since() < 60);
+  CHECK((!WIFEXITED(status) || WEXITSTATUS(status) != 0));
+  CHECK(read_text(log).find("rank 1") != std::string::npos);
+}
+
+TEST_CASE("Ctrl-C on the --nproc launcher makes every rank checkpoint once and exit 0") {
+  fs::path run_dir = scratch().dir / "sigint", log = scratch().dir / "sigint.log";
+  pid_t job = ::fork();
+  REQUIRE(job >= 0);
+  if (job == 0) {
+    std::string cmd = kGpt2 + train_args(run_dir, "--batch-size 2 --nproc 2", 1000000, 0) +
+                      " > " + q(log) + " 2>&1";
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), (char*)nullptr);
+    std::_Exit(127);
+  }
+  auto start = std::chrono::steady_clock::now();
+  int status = 0;
+  pid_t done = 0;
+  while (!fs::exists(run_dir / "metrics.jsonl") && (done = ::waitpid(job, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (done == 0) {
+    ::kill(job, SIGINT);
+    ::waitpid(job, &status, 0);
+  }
+  std::string text = read_text(log);
+  INFO(text);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(text.find("stopped by a signal") != std::string::npos);
+  int checkpoints = 0;
+  for (const auto& e : fs::directory_iterator(run_dir / "checkpoints")) checkpoints += e.is_directory();
+  CHECK(checkpoints == 1);
+}
