@@ -125,7 +125,8 @@ TEST_CASE("write_report writes a self-contained report with a chart per layer") 
   CHECK(html.find("<link") == std::string::npos);
   for (const char* layer : {"Layer 0<", "Layer 1<", "Layer 2<"}) CHECK(count(html, layer) == 1);
   CHECK(html.find("Layer 3<") == std::string::npos);
-  CHECK(count(html, "<svg class=\"chart\"") == 2 + 3);  // loss, val ppl, one per layer
+  // loss, val ppl, lr, one per layer, one per-head heatmap per run
+  CHECK(count(html, "<svg class=\"chart\"") == 3 + 3 + 3);
   CHECK(count(html, "<table class=\"heat\"") == 3);
   CHECK(html.find(">diverged<") != std::string::npos);  // the divergence marker
   CHECK(html.find("qk_norm&lt;&amp;&gt;") != std::string::npos);
