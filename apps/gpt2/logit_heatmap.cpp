@@ -105,7 +105,7 @@ std::string logit_heatmap(const std::vector<MetricsRecord>& records, double lo, 
   }
   s += fmt::format("\n<text x=\"{}\" y=\"{}\">{}</text><text x=\"{}\" y=\"{:.1f}\">{}</text>"
                    "<text x=\"{}\" y=\"{:.1f}\" font-size=\"12\">max |logit|</text>\n",
-                   kx + 22, top + 12, short_number(hi), kx + 22, top + kh, short_number(lo), kx - 4, top + kh + 18);
+                   kx + 22, top + 12, short_number(hi), kx + 22, top + kh, short_number(lo), kx - 4, top - 8);
   return s + "</svg>\n";
 }
 

@@ -159,7 +159,9 @@ TEST_CASE("write_report copes with an empty log and a run that is NaN from the s
   const std::string html = read_text(out);
   CHECK(html.find("no data") != std::string::npos);  // the val chart has no finite point
   CHECK(html.find("diverged at step 1") != std::string::npos);
-  CHECK(count(html, "<svg class=\"chart\"") == 2 + 2);
+  // loss, val ppl, lr, 2 layers, a per-head heatmap per run (the empty run's says so)
+  CHECK(count(html, "<svg class=\"chart\"") == 3 + 2 + 2);
+  CHECK(count(html, "no attention logits logged") == 1);
   const std::string table = compare_table({e, summarize(dir / "dead")});
   CHECK(table.find("dead") != std::string::npos);
 }

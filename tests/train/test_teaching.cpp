@@ -34,7 +34,7 @@ bool well_formed(const std::string& xml) {
 
 }  // namespace
 
-TEST_CASE("dof lab: a global head fails the dense local target once n >> d; a local head fits it") {
+TEST_CASE("dof lab: a global head fails the dense local target once n >> d, a local head fits it") {
   DofLabConfig cfg;
   cfg.n = {16, 128};
   cfg.d = {4};
@@ -64,7 +64,7 @@ TEST_CASE("dof lab: a global head fails the dense local target once n >> d; a lo
   CHECK(again.max_logit == g_long.max_logit);
 }
 
-TEST_CASE("dof lab: the report page and table render; a bad grid is a ConfigError") {
+TEST_CASE("dof lab: the report page and table render, a bad grid is a ConfigError") {
   DofLabConfig cfg;
   cfg.n = {8, 16};
   cfg.d = {2, 4};
