@@ -45,7 +45,7 @@ void add_lab_command(CLI::App& app) {
   dof->add_option("--window", cfg->window, "p: the target's band and the local head's window")->capture_default_str();
   dof->add_option("--floor", cfg->floor, "share of the global target spread over all earlier positions")
       ->capture_default_str();
-  dof->add_option("--input-dim", cfg->input_dim, "width of the fixed random inputs")->capture_default_str();
+  dof->add_option("--input-dim", cfg->input_dim, "width of the fixed random inputs (0 = n)")->capture_default_str();
   dof->add_option("--steps", cfg->steps, "Adam steps per fit")->capture_default_str();
   dof->add_option("--lr", cfg->lr, "Adam learning rate")->capture_default_str();
   dof->add_option("--seed", cfg->seed, "seed of the inputs and initial weights")->capture_default_str();

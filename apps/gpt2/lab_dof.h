@@ -1,13 +1,13 @@
 // The degrees-of-freedom lab: why a global attention head must inflate its logits to represent
 // dense local dependencies once the sequence length n is much larger than the head width d
-// (arXiv 2505.15548, section 3), shown by fitting one head with keel's own autodiff.
+// (arXiv 2505.15548), shown by fitting one head with keel's own autodiff.
 //
 // One head, softmax(Q K^T / sqrt(d)) with Q = X Wq, K = X Wk, is fitted to a dense local target:
-// query i spreads its weight uniformly over its last p positions (itself included). X (n, m) is
-// fixed random input; only Wq, Wk (m, d) learn. Q K^T has rank at most d, while the target's
+// query i spreads most of its weight uniformly over its last p positions (itself included), the
+// rest (`floor`) over all earlier ones. X (n, m) is fixed random input; only Wq, Wk (m, d) learn. Q K^T has rank at most d, while the target's
 // log-probabilities form a band of width p: a rank-d matrix can only approximate the band's sharp
-// edges by growing large, so a global head's fit stays poor and its logits keep growing as n/d
-// grows. A local head of window p (keys outside the band masked, as LS-attention's local heads)
+// edges by growing large, so as n/d grows a global head's fit gets worse and the range of its
+// logits wider (measured: docs/instability.md). A local head of window p (keys outside the band masked, as LS-attention's local heads)
 // needs no rank at all for the band: equal logits inside the window are an exact fit.
 #pragma once
 

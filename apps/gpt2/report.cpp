@@ -223,7 +223,6 @@ std::string render_html(const std::vector<ReportRun>& runs, const std::string& t
   auto lr_series = series_of(runs, RecordKind::Train, [](const MetricsRecord& r) { return r.lr; });
   for (auto& se : lr_series) se.mark_divergence = false;
   svg::ChartOptions lr_opt = large({"Learning-rate schedule", "step", "learning rate", svg::Scale::Linear, 560, 340});
-  lr_opt.integer_x = true;
   h += svg::line_chart(lr_series, lr_opt);
   h += "</div>\n";
 
