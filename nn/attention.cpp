@@ -2,8 +2,12 @@
 
 #include <cmath>
 
+#include "core/factory.h"
+#include "ops/arith.h"
 #include "ops/dropout.h"
+#include "ops/matmul.h"
 #include "ops/shape.h"
+#include "ops/softmax.h"
 
 namespace keel::nn {
 
@@ -60,6 +64,22 @@ AttentionOutput Attention::forward(const Tensor& x) const {
   y = c_proj.forward(y);
   if (dropout_ > 0 && training()) y = dropout(y, dropout_, *dropout_gen_, true);
   return {y, r.max_logit};
+}
+
+// x (B, T, C) -> (B, H, T, T), the same logits as ops/attention.h spells out, then the softmax
+Tensor Attention::probabilities(const Tensor& x) const {
+  const int64_t T = x.size(1);
+  std::vector<Tensor> qkv = project(x);
+  const double scale = spec_.scale != 0 ? spec_.scale : 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  Tensor s = matmul(qkv[0], transpose(qkv[1], 2, 3)) * scale;  // (B, H, T, T)
+  if (spec_.softcap > 0) s = tanh(s / spec_.softcap) * spec_.softcap;
+  // The causal window of each head as an additive mask (H, T, T): -inf never reaches a max.
+  std::vector<float> mask(static_cast<size_t>(n_head_ * T * T), -INFINITY);
+  for (int64_t h = 0; h < n_head_; ++h)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j <= i; ++j)
+        if (spec_.window[h] == 0 || i - j < spec_.window[h]) mask[static_cast<size_t>((h * T + i) * T + j)] = 0;
+  return softmax(s + from_vector(mask, {n_head_, T, T}, {s.dtype(), s.device()}), -1);
 }
 
 // x (B, t, C) at positions [position, position + t) -> (B, t, C), through the KV cache

@@ -36,6 +36,10 @@ class Attention : public Module {
   // values join `kv`, and they attend to everything cached before them. -> (B, t, C)
   Tensor forward_cached(const Tensor& x, LayerKV& kv, int64_t position) const;
 
+  // x (B, T, C) -> (B, H, T, T): the attention probabilities forward() uses, materialised (zero
+  // where the head may not look). For inspection (attention maps), not for training: it costs T^2.
+  Tensor probabilities(const Tensor& x) const;
+
   const AttentionSpec& spec() const { return spec_; }
 
   Linear c_attn;                     // C -> 3C: q, k, v side by side, as GPT-2 stores them

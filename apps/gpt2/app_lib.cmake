@@ -4,6 +4,7 @@ add_library(keel_app STATIC
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cpp
   ${CMAKE_CURRENT_LIST_DIR}/report.cpp
   ${CMAKE_CURRENT_LIST_DIR}/svg_chart.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/logit_heatmap.cpp
 )
 target_include_directories(keel_app PUBLIC
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/keel>)

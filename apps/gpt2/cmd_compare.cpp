@@ -27,7 +27,7 @@ std::vector<std::string> split_list(const std::string& s) {
 }
 
 void run_compare(CLI::App& cmd, const TrainConfig& flags, const std::string& config_file, const std::string& out,
-                 const std::string& variants) {
+                 const std::string& variants, const std::string& include) {
   if (out.empty()) throw ConfigError("compare", "--out is required", "e.g. --out runs/compare");
   std::vector<std::string> names = split_list(variants);
   if (names.empty()) throw ConfigError("compare", "--variants is empty", "e.g. --variants mhsa,ls");
@@ -57,6 +57,8 @@ void run_compare(CLI::App& cmd, const TrainConfig& flags, const std::string& con
       fmt::print("gpt2 compare: {} stopped: {}\n", v, e.message());
     }
   }
+  // Runs made elsewhere (an ablation trained with `gpt2 train`) join the table and the report.
+  for (const std::string& d : split_list(include)) dirs.push_back(d);
   std::vector<RunSummary> summaries;
   for (const auto& d : dirs) summaries.push_back(summarize(d));
   fmt::print("\n{}", compare_table(summaries));
@@ -71,12 +73,17 @@ void add_compare_command(CLI::App& app) {
   auto config_file = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto variants = std::make_shared<std::string>("mhsa,ls");
+  auto include = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand(
       "compare", "Train one run per attention variant under the same budget; print a table, write report.html");
   cmd->add_option("--out", *out, "directory for the runs (OUT/<variant>) and OUT/report.html");
   cmd->add_option("--variants", *variants, "comma-separated attention variants: mhsa, ls, qk_norm, softcap");
+  cmd->add_option("--include", *include,
+                  "comma-separated run directories trained elsewhere to add to the table and report");
   add_train_flags(*cmd, flags.get(), config_file.get());
-  cmd->callback([cmd, flags, config_file, out, variants] { run_compare(*cmd, *flags, *config_file, *out, *variants); });
+  cmd->callback([cmd, flags, config_file, out, variants, include] {
+    run_compare(*cmd, *flags, *config_file, *out, *variants, *include);
+  });
 }
 
 }  // namespace keel::app

@@ -21,5 +21,7 @@ void add_sample_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
+void add_lab_command(CLI::App& app);
+void add_attention_map_command(CLI::App& app);
 
 }  // namespace keel::app

@@ -12,6 +12,7 @@
 #include <set>
 #include <tuple>
 
+#include "apps/gpt2/logit_heatmap.h"
 #include "apps/gpt2/svg_chart.h"
 #include "core/error.h"
 #include "core/io.h"
@@ -173,6 +174,14 @@ std::vector<svg::Series> series_of(const std::vector<ReportRun>& runs, RecordKin
   return out;
 }
 
+// Charts of the report use 14px text so they read when projected in a classroom.
+svg::ChartOptions large(svg::ChartOptions o) {
+  o.font_size = 14;
+  o.width += 20;  // two still fit side by side in the page's 1180px
+  o.height += 30;
+  return o;
+}
+
 std::string render_html(const std::vector<ReportRun>& runs, const std::string& title) {
   std::string h = fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                               "<title>{0}</title><style>{1}</style></head><body>\n<h1>{0}</h1>\n",
@@ -191,8 +200,11 @@ std::string render_html(const std::vector<ReportRun>& runs, const std::string& t
   // 10% of steps (the steep initial drop) may run off the top so the rest is legible.
   std::vector<svg::Series> loss;
   double late_max = -INFINITY;
+  size_t run_index = 0;
   for (auto& se : series_of(runs, RecordKind::Train, [](const MetricsRecord& r) { return r.loss; })) {
     svg::Series smooth = se;
+    for (const auto& rec : runs[run_index++].records)
+      if (rec.kind == RecordKind::Event && rec.event == "spike") smooth.marks.push_back(static_cast<double>(rec.step));
     smooth.y = svg::moving_average(se.y, std::clamp<size_t>(se.y.size() / 50, 1, 100));
     for (size_t i = smooth.y.size() / 10; i < smooth.y.size(); ++i)
       if (std::isfinite(smooth.y[i])) late_max = std::max(late_max, smooth.y[i]);
@@ -200,14 +212,18 @@ std::string render_html(const std::vector<ReportRun>& runs, const std::string& t
     loss.push_back(std::move(se));
     loss.push_back(std::move(smooth));
   }
-  svg::ChartOptions loss_opt{"Training loss (faint: raw, solid: moving average)", "step", "loss",
-                             svg::Scale::Linear, 560, 340};
+  svg::ChartOptions loss_opt = large({"Training loss (faint: raw, solid: average, \u25bc: spike)", "step",
+                                       "loss", svg::Scale::Linear, 560, 340});
   loss_opt.y_max = late_max * 1.15;
   h += "<h2>Loss</h2>\n<div class=\"grid\">";
   h += svg::line_chart(loss, loss_opt);
   h += svg::line_chart(
       series_of(runs, RecordKind::Val, [](const MetricsRecord& r) { return r.val_ppl; }),
-      {"Validation perplexity", "step", "perplexity", svg::Scale::Log, 560, 340});
+      large({"Validation perplexity", "step", "perplexity", svg::Scale::Log, 560, 340}));
+  auto lr_series = series_of(runs, RecordKind::Train, [](const MetricsRecord& r) { return r.lr; });
+  for (auto& se : lr_series) se.mark_divergence = false;
+  svg::ChartOptions lr_opt = large({"Learning-rate schedule", "step", "learning rate", svg::Scale::Linear, 560, 340});
+  h += svg::line_chart(lr_series, lr_opt);
   h += "</div>\n";
 
   size_t layers = 0;
@@ -227,7 +243,7 @@ std::string render_html(const std::vector<ReportRun>& runs, const std::string& t
                       return RunSummary::kNaN;
                     return max_finite(heads);
                   }),
-        {fmt::format("Layer {}", l), "step", "max logit", svg::Scale::Auto, 560, 300});
+        large({fmt::format("Layer {}", l), "step", "max logit", svg::Scale::Auto, 560, 300}));
   if (!layers) h += "<p>No attention logits were logged.</p>";
   h += "</div>\n";
 
@@ -248,6 +264,19 @@ std::string render_html(const std::vector<ReportRun>& runs, const std::string& t
              : svg::heatmap_table(r.summary.final_max_logit, lo, hi, "layer ", "h");
     h += "</div>";
   }
+  h += "</div>\n";
+
+  // The same statistic for every head over the whole run, one heatmap per run on one scale.
+  double step_lo = INFINITY, step_hi = -INFINITY;
+  for (const auto& r : runs)
+    for (const auto& rec : r.records)
+      for (const auto& row : rec.max_logit)
+        for (double v : row)
+          if (std::isfinite(v) && v > 0) step_lo = std::min(step_lo, v), step_hi = std::max(step_hi, v);
+  h += "<h2>Max |logit| per head over training</h2>\n<p>Rows are heads (grouped by layer), columns "
+       "steps; darker is larger, black is non-finite, one log colour scale for all runs. Triangles mark "
+       "logged loss spikes.</p>\n<div class=\"grid\">";
+  for (const auto& r : runs) h += svg::logit_heatmap(r.records, step_lo, step_hi, r.summary.name);
   return h + "</div>\n</body></html>\n";
 }
 

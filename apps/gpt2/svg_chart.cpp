@@ -167,28 +167,29 @@ std::string line_chart(const std::vector<Series>& series, const ChartOptions& op
   fmt::format_to(out,
                  "<svg class=\"chart\" width=\"{0}\" "
                  "height=\"{1}\" viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" "
-                 "font-size=\"11\">\n",
-                 opt.width, opt.height);
+                 "font-size=\"{2}\">\n",
+                 opt.width, opt.height, opt.font_size);
+  const double em = opt.font_size / 11;  // layout below was drawn for 11px text
   fmt::format_to(out, "<rect width=\"{}\" height=\"{}\" fill=\"#fff\"/>\n", W, H);
   fmt::format_to(out,
-                 "<text x=\"{}\" y=\"17\" text-anchor=\"middle\" font-size=\"13\" "
+                 "<text x=\"{}\" y=\"{:.0f}\" text-anchor=\"middle\" font-size=\"{}\" "
                  "font-weight=\"bold\">{}</text>\n",
-                 W / 2, escape(opt.title));
+                 W / 2, 17 * em, opt.font_size + 2, escape(opt.title));
 
   // Legend rows under the title, wrapped to the chart width.
-  const double left = 64, right = W - 18;
-  double lx = left, ly = 34;
+  const double left = 64 * em, right = W - 18;
+  double lx = left, ly = 34 * em;
   for (const auto& se : series) {
     if (!se.in_legend) continue;
-    const double w = 26 + kCharWidth * static_cast<double>(se.label.size()) + 14;
-    if (lx + w > right && lx > left) lx = left, ly += 16;
+    const double w = 26 + kCharWidth * em * static_cast<double>(se.label.size()) + 14;
+    if (lx + w > right && lx > left) lx = left, ly += 16 * em;
     fmt::format_to(out,
                    "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" "
                    "stroke-width=\"3\"/><text x=\"{4}\" y=\"{5}\">{6}</text>\n",
                    lx, ly - 4, lx + 20, se.color, lx + 25, ly, escape(se.label));
     lx += w;
   }
-  const double top = ly + 14, bottom = H - 44;
+  const double top = ly + 14 * em, bottom = H - 44 * em;
 
   // Data ranges over finite points (positive ones only, for a log axis).
   double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY, pmin = INFINITY;
@@ -258,14 +259,14 @@ std::string line_chart(const std::vector<Series>& series, const ChartOptions& op
                    "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#e4e4e4\"/>"
                    "<line x1=\"{0:.1f}\" y1=\"{2}\" x2=\"{0:.1f}\" y2=\"{3}\" stroke=\"#888\"/>"
                    "<text x=\"{0:.1f}\" y=\"{4}\" text-anchor=\"middle\" fill=\"#444\">{5}</text>\n",
-                   x, top, bottom, bottom + 4, bottom + 16, tick_label(t, xstep));
+                   x, top, bottom, bottom + 4, bottom + 16 * em, tick_label(t, xstep));
   }
   fmt::format_to(out, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
                  (left + right) / 2, H - 10, escape(opt.x_label));
   fmt::format_to(out,
-                 "<text transform=\"translate(14 {}) rotate(-90)\" text-anchor=\"middle\">{}{}"
+                 "<text transform=\"translate({:.0f} {}) rotate(-90)\" text-anchor=\"middle\">{}{}"
                  "</text>\n",
-                 (top + bottom) / 2, escape(opt.y_label), log ? " (log scale)" : "");
+                 14 * em, (top + bottom) / 2, escape(opt.y_label), log ? " (log scale)" : "");
 
   // A nested <svg> is the plot's viewport: it clips lines above y_max without clipPath ids,
   // which would have to be unique across every chart of the page.
@@ -295,6 +296,20 @@ std::string line_chart(const std::vector<Series>& series, const ChartOptions& op
                      "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" "
                      "stroke-opacity=\"{}\" stroke-linejoin=\"round\"><title>{}</title></path>\n",
                      path.substr(1), se.color, se.stroke_width, se.opacity, escape(se.label));
+
+    // Marks: a triangle above the finite point nearest each marked x.
+    for (double mx : se.marks) {
+      size_t best = n;
+      for (size_t i = 0; i < n; ++i)
+        if (std::isfinite(se.y[i]) && (!log || se.y[i] > 0) &&
+            (best == n || std::abs(se.x[i] - mx) < std::abs(se.x[best] - mx)))
+          best = i;
+      if (best == n) continue;
+      fmt::format_to(std::back_inserter(markers),
+                     "<path d=\"M{:.1f},{:.1f} l-5,-9 h10 z\" fill=\"{}\" stroke=\"#fff\"><title>{}: loss "
+                     "spike at step {}</title></path>\n",
+                     px(se.x[best]), std::max(py(se.y[best]) - 3, top + 9), se.color, escape(se.label), mx);
+    }
 
     // Divergence: the first non-finite y after a finite one; the line ends in a cross.
     if (!se.mark_divergence) continue;

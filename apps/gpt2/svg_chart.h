@@ -22,6 +22,8 @@ struct Series {
   bool in_legend = true;
   // Draw a marker where y turns non-finite after finite points: where the run diverged.
   bool mark_divergence = true;
+  // x values (steps) to flag with a triangle on the line: e.g. where the trainer logged a loss spike.
+  std::vector<double> marks = {};
 };
 
 struct ChartOptions {
@@ -32,6 +34,7 @@ struct ChartOptions {
   // Lets a loss chart show the end of training instead of the first steps' steep drop.
   double y_max = std::numeric_limits<double>::quiet_NaN();
   bool integer_x = true;  // x is a step count: no ticks between whole numbers
+  double font_size = 11;  // labels and ticks; the title is 2px larger (14+ reads on a projector)
 };
 
 // An <svg> element: axes with ticks and labels, a legend, one polyline per run of finite

@@ -125,7 +125,8 @@ TEST_CASE("write_report writes a self-contained report with a chart per layer") 
   CHECK(html.find("<link") == std::string::npos);
   for (const char* layer : {"Layer 0<", "Layer 1<", "Layer 2<"}) CHECK(count(html, layer) == 1);
   CHECK(html.find("Layer 3<") == std::string::npos);
-  CHECK(count(html, "<svg class=\"chart\"") == 2 + 3);  // loss, val ppl, one per layer
+  // loss, val ppl, lr, one per layer, one per-head heatmap per run
+  CHECK(count(html, "<svg class=\"chart\"") == 3 + 3 + 3);
   CHECK(count(html, "<table class=\"heat\"") == 3);
   CHECK(html.find(">diverged<") != std::string::npos);  // the divergence marker
   CHECK(html.find("qk_norm&lt;&amp;&gt;") != std::string::npos);
@@ -158,7 +159,9 @@ TEST_CASE("write_report copes with an empty log and a run that is NaN from the s
   const std::string html = read_text(out);
   CHECK(html.find("no data") != std::string::npos);  // the val chart has no finite point
   CHECK(html.find("diverged at step 1") != std::string::npos);
-  CHECK(count(html, "<svg class=\"chart\"") == 2 + 2);
+  // loss, val ppl, lr, 2 layers, a per-head heatmap per run (the empty run's says so)
+  CHECK(count(html, "<svg class=\"chart\"") == 3 + 2 + 2);
+  CHECK(count(html, "no attention logits logged") == 1);
   const std::string table = compare_table({e, summarize(dir / "dead")});
   CHECK(table.find("dead") != std::string::npos);
 }
