@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Every GPU benchmark of keel against its PyTorch baseline, in one call of the device tool.
+# Every GPU benchmark of keel against its PyTorch baseline, in one command on a GPU machine.
 # See docs/gpu-benchmarks.md for what each number means and the targets.
 #
-# Two steps, on two machines:
+# On a GPU machine that has keel's build dependencies, one machine does both steps below:
+#   bash apps/bench/run_gpu_benchmarks.sh stage && OUT=runs/gpu-bench bash apps/bench/run_gpu_benchmarks.sh
+# Where the GPU machine lacks them (a cluster node with only the CUDA driver, toolkit and
+# PyTorch), use two steps on two machines:
 #
-#   1. HERE (no GPU needed; nvcc, CMake and keel's dependencies are here, not on the device):
+#   1. On a build machine (no GPU needed; nvcc, CMake and keel's dependencies):
 #        bash apps/bench/run_gpu_benchmarks.sh stage
 #      builds gpt2, bench_ops and bench_attention with `cmake --preset cuda` (build/cuda) and
 #      packs them, with the shared libraries they need that the device may lack (libfmt, ICU,
-#      ...), into build/gpu-stage/stage.tar.xz (ignored by git; about 13 MB, small enough to
-#      carry: the device tool takes 64 MiB in all).
+#      ...), into build/gpu-stage/stage.tar.xz (ignored by git; about 13 MB, so it is quick
+#      to copy to the GPU machine).
 #
-#   2. On the device (the run tool), carrying build/gpu-stage:
+#   2. On the GPU machine, in a copy of the repository with build/gpu-stage copied in:
 #        bash apps/bench/run_gpu_benchmarks.sh
 #      runs, each part under its own time limit inside a total budget (BENCH_BUDGET_S, 540 s):
 #        bench_ops             keel matmul/linear vs bare cuBLAS            -> log.txt
@@ -20,8 +23,8 @@
 #        gpt2 prepare + train  gpt2-124m (T 1024), paper MHSA and LS (T 2048) -> $OUT/train_keel.jsonl
 #        train_baseline.py     the same models in PyTorch (eager; + compile) -> $OUT/train_torch.jsonl
 #      then merges the JSON lines into a keel-vs-PyTorch table: $OUT/summary.md, printed last.
-#      Everything printed is also in $OUT/log.txt. Six files in $OUT, no folders (the device
-#      tool brings back at most 8 files).
+#      Everything printed is also in $OUT/log.txt. Six files in $OUT, no folders, so the
+#      results are easy to copy back.
 #
 # Environment (all optional):
 #   SKIP_OPS, SKIP_ATTN_KEEL, SKIP_ATTN_TORCH, SKIP_TRAIN_KEEL, SKIP_TRAIN_TORCH  =1 skips a part
@@ -31,7 +34,7 @@
 #   TRAIN_STEPS=50        keel training steps per run; the first TRAIN_SKIP=10 are not summarised
 #   BENCH_BUDGET_S=540    total seconds; a part gets at most what is left less a reserve
 #   KEEL_STAGE=DIR        where the staged binaries are (default build/gpu-stage)
-#   OUT=DIR               results (the device tool sets it; default runs/gpu-bench)
+#   OUT=DIR               the output folder for the results (default runs/gpu-bench)
 #   PYTHON=python3        the Python that has torch
 set -u -o pipefail
 
@@ -40,7 +43,7 @@ STAGE=${KEEL_STAGE:-$ROOT/build/gpu-stage}
 PY=${PYTHON:-python3}
 
 # ---------------------------------------------------------------------------------------------
-# stage: build here and collect what the device needs.
+# stage: build on this machine and collect what the GPU machine needs.
 # ---------------------------------------------------------------------------------------------
 if [[ "${1:-run}" == "stage" ]]; then
   set -e
@@ -70,12 +73,12 @@ if [[ "${1:-run}" == "stage" ]]; then
   done
   { git -C "$ROOT" rev-parse HEAD; git -C "$ROOT" status --porcelain; } > "$TMP/commit" 2>/dev/null || true
   ls -la "$TMP/bin" "$TMP/lib" "$TMP/lib-fallback"
-  # Compressed (about 13 MB instead of 60): the device tool carries at most 64 MiB in all.
+  # Compressed (about 13 MB instead of 60), so that it is quick to copy.
   rm -rf "$STAGE"
   mkdir -p "$STAGE"
   tar -C "$TMP" -cJf "$STAGE/stage.tar.xz" bin lib lib-fallback commit
   cp "$TMP/commit" "$STAGE/commit"
-  echo "staged: $(du -h "$STAGE/stage.tar.xz" | cut -f1) in $STAGE/stage.tar.xz; carry build/gpu-stage"
+  echo "staged: $(du -h "$STAGE/stage.tar.xz" | cut -f1) in $STAGE/stage.tar.xz; copy build/gpu-stage to the GPU machine (or run the benchmarks here)"
   exit 0
 fi
 
@@ -134,7 +137,7 @@ if [[ -f "$STAGE/stage.tar.xz" ]]; then
   STAGE=$WORK/stage
 fi
 BIN=$STAGE/bin
-[[ -d "$BIN" ]] || echo "no staged binaries in $STAGE: run 'bash apps/bench/run_gpu_benchmarks.sh stage' here and carry build/gpu-stage"
+[[ -d "$BIN" ]] || echo "no staged binaries in $STAGE: run 'bash apps/bench/run_gpu_benchmarks.sh stage' on a build machine and copy build/gpu-stage here"
 head -20 "$STAGE/commit" 2>/dev/null
 NV_DIRS=$("$PY" - <<'EOF' 2>/dev/null
 import glob, os, site
