@@ -8,7 +8,7 @@
 #include "apps/gpt2/commands.h"
 #include "apps/gpt2/run_model.h"
 #include "apps/gpt2/trainer.h"
-#include "data/file_io.h"
+#include "core/io.h"
 #include "data/tokenizer.h"
 
 namespace keel::app {
@@ -38,8 +38,10 @@ void run_attention_map(const MapArgs& a) {
   const int64_t w = c.windows()[static_cast<size_t>(a.head)];
   const std::string kind = w > 0 ? fmt::format("local head, window {}", w) : "global head";
   const std::string out = a.out.empty() ? fmt::format("attention_L{}_H{}.svg", a.layer, a.head) : a.out;
-  data::write_file_atomic(out, attention_map_svg(head, labels,
-                                           fmt::format("layer {}, head {} ({}), {} tokens", a.layer, a.head, kind, T)));
+  io::write_file_atomic(out,
+                        attention_map_svg(head, labels,
+                                          fmt::format("layer {}, head {} ({}), {} tokens", a.layer, a.head, kind, T)),
+                        "attention-map");
   fmt::print("gpt2 attention-map: {} tokens, layer {} head {} ({}) written to {}\n", T, a.layer, a.head, kind, out);
 }
 }  // namespace

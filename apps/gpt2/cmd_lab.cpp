@@ -8,7 +8,7 @@
 
 #include "apps/gpt2/commands.h"
 #include "apps/gpt2/lab_dof.h"
-#include "data/file_io.h"
+#include "core/io.h"
 
 namespace keel::app {
 
@@ -26,7 +26,7 @@ void run_dof(const DofLabConfig& cfg, const std::string& out) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("\n{}", dof_table(fits));
   if (!out.empty()) {
-    data::write_file_atomic(out, dof_report_html(cfg, fits));
+    io::write_file_atomic(out, dof_report_html(cfg, fits), "lab dof");
     fmt::print("gpt2 lab dof: plots written to {}\n", out);
   }
   fmt::print("gpt2 lab dof: {} fits in {:.1f} s\n", fits.size(), secs);
