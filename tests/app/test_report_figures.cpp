@@ -4,6 +4,8 @@
 
 #include <regex>
 
+#include "markup.h"
+
 #include "app_test_util.h"
 #include "apps/gpt2/logit_heatmap.h"
 #include "apps/gpt2/report.h"
@@ -23,22 +25,7 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// Every tag opened is closed in order (or self-closed): enough to catch a broken document.
-bool well_formed(const std::string& xml) {
-  std::vector<std::string> stack;
-  static const std::regex tag(R"(<(/?)([A-Za-z][\w-]*)[^>]*?(/?)>)");
-  for (auto it = std::sregex_iterator(xml.begin(), xml.end(), tag); it != std::sregex_iterator(); ++it) {
-    const auto& m = *it;
-    if (m[3].length() || m[2] == "meta") continue;  // <x/>, and HTML's void <meta>
-    if (!m[1].length()) {
-      stack.push_back(m[2]);
-    } else {
-      if (stack.empty() || stack.back() != m[2]) return false;
-      stack.pop_back();
-    }
-  }
-  return stack.empty();
-}
+using keel::test::well_formed;
 
 void add_spike(const std::filesystem::path& run, int64_t step) {
   std::ofstream(run / "metrics.jsonl", std::ios::app)

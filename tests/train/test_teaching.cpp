@@ -6,6 +6,8 @@
 #include <map>
 #include <regex>
 
+#include "markup.h"
+
 #include "apps/gpt2/attention_map.h"
 #include "apps/gpt2/lab_dof.h"
 #include "core/error.h"
@@ -15,22 +17,7 @@ using namespace keel::app;
 
 namespace {
 
-// Every tag opened is closed in order (or self-closed): enough to catch a broken document.
-bool well_formed(const std::string& xml) {
-  std::vector<std::string> stack;
-  static const std::regex tag(R"(<(/?)([A-Za-z][\w-]*)[^>]*?(/?)>)");
-  for (auto it = std::sregex_iterator(xml.begin(), xml.end(), tag); it != std::sregex_iterator(); ++it) {
-    const auto& m = *it;
-    if (m[3].length() || m[2] == "meta") continue;  // <x/>, and HTML's void <meta>
-    if (!m[1].length()) {
-      stack.push_back(m[2]);
-    } else {
-      if (stack.empty() || stack.back() != m[2]) return false;
-      stack.pop_back();
-    }
-  }
-  return stack.empty();
-}
+using keel::test::well_formed;
 
 }  // namespace
 
