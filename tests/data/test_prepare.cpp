@@ -30,12 +30,7 @@ std::vector<int32_t> all_tokens(const fs::path& dir, const std::string& split) {
 }
 
 PrepareOptions quiet(std::vector<fs::path> inputs, fs::path out) {
-  PrepareOptions o;
-  o.inputs = std::move(inputs);
-  o.out = std::move(out);
-  o.progress = false;
-  o.documents = {.min_chars = 2000, .max_chars = 20000};
-  return o;
+  return keel::test::quiet_prepare(std::move(inputs), std::move(out));
 }
 
 }  // namespace

@@ -36,12 +36,9 @@ std::vector<std::string> stream_docs(const fs::path& p, DocumentRule rule, const
   return out;
 }
 
+// Small shards, so that resuming and the thread rounds cross shard boundaries.
 PrepareOptions quiet(std::vector<fs::path> inputs, fs::path out) {
-  PrepareOptions o;
-  o.inputs = std::move(inputs);
-  o.out = std::move(out);
-  o.progress = false;
-  o.documents = {.min_chars = 2000, .max_chars = 20000};
+  PrepareOptions o = keel::test::quiet_prepare(std::move(inputs), std::move(out));
   o.shard_tokens = 5000;
   return o;
 }
