@@ -139,7 +139,9 @@ void Trainer::setup() {
       throw ConfigError("train", config_path.string() + ": no \"train\" section", "is this a run of `gpt2 train`?");
     saved.merge_json(saved_json["train"], config_path);
     // Another world size keeps the global batch: B stays, the accumulation makes up the rest.
-    const int saved_world = saved_json.value("distributed", nlohmann::json::object()).value("world", 1);
+    int saved_world = 1;  // runs without a "distributed" section were single-process
+    if (auto d = saved_json.find("distributed"); d != saved_json.end() && d->is_object() && d->contains("world"))
+      saved_world = static_cast<int>(io::get_int((*d)["world"], 1, 1 << 20, config_path.string() + ": distributed.world"));
     cfg_.grad_accum = grad_accum_for_resume(saved, saved_world, cfg_, dist_.world());
     auto id = [](const TrainConfig& c) {
       nlohmann::json j = identity_of(c);

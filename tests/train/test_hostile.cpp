@@ -76,6 +76,15 @@ TEST_CASE("trainer.json must agree with its directory, and its numbers must fit"
   expect_error<IoError>([&] { load_checkpoint(ckpt); }, "nested deeper");
 }
 
+TEST_CASE("the world size a run's config.json records must be an integer in range") {
+  TrainConfig c = run_to_resume("lying_world");
+  const fs::path config = fs::path(c.run_dir) / "config.json";
+  nlohmann::json j = io::read_json_file(config, "test");
+  j["distributed"] = {{"world", 1e30}};  // was a float-to-integer overflow on resume
+  std::ofstream(config) << j.dump();
+  expect_error<ConfigError>([&] { train(c); }, "distributed.world");
+}
+
 TEST_CASE("a checkpoint tensor relabelled from F32 to I32 is refused, naming the file") {
   TrainConfig c = run_to_resume("relabelled");
   const fs::path model = *latest_checkpoint(c.run_dir) / "model.safetensors";
