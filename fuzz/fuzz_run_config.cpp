@@ -1,6 +1,6 @@
 // libFuzzer target: a run's train config (`--config FILE` and a run directory's config.json):
 // bounded JSON parse, TrainConfig::merge_json, then validate.
-#include "apps/gpt2/train_config.h"
+#include "apps/gpt2/train/train_config.h"
 #include "core/io.h"
 #include "fuzz_util.h"
 

@@ -21,7 +21,7 @@ trainer, which logs the loss every step). --compile wraps the model in torch.com
 Timing: --warmup steps, then --steps timed steps, each between two synchronisations of a host
 clock, so it is the whole step, data included (random tokens drawn on the device). tokens/s is
 B*T / step time (median over the timed steps; the mean is in the JSON). MFU uses keel's FLOP
-count (apps/gpt2/train_support.cpp, train_flops_per_token, ported below): 3 x forward, forward =
+count (apps/gpt2/train/setup.cpp, train_flops_per_token, ported below): 3 x forward, forward =
 every matmul (2 FLOPs per MAC) + attention over the keys each head's window allows (4*D per key)
 + the lm_head; and keel's peak (peak_flops: 989 TFLOP/s bf16 dense for H100/H200, 312 for A100).
 
@@ -57,7 +57,7 @@ def windows_of(cfg, attention):
 
 
 def train_flops_per_token(cfg, windows, T):
-    """Port of keel::app::train_flops_per_token (apps/gpt2/train_support.cpp)."""
+    """Port of keel::app::train_flops_per_token (apps/gpt2/train/setup.cpp)."""
     C, V = float(cfg["n_embd"]), float(cfg["vocab_size"])
     D = C / cfg["n_head"]
     per_layer = 2 * C * 3 * C + 2 * C * C + 2 * 2 * C * 4 * C

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "app_test_util.h"
-#include "apps/gpt2/report.h"
+#include "apps/gpt2/report/report.h"
 #include "core/error.h"
 #include "synthetic_runs.h"
 

@@ -7,9 +7,9 @@
 #include "markup.h"
 
 #include "app_test_util.h"
-#include "apps/gpt2/logit_heatmap.h"
-#include "apps/gpt2/report.h"
-#include "apps/gpt2/svg_chart.h"
+#include "apps/gpt2/report/logit_heatmap.h"
+#include "apps/gpt2/report/report.h"
+#include "apps/gpt2/report/svg_chart.h"
 #include "synthetic_runs.h"
 
 using namespace keel::app;

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "apps/gpt2/metrics.h"
+#include "apps/gpt2/train/metrics.h"
 #include "nn/safetensors.h"
 #include "temp_dir.h"
 

@@ -14,8 +14,8 @@
 #include <random>
 #include <thread>
 
-#include "apps/gpt2/checkpoint.h"
-#include "apps/gpt2/metrics.h"
+#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/train/metrics.h"
 #include "train_fixture.h"
 
 using namespace keel;

@@ -6,9 +6,9 @@
 
 #include <fstream>
 
-#include "apps/gpt2/checkpoint.h"
-#include "apps/gpt2/run_model.h"
-#include "apps/gpt2/trainer.h"
+#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/infer/run_model.h"
+#include "apps/gpt2/train/trainer.h"
 #include "core/io.h"
 #include "nn/safetensors.h"
 #include "train_fixture.h"

@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "apps/gpt2/checkpoint.h"
-#include "apps/gpt2/metrics.h"
-#include "apps/gpt2/trainer.h"
+#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/train/trainer.h"
 #include "core/max_logit.h"
 #include "nn/hf.h"
 #include "train_fixture.h"

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "apps/gpt2/sampler.h"
+#include "apps/gpt2/infer/sampler.h"
 
 using namespace keel;
 using namespace keel::app;

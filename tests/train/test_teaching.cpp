@@ -8,8 +8,8 @@
 
 #include "markup.h"
 
-#include "apps/gpt2/attention_map.h"
-#include "apps/gpt2/lab_dof.h"
+#include "apps/gpt2/infer/attention_map.h"
+#include "apps/gpt2/lab/lab_dof.h"
 #include "core/error.h"
 
 using namespace keel;

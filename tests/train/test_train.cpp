@@ -6,10 +6,10 @@
 #include <fstream>
 #include <thread>
 
-#include "apps/gpt2/checkpoint.h"
-#include "apps/gpt2/metrics.h"
-#include "apps/gpt2/run_model.h"
-#include "apps/gpt2/trainer.h"
+#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/infer/run_model.h"
+#include "apps/gpt2/train/trainer.h"
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "nn/hf.h"

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <vector>
 
-#include "apps/gpt2/checkpoint.h"
-#include "apps/gpt2/metrics.h"
-#include "apps/gpt2/trainer.h"
+#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/train/trainer.h"
 #include "core/factory.h"
 #include "cuda_test.h"
 #include "nn/gpt2.h"

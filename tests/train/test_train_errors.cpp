@@ -4,8 +4,8 @@
 
 #include <fstream>
 
-#include "apps/gpt2/checkpoint.h"
-#include "apps/gpt2/trainer.h"
+#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/train/trainer.h"
 #include "train_fixture.h"
 
 using namespace keel;

@@ -7,7 +7,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "apps/gpt2/train_config.h"
+#include "apps/gpt2/train/train_config.h"
 #include "data/assets.h"
 #include "data/prepare.h"
 

@@ -1,0 +1,76 @@
+#include "apps/gpt2/infer/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/autograd.h"
+#include "core/factory.h"
+#include "ops/shape.h"
+
+namespace keel::app {
+
+int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, Generator& gen) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  if (V == 0) throw ValueError("sample", "empty logits");
+  if (temperature < 0 || !std::isfinite(temperature))
+    throw ValueError("sample", "temperature " + std::to_string(temperature) + " must be >= 0");
+  // Draw first, so the generator advances the same way whatever the branch.
+  const uint64_t key = gen.seed(), base = gen.advance(1);
+  const double u = philox_uniform(key, base, 0);
+  if (temperature == 0) return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+
+  std::vector<int32_t> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
+  // The k largest logits, ties broken by the smaller id so the choice is deterministic.
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  const double top = logits[order[0]];
+  std::vector<double> p(k);
+  double total = 0;
+  for (int64_t i = 0; i < k; ++i) total += p[i] = std::exp((logits[order[i]] - top) / temperature);
+  double target = u * total, acc = 0;
+  for (int64_t i = 0; i < k; ++i)
+    if ((acc += p[i]) >= target) return order[i];
+  return order[k - 1];
+}
+
+std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
+                              const std::function<void(int32_t)>& on_token) {
+  if (prompt.empty()) throw ValueError("sample", "the prompt has no tokens", "start from <|endoftext|>");
+  NoGradGuard no_grad;
+  model.eval();
+  const int64_t ctx = model.config().block_size, V = model.config().vocab_size;
+  const Device device = model.named_parameters().front().second.device();
+  for (int32_t id : prompt)
+    if (id < 0 || id >= V)
+      throw ValueError("sample", "prompt token " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(V));
+  Generator gen(opt.seed);
+  std::vector<int32_t> text = prompt, out;
+  nn::KVCache cache = model.make_cache();
+  // Feeds `ids` after what the cache holds; returns the logits of the last position.
+  auto feed = [&](const std::vector<int32_t>& ids) {
+    Tensor logits = model.forward_cached(from_vector(ids, {1, int64_t(ids.size())}).to(device), cache);
+    return narrow(logits, 1, logits.size(1) - 1, 1).to(DType::f32).to_vector<float>();
+  };
+  auto window = [&](size_t n) { return std::vector<int32_t>(text.end() - std::min<size_t>(n, text.size()), text.end()); };
+  std::vector<float> logits = feed(window(ctx));
+  for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
+    int32_t next = sample_token(logits, opt.temperature, opt.top_k, gen);
+    text.push_back(next);
+    out.push_back(next);
+    if (on_token) on_token(next);
+    if (next == opt.stop_token || i + 1 == opt.max_new_tokens) break;
+    if (cache.length() + 1 > ctx) {
+      cache.clear();  // positions end at block_size: restart from the last half of the text
+      logits = feed(window(ctx / 2));
+    } else {
+      logits = feed({next});
+    }
+  }
+  return out;
+}
+
+}  // namespace keel::app

@@ -1,0 +1,431 @@
+#include "apps/gpt2/report/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <map>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "apps/gpt2/report/logit_heatmap.h"
+#include "apps/gpt2/report/svg_chart.h"
+#include "core/error.h"
+#include "core/io.h"
+
+namespace keel::app {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void flatten(const nlohmann::json& j, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  if (j.is_object() && !j.empty()) {
+    for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+    return;
+  }
+  out.emplace_back(prefix, j.is_string() ? j.get<std::string>() : j.dump());
+}
+
+double max_finite(const std::vector<double>& v) {
+  double m = RunSummary::kNaN;
+  for (double x : v)
+    if (std::isfinite(x) && !(x <= m)) m = x;
+  return m;
+}
+
+bool any_finite(const std::vector<std::vector<double>>& m) {
+  for (const auto& row : m)
+    for (double x : row)
+      if (std::isfinite(x)) return true;
+  return false;
+}
+
+// "-" for a value that is missing (or NaN: the status column says why), else fixed decimals.
+std::string cell(double v, int decimals) {
+  if (std::isnan(v)) return "-";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (std::abs(v) >= 1e5) return svg::short_number(v);  // an exploded logit: magnitude matters
+  return fmt::format("{:.{}f}", v, decimals);
+}
+
+
+struct ReportRun {
+  RunSummary summary;
+  std::vector<MetricsRecord> records;
+  std::string color;
+};
+
+constexpr const char* kStyle = R"(
+body{font-family:sans-serif;max-width:1180px;margin:24px auto;padding:0 12px;color:#222;line-height:1.45}
+h1{font-size:24px;margin-bottom:4px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}
+td,th{border:1px solid #ccc;padding:4px 8px}th{background:#f3f3f3}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.diff td{background:#fff7d6}
+.grid{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #eee}
+.swatch{display:inline-block;width:12px;height:12px;margin-right:6px;vertical-align:-1px}
+table.heat td{text-align:right;min-width:36px;font-variant-numeric:tabular-nums}
+details{margin:8px 0}summary{cursor:pointer;font-weight:bold}
+.note{background:#f6f8fa;border-left:4px solid #4e79a7;padding:8px 14px}
+)";
+
+constexpr const char* kExplanation = R"(<div class="note"><p><b>What the max-logit signal
+means.</b> Attention turns each query&ndash;key score (the <i>logit</i>, before the softmax) into
+a weight. The charts track the largest logit in each layer, per step. In standard multi-head
+self-attention (MHSA) nothing bounds these logits: on long sequences some heads learn to sharpen
+their attention by growing queries and keys, the logits climb by orders of magnitude, the softmax
+saturates, and gradients become erratic &mdash; first loss spikes, then (often) a non-finite loss
+and a diverged run, marked with a cross on the charts. LS-attention keeps most heads local (a
+short window) and so its logits stay bounded and its loss curve smooth. The baselines show the
+usual fixes: QK-norm normalizes queries and keys, soft-capping squashes logits with a tanh.
+Compare the curves' <i>shape</i> (bounded or climbing) as much as their final values.</p></div>
+)";
+
+std::string num_cell(double v, int decimals) {
+  return "<td class=\"num\">" + cell(v, decimals) + "</td>";
+}
+
+std::string summary_table(const std::vector<ReportRun>& runs) {
+  std::string s = "<table><tr><th>run</th><th>steps</th><th>final train loss</th><th>val ppl</th>"
+                  "<th>best val ppl (step)</th><th>max logit</th><th>tokens/s (median)</th>"
+                  "<th>status</th></tr>\n";
+  for (const auto& r : runs) {
+    const auto& m = r.summary;
+    s += fmt::format("<tr><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>"
+                     "<td class=\"num\">{}</td>{}{}<td class=\"num\">{}</td>{}"
+                     "<td class=\"num\">{}</td><td{}>{}</td></tr>\n",
+                     r.color, svg::escape(m.name), m.steps, num_cell(m.final_train_loss, 4),
+                     num_cell(m.final_val_ppl, 2),
+                     m.best_val_step < 0 ? "-" : fmt::format("{} ({})", cell(m.best_val_ppl, 2), m.best_val_step),
+                     num_cell(m.max_logit, 1),
+                     std::isnan(m.median_tokens_per_s) ? "-" : svg::short_number(m.median_tokens_per_s),
+                     m.diverged ? " style=\"color:#c00;font-weight:bold\"" : "", svg::escape(m.status()));
+  }
+  return s + "</table>\n";
+}
+
+// Keys as rows, runs as columns; rows where the runs differ are highlighted, since those are
+// the experiment's variables.
+std::string config_table(const std::vector<ReportRun>& runs) {
+  std::vector<std::string> keys;
+  std::set<std::string> seen;
+  for (const auto& r : runs)
+    for (const auto& [k, v] : r.summary.config)
+      if (seen.insert(k).second) keys.push_back(k);
+  std::string s = "<details><summary>Configuration (rows that differ are highlighted)</summary>";
+  if (keys.empty()) return s + "<p>No config.json in any run.</p></details>\n";
+  s += "<table><tr><th>key</th>";
+  for (const auto& r : runs) s += "<th>" + svg::escape(r.summary.name) + "</th>";
+  s += "</tr>\n";
+  for (const auto& k : keys) {
+    std::vector<std::string> vals;
+    for (const auto& r : runs) {
+      auto it = std::find_if(r.summary.config.begin(), r.summary.config.end(),
+                             [&](const auto& kv) { return kv.first == k; });
+      vals.push_back(it == r.summary.config.end() ? "" : it->second);
+    }
+    const bool differ = std::adjacent_find(vals.begin(), vals.end(), std::not_equal_to<>()) != vals.end();
+    s += fmt::format("<tr{}><td>{}</td>", differ ? " class=\"diff\"" : "", svg::escape(k));
+    for (const auto& v : vals) s += "<td>" + svg::escape(v) + "</td>";
+    s += "</tr>\n";
+  }
+  return s + "</table></details>\n";
+}
+
+std::string events_table(const std::vector<ReportRun>& runs) {
+  constexpr size_t kMaxRows = 300;
+  std::string rows;
+  size_t n = 0, total = 0;
+  for (const auto& r : runs)
+    for (const auto& e : r.records) {
+      if (e.kind != RecordKind::Event) continue;
+      if (++total > kMaxRows) continue;
+      ++n;
+      rows += fmt::format("<tr><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>\n",
+                          svg::escape(r.summary.name), e.step, svg::escape(e.event),
+                          svg::escape(e.message));
+    }
+  if (!total) return "";
+  std::string s = fmt::format("<details><summary>Events ({})</summary><table><tr><th>run</th>"
+                              "<th>step</th><th>event</th><th>message</th></tr>\n", total);
+  s += rows + "</table>";
+  if (total > n) s += fmt::format("<p>... and {} more (see metrics.jsonl)</p>", total - n);
+  return s + "</details>\n";
+}
+
+// A series per run from the records of one kind, y = f(record); records where f is nullopt are
+// left out (not a gap: e.g. a step that did not measure logits).
+template <class F>
+std::vector<svg::Series> series_of(const std::vector<ReportRun>& runs, RecordKind kind, F f) {
+  std::vector<svg::Series> out;
+  for (const auto& r : runs) {
+    svg::Series se{r.summary.name, r.color, {}, {}};
+    for (const auto& rec : r.records)
+      if (rec.kind == kind)
+        if (std::optional<double> y = f(rec)) se.x.push_back(static_cast<double>(rec.step)), se.y.push_back(*y);
+    out.push_back(std::move(se));
+  }
+  return out;
+}
+
+// Charts of the report use 14px text so they read when projected in a classroom.
+svg::ChartOptions large(svg::ChartOptions o) {
+  o.font_size = 14;
+  o.width += 20;  // two still fit side by side in the page's 1180px
+  o.height += 30;
+  return o;
+}
+
+std::string render_html(const std::vector<ReportRun>& runs, const std::string& title) {
+  std::string h = fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                              "<title>{0}</title><style>{1}</style></head><body>\n<h1>{0}</h1>\n",
+                              svg::escape(title), kStyle);
+  h += fmt::format("<p>{} run{}: {}</p>\n", runs.size(), runs.size() == 1 ? "" : "s",
+                   [&] {
+                     std::string dirs;
+                     for (const auto& r : runs)
+                       dirs += (dirs.empty() ? "" : ", ") + svg::escape(r.summary.dir.string());
+                     return dirs;
+                   }());
+  h += "<h2>Summary</h2>\n" + summary_table(runs) + config_table(runs) + events_table(runs);
+  h += kExplanation;
+
+  // Loss: the raw curve faint, a moving average on top so runs can be told apart. The first
+  // 10% of steps (the steep initial drop) may run off the top so the rest is legible.
+  std::vector<svg::Series> loss;
+  double late_max = -INFINITY;
+  size_t run_index = 0;
+  for (auto& se : series_of(runs, RecordKind::Train, [](const MetricsRecord& r) { return r.loss; })) {
+    svg::Series smooth = se;
+    for (const auto& rec : runs[run_index++].records)
+      if (rec.kind == RecordKind::Event && rec.event == "spike") smooth.marks.push_back(static_cast<double>(rec.step));
+    smooth.y = svg::moving_average(se.y, std::clamp<size_t>(se.y.size() / 50, 1, 100));
+    for (size_t i = smooth.y.size() / 10; i < smooth.y.size(); ++i)
+      if (std::isfinite(smooth.y[i])) late_max = std::max(late_max, smooth.y[i]);
+    se.opacity = 0.18, se.in_legend = false, se.mark_divergence = false, se.stroke_width = 1;
+    loss.push_back(std::move(se));
+    loss.push_back(std::move(smooth));
+  }
+  svg::ChartOptions loss_opt = large({"Training loss (faint: raw, solid: average, \u25bc: spike)", "step",
+                                       "loss", svg::Scale::Linear, 560, 340});
+  loss_opt.y_max = late_max * 1.15;
+  h += "<h2>Loss</h2>\n<div class=\"grid\">";
+  h += svg::line_chart(loss, loss_opt);
+  h += svg::line_chart(
+      series_of(runs, RecordKind::Val, [](const MetricsRecord& r) { return r.val_ppl; }),
+      large({"Validation perplexity", "step", "perplexity", svg::Scale::Log, 560, 340}));
+  auto lr_series = series_of(runs, RecordKind::Train, [](const MetricsRecord& r) { return r.lr; });
+  for (auto& se : lr_series) se.mark_divergence = false;
+  svg::ChartOptions lr_opt = large({"Learning-rate schedule", "step", "learning rate", svg::Scale::Linear, 560, 340});
+  h += svg::line_chart(lr_series, lr_opt);
+  h += "</div>\n";
+
+  size_t layers = 0;
+  for (const auto& r : runs)
+    for (const auto& rec : r.records) layers = std::max(layers, rec.max_logit.size());
+  h += "<h2>Max attention logit per layer</h2>\n<p>The largest pre-softmax logit over the "
+       "layer's heads at each training step.</p>\n<div class=\"grid\">";
+  for (size_t l = 0; l < layers; ++l)
+    h += svg::line_chart(
+        series_of(runs, RecordKind::Train,
+                  [l](const MetricsRecord& r) -> std::optional<double> {
+                    if (l >= r.max_logit.size()) return std::nullopt;
+                    // One non-finite head makes the layer's max undefined: a gap (and a
+                    // divergence marker), not the max of the heads that survived.
+                    const auto& heads = r.max_logit[l];
+                    if (std::any_of(heads.begin(), heads.end(), [](double v) { return !std::isfinite(v); }))
+                      return RunSummary::kNaN;
+                    return max_finite(heads);
+                  }),
+        large({fmt::format("Layer {}", l), "step", "max logit", svg::Scale::Auto, 560, 300}));
+  if (!layers) h += "<p>No attention logits were logged.</p>";
+  h += "</div>\n";
+
+  // One colour scale for every run so the heatmaps compare directly.
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& r : runs)
+    for (const auto& row : r.summary.final_max_logit)
+      for (double v : row)
+        if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  h += "<h2>Per-head max logit at the final step</h2>\n<p>Rows are layers, columns heads; "
+       "darker is larger (one colour scale for all runs). A diverged run shows its last finite "
+       "step.</p>\n<div class=\"grid\">";
+  for (const auto& r : runs) {
+    h += fmt::format("<div><b><span class=\"swatch\" style=\"background:{}\"></span>{}</b>",
+                     r.color, svg::escape(r.summary.name));
+    h += r.summary.final_max_logit.empty()
+             ? std::string("<p>no logits logged</p>")
+             : svg::heatmap_table(r.summary.final_max_logit, lo, hi, "layer ", "h");
+    h += "</div>";
+  }
+  h += "</div>\n";
+
+  // The same statistic for every head over the whole run, one heatmap per run on one scale.
+  double step_lo = INFINITY, step_hi = -INFINITY;
+  for (const auto& r : runs)
+    for (const auto& rec : r.records)
+      for (const auto& row : rec.max_logit)
+        for (double v : row)
+          if (std::isfinite(v) && v > 0) step_lo = std::min(step_lo, v), step_hi = std::max(step_hi, v);
+  h += "<h2>Max |logit| per head over training</h2>\n<p>Rows are heads (grouped by layer), columns "
+       "steps; darker is larger, black is non-finite, one log colour scale for all runs. Triangles mark "
+       "logged loss spikes.</p>\n<div class=\"grid\">";
+  for (const auto& r : runs) h += svg::logit_heatmap(r.records, step_lo, step_hi, r.summary.name);
+  return h + "</div>\n</body></html>\n";
+}
+
+}  // namespace
+
+std::string RunSummary::status() const {
+  std::string s = diverged ? fmt::format("diverged at step {}", diverged_step) : "ok";
+  if (spikes) s += fmt::format(", {} spike{}", spikes, spikes == 1 ? "" : "s");
+  if (skipped_steps) s += fmt::format(", {} skipped", skipped_steps);
+  if (nonfinite_logit_step >= 0) s += fmt::format(", max logit non-finite from step {}", nonfinite_logit_step);
+  return s;
+}
+
+RunSummary summarize(const std::vector<MetricsRecord>& records) {
+  RunSummary s;
+  std::vector<const MetricsRecord*> train;
+  std::vector<double> tps;
+  const auto diverge_at = [&](int64_t step) {
+    if (!s.diverged || step < s.diverged_step) s.diverged_step = step;
+    s.diverged = true;
+  };
+  for (const auto& r : records) {
+    for (const auto& layer : r.max_logit) {
+      for (double v : layer)
+        if (!std::isfinite(v) && (s.nonfinite_logit_step < 0 || r.step < s.nonfinite_logit_step))
+          s.nonfinite_logit_step = r.step;
+      const double m = max_finite(layer);
+      if (!(m <= s.max_logit)) s.max_logit = std::isnan(s.max_logit) ? m : std::max(s.max_logit, m);
+    }
+    switch (r.kind) {
+      case RecordKind::Train:
+        train.push_back(&r);
+        s.steps = std::max(s.steps, r.step);
+        if (std::isfinite(r.tokens_per_s) && r.tokens_per_s > 0) tps.push_back(r.tokens_per_s);
+        if (r.skipped) ++s.skipped_steps;
+        else if (!std::isfinite(r.loss)) diverge_at(r.step);
+        if (any_finite(r.max_logit)) {
+          s.final_max_logit = r.max_logit;
+          s.final_max_logit_per_layer.clear();
+          for (const auto& layer : r.max_logit) s.final_max_logit_per_layer.push_back(max_finite(layer));
+        }
+        break;
+      case RecordKind::Val:
+        s.final_val_ppl = r.val_ppl;
+        if (std::isfinite(r.val_ppl) && !(r.val_ppl >= s.best_val_ppl))
+          s.best_val_ppl = r.val_ppl, s.best_val_step = r.step;
+        if (!std::isfinite(r.val_loss)) diverge_at(r.step);
+        break;
+      case RecordKind::Event:
+        if (r.event == "spike") ++s.spikes;
+        if (r.event == "nonfinite") diverge_at(r.step);
+        break;
+    }
+  }
+  if (!train.empty()) {
+    // The mean of the last 10% smooths batch noise; a NaN in it stays NaN on purpose.
+    const size_t k = std::max<size_t>(1, (train.size() + 9) / 10);
+    double sum = 0;
+    for (size_t i = train.size() - k; i < train.size(); ++i) sum += train[i]->loss;
+    s.final_train_loss = sum / static_cast<double>(k);
+  }
+  if (!tps.empty()) {
+    std::sort(tps.begin(), tps.end());
+    const size_t n = tps.size();
+    s.median_tokens_per_s = n % 2 ? tps[n / 2] : (tps[n / 2 - 1] + tps[n / 2]) / 2;
+  }
+  return s;
+}
+
+namespace {
+
+// The summary and the records of one run directory, reading metrics.jsonl once.
+std::pair<RunSummary, std::vector<MetricsRecord>> load_run(const fs::path& run_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec))
+    throw IoError("summarize", fmt::format("{}: run directory not found", run_dir.string()),
+                  "pass the directory a `gpt2 train` run wrote (it holds metrics.jsonl)");
+  std::vector<MetricsRecord> records = read_metrics(metrics_path(run_dir));
+  RunSummary s = summarize(records);
+  s.dir = run_dir;
+  const fs::path norm = run_dir.lexically_normal();
+  s.name = (norm.has_filename() ? norm.filename() : norm.parent_path().filename()).string();
+  const fs::path cfg = run_dir / "config.json";
+  if (fs::exists(cfg, ec)) {
+    const nlohmann::json j = io::read_json_file(cfg, "summarize");
+    if (!j.is_object())
+      throw IoError("summarize", fmt::format("{}: expected a JSON object", cfg.string()));
+    if (auto it = j.find("name"); it != j.end() && it->is_string() && !it->get<std::string>().empty())
+      s.name = it->get<std::string>();
+    flatten(j, "", s.config);
+  }
+  return {std::move(s), std::move(records)};
+}
+
+}  // namespace
+
+RunSummary summarize(const fs::path& run_dir) { return load_run(run_dir).first; }
+
+std::string compare_table(const std::vector<RunSummary>& runs) {
+  const std::vector<std::string> head = {"run",     "steps",     "train loss", "val ppl",
+                                         "best ppl", "max logit", "tokens/s",   "status"};
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : runs)
+    rows.push_back({r.name, std::to_string(r.steps), cell(r.final_train_loss, 4),
+                    cell(r.final_val_ppl, 2), cell(r.best_val_ppl, 2), cell(r.max_logit, 1),
+                    std::isnan(r.median_tokens_per_s) ? "-" : svg::short_number(r.median_tokens_per_s),
+                    r.status()});
+  std::vector<size_t> width(head.size());
+  for (size_t c = 0; c < head.size(); ++c) {
+    width[c] = head[c].size();
+    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
+  }
+  // Text columns (run, status) left-aligned, numbers right-aligned so digits line up.
+  const auto line = [&](const std::vector<std::string>& row) {
+    std::string out;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const bool text = c == 0 || c + 1 == row.size();
+      if (c) out += "  ";
+      out += text ? fmt::format("{:<{}}", row[c], width[c]) : fmt::format("{:>{}}", row[c], width[c]);
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    return out + "\n";
+  };
+  std::string out = line(head);
+  size_t total = 0;
+  for (size_t w : width) total += w;
+  out += std::string(total + 2 * (width.size() - 1), '-') + "\n";
+  for (const auto& row : rows) out += line(row);
+  return out;
+}
+
+void write_report(const std::vector<std::string>& run_dirs, const std::string& out_html,
+                  const std::string& title) {
+  if (run_dirs.empty())
+    throw ValueError("write_report", "no run directories given", "pass at least one run");
+  std::vector<ReportRun> runs;
+  std::map<std::string, int> name_count;
+  for (const auto& dir : run_dirs) {
+    ReportRun r;
+    std::tie(r.summary, r.records) = load_run(dir);
+    r.color = svg::palette_color(runs.size());
+    ++name_count[r.summary.name];
+    runs.push_back(std::move(r));
+  }
+  // Two runs with the same label would share a legend entry; tell them apart by directory.
+  for (auto& r : runs)
+    if (name_count[r.summary.name] > 1)
+      r.summary.name += " (" + r.summary.dir.lexically_normal().string() + ")";
+  io::write_file_atomic(out_html, render_html(runs, title), "report");
+}
+
+}  // namespace keel::app

@@ -1,0 +1,66 @@
+// Comparing training runs: a one-screen summary per run, a terminal table, and a
+// self-contained HTML report (inline SVG charts, no scripts or external resources) that
+// `gpt2 compare` writes for MHSA against LS-attention and the baselines.
+//
+// A run directory holds config.json (a JSON object; "name" labels the run, e.g. "mhsa", "ls",
+// "qk_norm", "softcap"; the directory name when absent) and metrics.jsonl (see metrics.h).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "apps/gpt2/train/metrics.h"
+
+namespace keel::app {
+
+struct RunSummary {
+  static constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+  std::string name;
+  std::filesystem::path dir;
+  // config.json flattened to dotted keys ("model.n_layer") with JSON-rendered values.
+  std::vector<std::pair<std::string, std::string>> config;
+
+  int64_t steps = 0;              // last train step logged
+  double final_train_loss = kNaN; // mean loss over the last 10% of train records (at least 1)
+  double final_val_ppl = kNaN;    // of the last val record
+  double best_val_ppl = kNaN;     // lowest finite val perplexity
+  int64_t best_val_step = -1;
+  double max_logit = kNaN;        // over every layer, head and record (train and val)
+  // Of the last train record that has logits: max over heads per layer, and the full matrix.
+  std::vector<double> final_max_logit_per_layer;
+  std::vector<std::vector<double>> final_max_logit;
+  double median_tokens_per_s = kNaN;
+  bool diverged = false;          // some train or val loss was non-finite
+  int64_t diverged_step = -1;     // the first such step
+  int64_t spikes = 0;             // "spike" events
+  int64_t skipped_steps = 0;      // train records with skipped = true (loss-scale overflow)
+  // The first step whose record has a NaN or inf max logit (-1: none). The charts and
+  // max_logit above keep the finite values; this keeps the instability signal in status().
+  int64_t nonfinite_logit_step = -1;
+
+  // "ok", "ok, 2 spikes", "diverged at step 1234".
+  std::string status() const;
+};
+
+// Reads RUN_DIR/config.json (optional) and RUN_DIR/metrics.jsonl. IoError naming the path when
+// the directory or the metrics log is missing, or either file is corrupt.
+RunSummary summarize(const std::filesystem::path& run_dir);
+
+// The same from records already read, for callers that have them (and for tests).
+RunSummary summarize(const std::vector<MetricsRecord>& records);
+
+// A fixed-width table for the terminal, one row per run:
+// run, steps, final train loss, val ppl (final), best val ppl, max logit, tokens/s, status.
+std::string compare_table(const std::vector<RunSummary>& runs);
+
+// Writes the HTML report comparing the runs to out_html (atomically). IoError as summarize;
+// ValueError when run_dirs is empty.
+void write_report(const std::vector<std::string>& run_dirs, const std::string& out_html,
+                  const std::string& title);
+
+}  // namespace keel::app

@@ -1,0 +1,341 @@
+#include "apps/gpt2/report/svg_chart.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <limits>
+
+namespace keel::app::svg {
+
+namespace {
+
+constexpr size_t kMaxPoints = 1200;  // beyond this a series is drawn as a min/max envelope
+constexpr double kCharWidth = 6.6;   // rough width of an 11px sans-serif glyph, for layout
+
+struct Point {
+  double x, y;
+};
+
+// Ticks on a 1-2-5 grid covering [lo, hi] with about `target` intervals.
+std::vector<double> nice_ticks(double lo, double hi, int target, double* step_out) {
+  const double raw = (hi - lo) / target;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double norm = raw / mag;
+  const double step = (norm < 1.5 ? 1 : norm < 3.5 ? 2 : norm < 7.5 ? 5 : 10) * mag;
+  std::vector<double> ticks;
+  for (double t = std::ceil(lo / step - 1e-9) * step; t <= hi + step * 1e-9; t += step)
+    ticks.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+  *step_out = step;
+  return ticks;
+}
+
+std::string tick_label(double v, double step) {
+  if (std::abs(v) >= 10000 || (step >= 1000 && v != 0)) return short_number(v);
+  const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
+  return fmt::format("{:.{}f}", v, decimals);
+}
+
+// Keeps the first and last point and, per bucket, the minimum and maximum (in x order), so
+// a 100k-step run draws quickly but a one-step spike still shows. Non-finite points in a
+// bucket become one non-finite point, keeping the gap.
+std::vector<Point> decimate(const std::vector<Point>& pts) {
+  if (pts.size() <= kMaxPoints) return pts;
+  const size_t buckets = kMaxPoints / 2;
+  std::vector<Point> out;
+  for (size_t b = 0; b < buckets; ++b) {
+    const size_t a = pts.size() * b / buckets, e = pts.size() * (b + 1) / buckets;
+    size_t lo = e, hi = e;
+    bool gap = false;
+    for (size_t i = a; i < e; ++i) {
+      if (!std::isfinite(pts[i].y)) {
+        gap = true;
+        continue;
+      }
+      if (lo == e || pts[i].y < pts[lo].y) lo = i;
+      if (hi == e || pts[i].y > pts[hi].y) hi = i;
+    }
+    if (lo != e) {
+      out.push_back(pts[std::min(lo, hi)]);
+      if (lo != hi) out.push_back(pts[std::max(lo, hi)]);
+    }
+    if (gap) out.push_back({pts[e - 1].x, std::numeric_limits<double>::quiet_NaN()});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string palette_color(size_t i) {
+  static const char* colors[] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1",
+                                 "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac"};
+  return colors[i % std::size(colors)];
+}
+
+std::string escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string short_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  const double a = std::abs(v);
+  const auto trim = [](double x, const char* suffix) { return fmt::format("{:.3g}{}", x, suffix); };
+  if (a >= 1e9) return trim(v / 1e9, "G");
+  if (a >= 1e6) return trim(v / 1e6, "M");
+  if (a >= 1e4) return trim(v / 1e3, "k");
+  return fmt::format("{:.4g}", v);
+}
+
+std::string heatmap_table(const std::vector<std::vector<double>>& values, double lo, double hi,
+                          const std::string& row_label, const std::string& col_label) {
+  size_t cols = 0;
+  for (const auto& row : values) cols = std::max(cols, row.size());
+  const bool log = lo > 0 && hi / lo > 100;
+  const auto position = [&](double v) {
+    if (!(hi > lo)) return 1.0;
+    const double t = log ? std::log(std::max(v, lo) / lo) / std::log(hi / lo) : (v - lo) / (hi - lo);
+    return std::clamp(t, 0.0, 1.0);
+  };
+  // White -> orange -> dark brown: readable in print and for the common colour blindnesses.
+  const auto ramp = [](double t) {
+    static const double stops[3][3] = {{255, 245, 235}, {253, 141, 60}, {127, 39, 4}};
+    const int i = t < 0.5 ? 0 : 1;
+    const double u = t < 0.5 ? t * 2 : (t - 0.5) * 2;
+    int c[3];
+    for (int k = 0; k < 3; ++k)
+      c[k] = static_cast<int>(std::lround(stops[i][k] + (stops[i + 1][k] - stops[i][k]) * u));
+    return fmt::format("#{:02x}{:02x}{:02x}", c[0], c[1], c[2]);
+  };
+  std::string s = "<table class=\"heat\"><tr><th></th>";
+  auto out = std::back_inserter(s);
+  for (size_t c = 0; c < cols; ++c) fmt::format_to(out, "<th>{}{}</th>", escape(col_label), c);
+  s += "</tr>\n";
+  for (size_t r = 0; r < values.size(); ++r) {
+    fmt::format_to(out, "<tr><th>{}{}</th>", escape(row_label), r);
+    for (size_t c = 0; c < cols; ++c) {
+      const double v = c < values[r].size() ? values[r][c] : std::numeric_limits<double>::quiet_NaN();
+      if (!std::isfinite(v)) {
+        fmt::format_to(out, "<td style=\"background:#ddd;color:#666\">{}</td>", short_number(v));
+        continue;
+      }
+      const double t = position(v);
+      fmt::format_to(out, "<td style=\"background:{};color:{}\">{}</td>", ramp(t),
+                     t > 0.6 ? "#fff" : "#222",
+                     std::abs(v) >= 1e4 ? short_number(v) : fmt::format("{:.1f}", v));
+    }
+    s += "</tr>\n";
+  }
+  return s + "</table>\n";
+}
+
+std::vector<double> moving_average(const std::vector<double>& y, size_t window) {
+  if (window <= 1) return y;
+  std::vector<double> out(y.size());
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (!std::isfinite(y[i])) {
+      out[i] = y[i];
+      continue;
+    }
+    double sum = 0;
+    size_t n = 0;
+    const size_t half = window / 2;
+    for (size_t j = i > half ? i - half : 0; j <= std::min(y.size() - 1, i + half); ++j)
+      if (std::isfinite(y[j])) sum += y[j], ++n;
+    out[i] = sum / static_cast<double>(n);
+  }
+  return out;
+}
+
+std::string line_chart(const std::vector<Series>& series, const ChartOptions& opt) {
+  const double W = opt.width, H = opt.height;
+  std::string s;
+  auto out = std::back_inserter(s);
+  fmt::format_to(out,
+                 "<svg class=\"chart\" width=\"{0}\" "
+                 "height=\"{1}\" viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" "
+                 "font-size=\"{2}\">\n",
+                 opt.width, opt.height, opt.font_size);
+  const double em = opt.font_size / 11;  // layout below was drawn for 11px text
+  fmt::format_to(out, "<rect width=\"{}\" height=\"{}\" fill=\"#fff\"/>\n", W, H);
+  fmt::format_to(out,
+                 "<text x=\"{}\" y=\"{:.0f}\" text-anchor=\"middle\" font-size=\"{}\" "
+                 "font-weight=\"bold\">{}</text>\n",
+                 W / 2, 17 * em, opt.font_size + 2, escape(opt.title));
+
+  // Legend rows under the title, wrapped to the chart width.
+  const double left = 64 * em, right = W - 18;
+  double lx = left, ly = 34 * em;
+  for (const auto& se : series) {
+    if (!se.in_legend) continue;
+    const double w = 26 + kCharWidth * em * static_cast<double>(se.label.size()) + 14;
+    if (lx + w > right && lx > left) lx = left, ly += 16 * em;
+    fmt::format_to(out,
+                   "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" "
+                   "stroke-width=\"3\"/><text x=\"{4}\" y=\"{5}\">{6}</text>\n",
+                   lx, ly - 4, lx + 20, se.color, lx + 25, ly, escape(se.label));
+    lx += w;
+  }
+  const double top = ly + 14 * em, bottom = H - 44 * em;
+
+  // Data ranges over finite points (positive ones only, for a log axis).
+  double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY, pmin = INFINITY;
+  for (const auto& se : series)
+    for (size_t i = 0; i < se.x.size() && i < se.y.size(); ++i) {
+      if (!std::isfinite(se.x[i])) continue;
+      // x spans non-finite points too: how long a run went on after diverging is visible.
+      xmin = std::min(xmin, se.x[i]), xmax = std::max(xmax, se.x[i]);
+      if (!std::isfinite(se.y[i])) continue;
+      ymin = std::min(ymin, se.y[i]), ymax = std::max(ymax, se.y[i]);
+      if (se.y[i] > 0) pmin = std::min(pmin, se.y[i]);
+    }
+  fmt::format_to(out,
+                 "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
+                 "stroke=\"#888\"/>\n",
+                 left, top, right - left, bottom - top);
+  if (!(ymin <= ymax)) {
+    fmt::format_to(out, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#888\">no data"
+                   "</text>\n</svg>\n", (left + right) / 2, (top + bottom) / 2);
+    return s;
+  }
+  if (std::isfinite(opt.y_max) && opt.y_max < ymax && opt.y_max > ymin) ymax = opt.y_max;
+  const bool log = opt.y_scale == Scale::Log ? std::isfinite(pmin)
+                   : opt.y_scale == Scale::Auto ? ymin > 0 && ymax / ymin > 100
+                                                : false;
+
+  // Y domain and ticks.
+  std::vector<double> yticks;
+  double y0, y1, ystep = 1;
+  if (log) {
+    y0 = std::floor(std::log10(pmin)), y1 = std::ceil(std::log10(ymax));
+    if (y1 <= y0) y1 = y0 + 1;
+    for (double d = y0; d <= y1; ++d) {
+      yticks.push_back(std::pow(10.0, d));
+      if (y1 - y0 <= 2 && d < y1)
+        for (double m : {2.0, 5.0}) yticks.push_back(m * std::pow(10.0, d));
+    }
+  } else {
+    if (ymax - ymin < 1e-12 * std::max(1.0, std::abs(ymax))) ymin -= 1, ymax += 1;
+    nice_ticks(ymin, ymax, 5, &ystep);
+    // Extend to whole ticks so the top and bottom of the plot are labelled.
+    y0 = std::floor(ymin / ystep + 1e-9) * ystep;
+    y1 = std::ceil(ymax / ystep - 1e-9) * ystep;
+    yticks = nice_ticks(y0, y1, static_cast<int>(std::lround((y1 - y0) / ystep)), &ystep);
+  }
+  if (xmax <= xmin) xmin -= 1, xmax += 1;
+  if (xmin > 0 && xmin <= 0.05 * (xmax - xmin)) xmin = 0;  // steps from 1: start the axis at 0
+  double xstep;
+  auto xticks = nice_ticks(xmin, xmax, std::max(2, static_cast<int>((right - left) / 90)), &xstep);
+  if (opt.integer_x && xstep < 1) xticks = nice_ticks(xmin, xmax, std::max(1, static_cast<int>(xmax - xmin)), &xstep);
+  const auto px = [&](double x) { return left + (x - xmin) / (xmax - xmin) * (right - left); };
+  const auto py = [&](double y) {
+    const double t = log ? (std::log10(y) - y0) / (y1 - y0) : (y - y0) / (y1 - y0);
+    return bottom - t * (bottom - top);
+  };
+
+  for (double t : yticks) {
+    const double y = py(t);
+    fmt::format_to(out,
+                   "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#e4e4e4\"/>"
+                   "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\" fill=\"#444\">{5}</text>\n",
+                   left, y, right, left - 5, y + 4, log ? short_number(t) : tick_label(t, ystep));
+  }
+  for (double t : xticks) {
+    const double x = px(t);
+    fmt::format_to(out,
+                   "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#e4e4e4\"/>"
+                   "<line x1=\"{0:.1f}\" y1=\"{2}\" x2=\"{0:.1f}\" y2=\"{3}\" stroke=\"#888\"/>"
+                   "<text x=\"{0:.1f}\" y=\"{4}\" text-anchor=\"middle\" fill=\"#444\">{5}</text>\n",
+                   x, top, bottom, bottom + 4, bottom + 16 * em, tick_label(t, xstep));
+  }
+  fmt::format_to(out, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+                 (left + right) / 2, H - 10, escape(opt.x_label));
+  fmt::format_to(out,
+                 "<text transform=\"translate({:.0f} {}) rotate(-90)\" text-anchor=\"middle\">{}{}"
+                 "</text>\n",
+                 14 * em, (top + bottom) / 2, escape(opt.y_label), log ? " (log scale)" : "");
+
+  // A nested <svg> is the plot's viewport: it clips lines above y_max without clipPath ids,
+  // which would have to be unique across every chart of the page.
+  fmt::format_to(out, "<svg x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
+                 "viewBox=\"{0} {1} {2} {3}\">\n", left, top, right - left, bottom - top);
+  std::string markers;
+  for (const auto& se : series) {
+    std::vector<Point> pts;
+    const size_t n = std::min(se.x.size(), se.y.size());
+    for (size_t i = 0; i < n; ++i) {
+      const bool drawable = std::isfinite(se.y[i]) && (!log || se.y[i] > 0);
+      pts.push_back({se.x[i], drawable ? se.y[i] : std::numeric_limits<double>::quiet_NaN()});
+    }
+    std::string path;
+    bool pen_down = false;
+    for (const auto& p : decimate(pts)) {
+      if (!std::isfinite(p.y)) {
+        pen_down = false;
+        continue;
+      }
+      fmt::format_to(std::back_inserter(path), "{}{:.1f},{:.1f}", pen_down ? " L" : " M", px(p.x),
+                     py(p.y));
+      pen_down = true;
+    }
+    if (!path.empty())
+      fmt::format_to(out,
+                     "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" "
+                     "stroke-opacity=\"{}\" stroke-linejoin=\"round\"><title>{}</title></path>\n",
+                     path.substr(1), se.color, se.stroke_width, se.opacity, escape(se.label));
+
+    // Marks: a triangle above the finite point nearest each marked x.
+    for (double mx : se.marks) {
+      size_t best = n;
+      for (size_t i = 0; i < n; ++i)
+        if (std::isfinite(se.y[i]) && (!log || se.y[i] > 0) &&
+            (best == n || std::abs(se.x[i] - mx) < std::abs(se.x[best] - mx)))
+          best = i;
+      if (best == n) continue;
+      fmt::format_to(std::back_inserter(markers),
+                     "<path d=\"M{:.1f},{:.1f} l-5,-9 h10 z\" fill=\"{}\" stroke=\"#fff\"><title>{}: loss "
+                     "spike at step {}</title></path>\n",
+                     px(se.x[best]), std::max(py(se.y[best]) - 3, top + 9), se.color, escape(se.label), mx);
+    }
+
+    // Divergence: the first non-finite y after a finite one; the line ends in a cross.
+    if (!se.mark_divergence) continue;
+    for (size_t i = 1, last = n; i < n; ++i) {
+      if (std::isfinite(se.y[i])) {
+        last = i;
+        continue;
+      }
+      if (std::isfinite(se.y[i - 1])) last = i - 1;
+      if (last == n) continue;
+      const double cx = px(se.x[last]);
+      const double cy =
+          std::clamp(log && se.y[last] <= 0 ? bottom : py(se.y[last]), top + 20, bottom);
+      const bool near_left = cx < left + 70;  // keep the label off the y axis
+      fmt::format_to(std::back_inserter(markers),
+                     "<g stroke=\"{0}\" stroke-width=\"2.5\"><title>{1}: non-finite at step {2}"
+                     "</title><path d=\"M{3:.1f},{4:.1f} l10,10 m0,-10 l-10,10\"/></g>"
+                     "<text x=\"{5:.1f}\" y=\"{6:.1f}\" fill=\"{0}\" font-weight=\"bold\" "
+                     "text-anchor=\"{7}\">diverged</text>\n",
+                     se.color, escape(se.label), se.x[i], cx - 5, cy - 5,
+                     near_left ? cx + 8 : cx - 8, cy - 8, near_left ? "start" : "end");
+      break;
+    }
+  }
+  s += "</svg>\n" + markers + "</svg>\n";
+  return s;
+}
+
+}  // namespace keel::app::svg

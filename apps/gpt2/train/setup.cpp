@@ -1,0 +1,102 @@
+// What the training loop needs around it: device and dtype names, the model config a run
+// asks for, FLOP counting for MFU, and a loader batch as tensors.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "apps/gpt2/train/setup.h"
+#include "core/autograd.h"
+#include "core/cuda/runtime.h"
+#include "core/factory.h"
+#include "data/loader.h"
+#include "ops/reduce.h"
+
+namespace keel::app {
+
+Device resolve_device(const std::string& name) {
+  if (name == "auto") return cuda::is_available() ? Device::cuda(0) : Device::cpu();
+  Device d = parse_device(name);
+  if (d.is_cuda()) cuda::check_device(d.index, "--device");
+  return d;
+}
+
+DType parse_dtype(const std::string& name) {
+  if (name == "f32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  if (name == "f16") return DType::f16;
+  throw ConfigError("--dtype", "unknown dtype '" + name + "'", "use f32, bf16 or f16");
+}
+
+nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size) {
+  nn::GPT2Config m = nn::GPT2Config::preset(cfg.preset);
+  m.vocab_size = vocab_size;
+  if (cfg.n_layer) m.n_layer = cfg.n_layer;
+  if (cfg.n_head) m.n_head = cfg.n_head;
+  if (cfg.n_embd) m.n_embd = cfg.n_embd;
+  if (cfg.seq_len) m.block_size = cfg.seq_len;
+  if (cfg.bias >= 0) m.bias = cfg.bias == 1;
+  if (cfg.tie_embeddings >= 0) m.tie_embeddings = cfg.tie_embeddings == 1;  // learned positions exactly as long as the run's sequences
+  if (!cfg.attention.empty()) m.attention = nn::parse_attention_kind(cfg.attention);
+  if (cfg.ls_local_heads >= 0) m.ls_local_heads = cfg.ls_local_heads;
+  if (cfg.ls_window > 0) m.ls_window = cfg.ls_window;
+  if (m.attention == nn::AttentionKind::ls && m.ls_local_heads == 0)
+    m.ls_local_heads = std::max<int64_t>(1, m.n_head - 1);  // the paper's shape: one global head
+  if (m.attention == nn::AttentionKind::ls && m.ls_window == 0) m.ls_window = 50;
+  m.softcap = cfg.softcap;
+  m.dropout = cfg.dropout;
+  m.validate();
+  return m;
+}
+
+double train_flops_per_token(const nn::GPT2Config& m, int64_t T) {
+  const double C = double(m.n_embd), V = double(m.vocab_size), D = double(m.head_dim());
+  // Per layer and token, forward: qkv projection, output projection, the 4x MLP (2 FLOPs per MAC).
+  double per_layer = 2 * C * 3 * C + 2 * C * C + 2 * 2 * C * 4 * C;
+  // Attention: q.k and p.v cost 2 * 2 * D per visible key; average the visible keys over positions.
+  for (int64_t w : m.windows()) {
+    double keys = 0;
+    for (int64_t i = 0; i < T; ++i) keys += double(w == 0 ? i + 1 : std::min<int64_t>(i + 1, w));
+    per_layer += 4 * D * keys / double(T);
+  }
+  double forward = double(m.n_layer) * per_layer + 2 * C * V;  // + the lm_head
+  return 3 * forward;
+}
+
+double peak_flops_of(const std::string& name, DType dtype) {
+  const bool half = dtype == DType::bf16 || dtype == DType::f16;
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  struct Peak {
+    double half, f32;
+  };
+  // Dense data-sheet peaks in TFLOP/s: bf16/f16 on the tensor cores; f32 on the CUDA cores
+  // (keel's f32 matmuls keep TF32 off). A MIG slice has a fraction of the GPU: no guess.
+  std::optional<Peak> p;
+  if (has("MIG")) return 0;
+  if (has("H100") || has("H200")) {  // "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H200", "NVIDIA GH200 480GB"
+    if (has("PCIe")) p = Peak{756, 51};
+    else if (has("NVL")) p = Peak{835, 60};
+    else if (has("H200") || has("HBM3") || has("SXM")) p = Peak{989, 67};
+  } else if (has("A100")) {
+    p = Peak{312, 19.5};
+  }
+  if (!p || !is_floating(dtype) || dtype == DType::f64) return 0;
+  return (half ? p->half : p->f32) * 1e12;
+}
+
+double peak_flops(Device device, DType dtype) {
+  if (!device.is_cuda()) return 0;
+  return peak_flops_of(cuda::device_info(device.index).name, dtype);
+}
+
+std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device) {
+  std::vector<int32_t> targets = b.targets;
+  for (int32_t& t : targets)
+    if (t < 0) t = -100;
+  return {from_vector(b.inputs, {b.batch_size, b.seq_len}).to(device),
+          from_vector(targets, {b.batch_size, b.seq_len}).to(device)};
+}
+
+}  // namespace keel::app

@@ -1,0 +1,40 @@
+// What a run needs around the training loop: device and dtype names, the model a config asks
+// for, FLOP counting for MFU, and a loader batch as tensors. Shared by train, eval, sample and the
+// benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "apps/gpt2/train/train_config.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "data/loader.h"
+#include "nn/config.h"
+
+namespace keel::app {
+
+// "auto" -> cuda:0 when a GPU is there, else cpu.
+Device resolve_device(const std::string& name);
+DType parse_dtype(const std::string& name);
+
+// The model a TrainConfig describes for a dataset with `vocab_size` tokens.
+nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size);
+
+// Training FLOPs per token (forward + backward = 3 x forward): every matmul, plus attention
+// counted only over the keys each head's window lets a query see.
+double train_flops_per_token(const nn::GPT2Config& m, int64_t seq_len);
+// Dense peak FLOP/s of the device for the dtype, 0 when unknown (MFU is then not reported).
+double peak_flops(Device device, DType dtype);
+// The same from the CUDA device name (cudaDeviceProp::name): H100 SXM and H200 989 TFLOP/s
+// bf16/f16 (67 f32), H100 PCIe 756 (51), H100/H200 NVL 835 (60), A100 312 (19.5). An unknown
+// GPU, a MIG slice or f64 gives 0: no MFU rather than a wrong one.
+double peak_flops_of(const std::string& device_name, DType dtype);
+
+// ids (B, T) and targets (B, T) of a loader batch, on the device. The loader marks padding
+// with -1; cross_entropy's ignore index is -100.
+std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device);
+
+}  // namespace keel::app

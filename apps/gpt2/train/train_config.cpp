@@ -1,0 +1,193 @@
+#include "apps/gpt2/train/train_config.h"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <set>
+
+#include "core/error.h"
+#include "core/io.h"
+
+namespace keel::app {
+
+namespace {
+// One table drives JSON reading, writing and flag registration, so a field cannot be added to
+// one and forgotten in another.
+template <typename F>
+void for_each_field(TrainConfig& c, F&& f) {
+  f("preset", c.preset, "model preset: tiny | paper | gpt2-124m");
+  f("attention", c.attention, "attention: mhsa | ls | qk_norm | softcap (default: the preset's)");
+  f("n_layer", c.n_layer, "layers (0 = the preset's)");
+  f("n_head", c.n_head, "heads per layer (0 = the preset's)");
+  f("n_embd", c.n_embd, "model width C (0 = the preset's)");
+  f("ls_local_heads", c.ls_local_heads, "LS-attention: local heads per layer, placed first (-1 = the preset's)");
+  f("ls_window", c.ls_window, "LS-attention: window w of the local heads (0 = the preset's)");
+  f("bias", c.bias, "biases in Linear and LayerNorm: 1 or 0 (-1 = the preset's)");
+  f("tie_embeddings", c.tie_embeddings, "lm_head shares the token embedding: 1 or 0 (-1 = the preset's)");
+  f("softcap", c.softcap, "softcap attention: the cap c in c * tanh(logit / c)");
+  f("dropout", c.dropout, "dropout probability");
+  f("init_from", c.init_from, "start from a Hugging Face GPT-2 directory (config.json + model.safetensors)");
+  f("data", c.data, "dataset directory written by `gpt2 prepare`");
+  f("batch_size", c.batch_size, "sequences per micro-batch B");
+  f("seq_len", c.seq_len, "sequence length T (0 = the model's context length)");
+  f("grad_accum", c.grad_accum, "micro-batches per optimizer step");
+  f("max_steps", c.max_steps, "optimizer steps");
+  f("warmup_steps", c.warmup_steps, "linear warmup steps");
+  f("lr", c.lr, "peak learning rate");
+  f("min_lr", c.min_lr, "learning rate at the end of the cosine decay");
+  f("weight_decay", c.weight_decay, "AdamW decoupled weight decay (matrices only)");
+  f("beta1", c.beta1, "AdamW beta1");
+  f("beta2", c.beta2, "AdamW beta2");
+  f("grad_clip", c.grad_clip, "clip the global gradient norm to this (0 = off)");
+  f("dtype", c.dtype, "compute dtype: f32 | bf16 | f16 (bf16/f16 need CUDA)");
+  f("device", c.device, "auto | cpu | cuda | cuda:N");
+  f("run_dir", c.run_dir, "run directory (config, metrics, checkpoints)");
+  f("name", c.name, "label of the run in reports (default: the attention variant)");
+  f("seed", c.seed, "seed of initialisation, data order and dropout");
+  f("log_every", c.log_every, "write a metrics line every N steps");
+  f("val_every", c.val_every, "evaluate on the validation split every N steps (0 = only at the end)");
+  f("val_batches", c.val_batches, "validation batches per evaluation (0 = the whole split)");
+  f("ckpt_every", c.ckpt_every, "checkpoint every N steps (0 = only at the end)");
+  f("keep_checkpoints", c.keep_checkpoints, "how many checkpoints to keep");
+  f("on_nonfinite", c.on_nonfinite, "on a NaN/inf loss or gradient: stop | skip");
+  f("spike_factor", c.spike_factor, "log a loss spike when loss > factor * recent mean");
+  f("dist_backend", c.dist_backend, "data-parallel backend: auto | local | mpi | nccl (auto: mpi on CPUs, nccl on GPUs)");
+  f("bucket_mb", c.bucket_mb, "data parallelism: gradient all-reduce bucket size in MB");
+  f("nproc", c.nproc, "start N local ranks of this command under mpirun (data parallelism on one machine)");
+}
+}  // namespace
+
+nlohmann::json TrainConfig::to_json() const {
+  nlohmann::json j;
+  TrainConfig copy = *this;
+  for_each_field(copy, [&](const char* key, auto& value, const char*) { j[key] = value; });
+  return j;
+}
+
+void TrainConfig::merge_json(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) throw ConfigError("config", source + ": expected a JSON object");
+  std::set<std::string> known;
+  for_each_field(*this, [&](const char* key, auto& value, const char*) {
+    known.insert(key);
+    if (!j.contains(key)) return;
+    using T = std::decay_t<decltype(value)>;
+    const auto& v = j.at(key);
+    const bool ok = std::is_same_v<T, std::string> ? v.is_string() : std::is_same_v<T, double> ? v.is_number() : true;
+    if (!ok)
+      throw ConfigError("config", fmt::format("{}: field '{}' has the wrong type ({})", source, key, io::quote_json(v)));
+    if constexpr (std::is_integral_v<T>) {
+      // Range-checked: no wrap (2^64 - 1 for -1), no float-to-integer cast of 1e30.
+      try {
+        value = static_cast<T>(io::get_int(v, std::is_signed_v<T> ? INT64_MIN : 0, INT64_MAX,
+                                           fmt::format("{}: field '{}'", source, key)));
+      } catch (const ConfigError& e) {
+        throw ConfigError("config", e.message());
+      }
+    } else {
+      value = v.get<T>();
+    }
+  });
+  for (const auto& [key, _] : j.items())
+    if (!known.count(key) && key != "resume")
+      throw ConfigError("config", fmt::format("{}: unknown field '{}'", source, key),
+                        "see `gpt2 train --help` for the fields");
+}
+
+void add_train_flags(CLI::App& cmd, TrainConfig* cfg, std::string* config_file) {
+  cmd.add_option("--config", *config_file, "JSON file with any of the fields below (flags override it)");
+  for_each_field(*cfg, [&](const char* key, auto& value, const char* help) {
+    std::string flag = std::string("--") + key;
+    for (char& ch : flag)
+      if (ch == '_') ch = '-';
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_integral_v<T>) {
+      // Our own parse: CLI11 would saturate 99999999999999999999 to INT64_MAX and wrap -1 to
+      // 2^64 - 1 for an unsigned field. Semantic ranges are checked in validate().
+      cmd.add_option_function<std::string>(
+             flag,
+             [&value, flag](const std::string& s) {
+               int64_t v = 0;
+               if (!io::parse_int(s, std::is_signed_v<T> ? INT64_MIN : 0, INT64_MAX, v))
+                 throw CLI::ValidationError(flag, fmt::format("'{}' is not {} integer in range", s,
+                                                              std::is_signed_v<T> ? "an" : "a non-negative"));
+               value = static_cast<T>(v);
+             },
+             help)
+          ->type_name("INT")
+          ->default_str(std::to_string(value));
+    } else {
+      cmd.add_option(flag, value, help);
+    }
+  });
+  cmd.add_flag("--resume", cfg->resume, "continue the run in --run-dir from its latest checkpoint");
+}
+
+void TrainConfig::validate() const {
+  auto need = [](bool ok, const std::string& field, const std::string& what, const std::string& hint = {}) {
+    if (!ok) throw ConfigError("train", fmt::format("--{}: {}", field, what), hint);
+  };
+  need(preset == "tiny" || preset == "paper" || preset == "gpt2-124m", "preset",
+       "unknown preset '" + preset + "'", "use tiny, paper or gpt2-124m");
+  need(attention.empty() || attention == "mhsa" || attention == "ls" || attention == "qk_norm" ||
+           attention == "softcap",
+       "attention", "unknown variant '" + attention + "'", "use mhsa, ls, qk_norm or softcap");
+  // Upper bounds far above any real run: larger values are typos (or hostile) and would only
+  // overflow sizes, allocate for minutes or never finish.
+  constexpr int64_t kMaxSize = 1 << 20, kMaxSteps = int64_t{1} << 40;
+  need(n_layer >= 0 && n_head >= 0 && n_embd >= 0, "n-layer", "layer, head and width counts cannot be negative");
+  need(n_layer <= 4096 && n_head <= 4096 && n_embd <= 65536, "n-layer",
+       "at most 4096 layers, 4096 heads and width 65536");
+  need(ls_local_heads >= -1, "ls-local-heads", "must be at least 0 (or -1 for the preset's)");
+  need(ls_window >= 0, "ls-window", "must be at least 1 (or 0 for the preset's)");
+  need(init_from.empty() || (n_layer == 0 && n_head == 0 && n_embd == 0 && attention.empty() &&
+                             ls_local_heads == -1 && ls_window == 0 && bias == -1 && tie_embeddings == -1),
+       "init-from", "the model's shape and attention come from --init-from, so --n-layer, --n-head, --n-embd, "
+       "--attention, --ls-local-heads, --ls-window, --bias and --tie-embeddings cannot change it",
+       "drop those flags, or train from scratch without --init-from");
+  need(batch_size <= kMaxSize && seq_len <= kMaxSize && grad_accum <= kMaxSize, "batch-size",
+       "--batch-size, --seq-len and --grad-accum are at most 2^20");
+  need(bias >= -1 && bias <= 1 && tie_embeddings >= -1 && tie_embeddings <= 1, "bias",
+       "--bias and --tie-embeddings take 1, 0 or -1 (the preset's)");
+  need(batch_size >= 1, "batch-size", "must be at least 1");
+  need(seq_len >= 0, "seq-len", "cannot be negative");
+  need(grad_accum >= 1, "grad-accum", "must be at least 1");
+  need(max_steps >= 1 && max_steps <= kMaxSteps, "max-steps", "must be in [1, 2^40]");
+  need(warmup_steps >= 0 && warmup_steps <= kMaxSteps, "warmup-steps", "must be in [0, 2^40]");
+  need(seed <= uint64_t{INT64_MAX}, "seed", "must be in [0, 2^63 - 1]");
+  need(std::isfinite(lr) && lr >= 0, "lr", "must be a non-negative number");
+  need(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, "min-lr", "must be in [0, lr]");
+  need(weight_decay >= 0, "weight-decay", "cannot be negative");
+  need(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "beta1", "betas must be in [0, 1)");
+  need(grad_clip >= 0, "grad-clip", "cannot be negative (0 turns clipping off)");
+  need(dropout >= 0 && dropout < 1, "dropout", "must be in [0, 1)");
+  need(softcap > 0, "softcap", "the cap must be positive");
+  need(dtype == "f32" || dtype == "bf16" || dtype == "f16", "dtype", "unknown dtype '" + dtype + "'",
+       "use f32, bf16 or f16");
+  need(on_nonfinite == "stop" || on_nonfinite == "skip", "on-nonfinite", "use stop or skip");
+  need(log_every >= 1, "log-every", "must be at least 1");
+  need(val_every >= 0 && val_batches >= 0 && ckpt_every >= 0, "val-every", "cannot be negative");
+  need(log_every <= kMaxSteps && val_every <= kMaxSteps && val_batches <= kMaxSteps && ckpt_every <= kMaxSteps &&
+           keep_checkpoints <= 1000000,
+       "val-every", "--log-every, --val-every, --val-batches and --ckpt-every are at most 2^40");
+  need(keep_checkpoints >= 1, "keep-checkpoints", "must be at least 1");
+  need(spike_factor > 1, "spike-factor", "must be above 1");
+  need(dist_backend == "auto" || dist_backend == "local" || dist_backend == "mpi" || dist_backend == "nccl",
+       "dist-backend", "unknown backend '" + dist_backend + "'", "use auto, local, mpi or nccl");
+  need(bucket_mb > 0, "bucket-mb", "must be positive");
+  need(nproc >= 0, "nproc", "cannot be negative");
+  need(!run_dir.empty(), "run-dir", "a run directory is required", "e.g. --run-dir runs/mhsa");
+  need(!data.empty(), "data", "a dataset directory is required", "make one with `gpt2 prepare`");
+}
+
+nlohmann::json identity_of(const TrainConfig& cfg) {
+  nlohmann::json j = cfg.to_json();
+  // What may change between an interrupted run and its resumption without changing the run.
+  for (const char* key : {"run_dir", "name", "log_every", "val_every", "val_batches", "ckpt_every",
+                          "keep_checkpoints", "on_nonfinite", "spike_factor", "device", "data", "dist_backend",
+                          "bucket_mb", "nproc"})
+    j.erase(key);
+  return j;
+}
+
+}  // namespace keel::app

@@ -1,0 +1,427 @@
+// The training loop. Read train() top to bottom: set-up (data, model, optimizer, resume), then
+// one iteration per optimizer step (train_step), then logging, evaluation and checkpoints.
+#include "apps/gpt2/infer/eval.h"
+#include "apps/gpt2/train/trainer.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <deque>
+#include <filesystem>
+#include <numeric>
+
+#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/train/distributed.h"
+#include "apps/gpt2/train/memory_check.h"
+#include "apps/gpt2/train/metrics.h"
+#include "core/allocator.h"
+#include "core/factory.h"
+#include "core/io.h"
+#include "data/loader.h"
+#include "nn/hf.h"
+#include "ops/arith.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "optim/grad_bucketer.h"
+#include "optim/loss_scaler.h"
+#include "optim/schedule.h"
+
+namespace fs = std::filesystem;
+
+namespace keel::app {
+
+namespace {
+
+// SIGINT / SIGTERM / SIGUSR1 (what mpirun forwards) ask the loop to stop after the current
+// step, checkpoint, and exit cleanly; with several ranks, a request seen by any rank stops all.
+std::atomic<bool> g_stop{false};
+extern "C" void on_signal(int) { g_stop = true; }
+
+struct StepResult {
+  double loss = 0, grad_norm = 0;
+  bool finite = true, skipped = false;
+  MaxLogit max_logit;  // (L, H), merged over the step's micro-batches
+};
+
+// "layer 3 head 1 (max |logit| 212.4)": where a diverging model's attention logits are largest.
+std::string hottest_head(const MaxLogit& m) {
+  if (m.values().empty()) return "no attention statistics";
+  const size_t at = m.top_index();
+  return fmt::format("layer {} head {} (max |logit| {:.1f})", int64_t(at) / m.heads(), int64_t(at) % m.heads(),
+                     m.values()[at]);
+}
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainConfig& cfg) : cfg_(cfg) {}
+  TrainResult run();
+
+ private:
+  void setup();
+  void resume_from(const fs::path& ckpt);
+  StepResult train_step(double lr);
+  void log_step(const StepResult& s, double lr, double seconds);
+  void validate_now();
+  void checkpoint(int64_t next_step);
+  nlohmann::json trainer_state(int64_t next_step) const;
+  void event(const std::string& kind, const std::string& message, int64_t step = -1);
+
+  TrainConfig cfg_;
+  Device device_;
+  DType dtype_ = DType::f32;
+  fs::path run_dir_;
+  nn::GPT2Config mcfg_;
+  int64_t T_ = 0;
+  std::unique_ptr<nn::GPT2> model_;
+  std::unique_ptr<optim::AdamW> opt_;
+  std::unique_ptr<optim::LossScaler> scaler_;
+  optim::CosineSchedule schedule_;
+  std::shared_ptr<const data::TokenSplit> train_split_, val_split_;
+  std::unique_ptr<data::TrainLoader> loader_;
+  std::unique_ptr<MetricsLog> log_;  // rank 0 only: one writer of metrics, reports, checkpoints
+  Distributed dist_;
+  std::unique_ptr<optim::GradBucketer> sync_;
+  int64_t step_ = 0;  // the next optimizer step to take
+  double flops_per_token_ = 0, peak_ = 0, elapsed_ = 0;
+  std::deque<double> recent_;  // recent losses, for spike detection
+  TrainResult result_;
+};
+
+void Trainer::setup() {
+  cfg_.validate();
+  device_ = resolve_device(cfg_.device);
+  dtype_ = parse_dtype(cfg_.dtype);
+  if (dtype_ != DType::f32 && device_.is_cpu())
+    throw ConfigError("train", "--dtype " + cfg_.dtype + " needs a GPU: CPU kernels compute in f32",
+                      "use --dtype f32 on the CPU");
+  dist_ = start_distributed(cfg_, &device_);
+  run_dir_ = cfg_.run_dir;
+  if (cfg_.name.empty()) cfg_.name = cfg_.attention.empty() ? cfg_.preset : cfg_.attention;
+
+  data::DatasetMeta meta = data::read_dataset_meta(cfg_.data);
+  if (!cfg_.init_from.empty()) {
+    model_ = nn::load_pretrained(cfg_.init_from);
+    mcfg_ = model_->config();
+    if (mcfg_.vocab_size != int64_t(meta.vocab_size))
+      throw ConfigError("train", fmt::format("--init-from {} has a vocabulary of {} but --data {} has {}",
+                                             cfg_.init_from, mcfg_.vocab_size, cfg_.data, meta.vocab_size),
+                        "prepare the data with the model's vocabulary (--vocab)");
+  } else {
+    mcfg_ = model_config(cfg_, meta.vocab_size);
+  }
+  check_model_fits(mcfg_, device_);
+  T_ = cfg_.seq_len ? cfg_.seq_len : mcfg_.block_size;
+  if (T_ > mcfg_.block_size)
+    throw ConfigError("train", fmt::format("--seq-len {} is longer than the model's context {}", T_, mcfg_.block_size));
+  train_split_ = data::TokenSplit::open(cfg_.data, "train", meta.vocab_size);
+  val_split_ = data::TokenSplit::open(cfg_.data, "val", meta.vocab_size);
+  // Caught now, not after the last step (which would end the run before its final checkpoint).
+  if (val_split_->size() < 2)
+    throw ConfigError("train", "--data " + cfg_.data + ": the dataset has no validation split",
+                      "prepare it again with --val-fraction above 0 (e.g. 0.01)");
+  loader_ = std::make_unique<data::TrainLoader>(
+      train_split_, data::LoaderOptions{cfg_.batch_size, T_, cfg_.seed, dist_.rank(), dist_.world()});
+
+  // The run directory: a fresh run must not clobber one that has checkpoints; a resume must
+  // continue the very same run.
+  auto latest = latest_checkpoint(run_dir_);
+  fs::path config_path = run_dir_ / "config.json";
+  if (cfg_.resume) {
+    if (!latest)
+      throw ConfigError("train", "--resume: " + run_dir_.string() + " has no checkpoint to resume from",
+                        "start it without --resume");
+    TrainConfig saved;
+    const nlohmann::json saved_json = io::read_json_file(config_path, "train");
+    if (!saved_json.is_object() || !saved_json.contains("train"))
+      throw ConfigError("train", config_path.string() + ": no \"train\" section", "is this a run of `gpt2 train`?");
+    saved.merge_json(saved_json["train"], config_path);
+    // Another world size keeps the global batch: B stays, the accumulation makes up the rest.
+    int saved_world = 1;  // runs without a "distributed" section were single-process
+    if (auto d = saved_json.find("distributed"); d != saved_json.end() && d->is_object() && d->contains("world"))
+      saved_world = static_cast<int>(io::get_int((*d)["world"], 1, 1 << 20, config_path.string() + ": distributed.world"));
+    cfg_.grad_accum = grad_accum_for_resume(saved, saved_world, cfg_, dist_.world());
+    auto id = [](const TrainConfig& c) {
+      nlohmann::json j = identity_of(c);
+      j.erase("batch_size"), j.erase("grad_accum");  // checked above as the global batch
+      return j;
+    };
+    if (id(saved) != id(cfg_))
+      throw ConfigError("train", "--resume: the configuration differs from the one in " + config_path.string(),
+                        "resume with the same model, data, optimiser, dtype and seed flags (or none: "
+                        "`gpt2 train --resume --run-dir DIR --data DIR` with --config " + config_path.string() + ")");
+  } else if (latest) {
+    throw ConfigError("train", run_dir_.string() + " already holds a run (checkpoints in it)",
+                      "continue it with --resume, or choose another --run-dir");
+  }
+  check_same_on_all_ranks(*dist_.comm, "configuration", identity_of(cfg_).dump());
+  if (dist_.root()) {
+    fs::create_directories(run_dir_);
+    nlohmann::json resolved{{"name", cfg_.name},
+                            {"train", cfg_.to_json()},
+                            {"model", nlohmann::json::parse(mcfg_.to_json())},
+                            {"distributed", dist_.describe()}};
+    io::write_file_atomic(config_path, resolved.dump(2) + "\n", "train");
+    remove_stale_temporaries(run_dir_);  // of runs killed while writing a checkpoint
+  }
+
+  if (!model_) model_ = std::make_unique<nn::GPT2>(mcfg_, cfg_.seed);
+  model_->to(device_);
+  model_->to(dtype_);
+  model_->train();
+  // Every rank starts from rank 0's weights (before AdamW copies them into f32 masters).
+  broadcast_parameters(*dist_.comm, model_->parameters());
+  opt_ = std::make_unique<optim::AdamW>(model_->named_parameters(),
+                                        optim::AdamWOptions{cfg_.lr, cfg_.beta1, cfg_.beta2, 1e-8, cfg_.weight_decay});
+  scaler_ = std::make_unique<optim::LossScaler>(dtype_);
+  schedule_ = {cfg_.lr, cfg_.min_lr, std::min(cfg_.warmup_steps, cfg_.max_steps), cfg_.max_steps};
+  schedule_.validate();
+  flops_per_token_ = train_flops_per_token(mcfg_, T_);
+  peak_ = peak_flops(device_, dtype_);
+
+  if (cfg_.resume) resume_from(*latest);
+  sync_ = std::make_unique<optim::GradBucketer>(dist_.comm, opt_->param_tensors(), size_t(cfg_.bucket_mb * (1 << 20)));
+  if (!dist_.root()) return;
+  // Records carry the 1-based number of the step they belong to (as the progress line shows),
+  // so after step_ completed steps the log keeps exactly the records of steps <= step_.
+  log_ = std::make_unique<MetricsLog>(run_dir_, cfg_.resume ? std::optional<int64_t>(step_) : std::nullopt);
+  if (cfg_.resume) event("resume", "resumed from " + latest->string(), step_);
+  if (dist_.world() > 1)
+    fmt::print("gpt2 train: data parallel, backend {}, world {} ({}), global batch {} x {} sequences\n",
+               dist_.comm->backend(), dist_.world(), dist_.env.launcher, dist_.world() * cfg_.batch_size,
+               cfg_.grad_accum);
+  fmt::print("gpt2 train: {} on {} ({}), {} parameters, B={} T={} accum={}, {} steps -> {}\n", mcfg_.summary(),
+             device_.str(), cfg_.dtype, model_->num_parameters(), cfg_.batch_size, T_, cfg_.grad_accum,
+             cfg_.max_steps, run_dir_.string());
+}
+
+nlohmann::json Trainer::trainer_state(int64_t next_step) const {
+  Generator& g = model_->dropout_generator();
+  return {{"step", next_step},
+          {"recent_losses", std::vector<double>(recent_.begin(), recent_.end())},
+          {"loader", nlohmann::json::parse(loader_->state().to_json())},
+          {"dropout_rng", {{"seed", g.seed()}, {"offset", g.offset()}}},
+          {"elapsed_s", elapsed_},
+          {"identity", identity_of(cfg_)}};
+}
+
+void Trainer::resume_from(const fs::path& ckpt) {
+  Checkpoint c = load_checkpoint(ckpt);
+  try {
+    model_->load_state(c.model);
+  } catch (const Error& e) {  // name the file: the tensor's name alone does not say which
+    throw IoError("train", (ckpt / "model.safetensors").string() + ": " + e.message(), e.hint());
+  }
+  nn::NamedTensors opt_state, scaler_state;
+  // optimizer.safetensors holds AdamW's state and, under "scaler.", the loss scaler's.
+  for (auto& [name, t] : c.optimizer) {
+    if (name.rfind("scaler.", 0) == 0)
+      scaler_state.emplace_back(name.substr(7), t);
+    else
+      opt_state.emplace_back(name, t);
+  }
+  opt_->load_state(opt_state);
+  scaler_->load_state(scaler_state);
+  try {
+    step_ = c.trainer.at("step").get<int64_t>();
+    // The loader position in global sequences, whatever world size and batch saved it.
+    data::LoaderState saved = data::LoaderState::from_json(c.trainer.at("loader").dump());
+    data::LoaderState now = loader_->state();
+    const uint64_t sequences = saved.step * uint64_t(saved.world_size * saved.batch_size);
+    const uint64_t per_step = uint64_t(now.world_size * now.batch_size);
+    if (saved.world_size != now.world_size || saved.batch_size != now.batch_size) {
+      if (sequences % per_step != 0)
+        throw ConfigError("train", fmt::format("--resume: the run read {} sequences, not a whole number of this "
+                                               "launch's {} ranks x batch {}", sequences, now.world_size,
+                                               now.batch_size));
+      saved.step = sequences / per_step;
+      saved.world_size = now.world_size;
+      saved.batch_size = now.batch_size;
+    }
+    loader_->restore(saved);
+    model_->dropout_generator().set_state(c.trainer.at("dropout_rng").at("seed").get<uint64_t>(),
+                                          c.trainer.at("dropout_rng").at("offset").get<uint64_t>());
+    elapsed_ = c.trainer.value("elapsed_s", 0.0);
+    for (double l : c.trainer.value("recent_losses", std::vector<double>{})) recent_.push_back(l);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError("train", (ckpt / "trainer.json").string() + ": " + e.what(), "the checkpoint is corrupt");
+  }
+  if (step_ >= cfg_.max_steps)
+    throw ConfigError("train", fmt::format("--resume: the run already reached step {} of --max-steps {}", step_,
+                                           cfg_.max_steps));
+}
+
+// Saves the state after step_ has been taken; next_step is where a resume starts.
+void Trainer::checkpoint(int64_t next_step) {
+  check_parameters_identical(*dist_.comm, opt_->param_tensors(), next_step);
+  if (!dist_.root()) return;
+  nn::NamedTensors opt_state = opt_->state();
+  for (auto& [name, t] : scaler_->state()) opt_state.emplace_back("scaler." + name, t);
+  fs::path dir =
+      save_checkpoint(run_dir_, next_step, model_->state(), opt_state, trainer_state(next_step), cfg_.keep_checkpoints);
+  event("checkpoint", dir.string());
+}
+
+// An event of the step in progress (step_ + 1), or of `step` when given.
+void Trainer::event(const std::string& kind, const std::string& message, int64_t step) {
+  if (!log_) return;
+  MetricsRecord r;
+  r.kind = RecordKind::Event;
+  r.step = step >= 0 ? step : step_ + 1;
+  r.event = kind;
+  r.message = message;
+  log_->write(r);
+}
+
+StepResult Trainer::train_step(double lr) {
+  StepResult s;
+  const int64_t L = mcfg_.n_layer, H = mcfg_.n_head;
+  s.max_logit = MaxLogit(L, H);
+  // bf16/f16 parameters get f32 gradient buffers here: the micro-batches accumulate in f32.
+  opt_->zero_grad();
+  for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
+    auto [ids, targets] = batch_tensors(loader_->next(), device_);
+    nn::GPT2Output out = model_->forward(ids, targets);
+    // Gradients of the micro-batches add up in the parameters; scaling each loss by 1/accum
+    // makes their sum the gradient of the mean loss (and by the loss scale for f16, in f32). In
+    // the last micro-batch's backward, finished gradient buckets start their all-reduce.
+    {
+      auto hook = micro + 1 == cfg_.grad_accum ? sync_->hook() : nullptr;
+      scaler_->scale_loss(out.loss, 1.0 / double(cfg_.grad_accum)).backward();
+    }
+    s.loss += out.loss.item() / double(cfg_.grad_accum);
+    s.max_logit.merge(out.max_logit.to_vector<float>());
+  }
+  sync_->finish();  // every gradient is now the mean over ranks
+  s.loss = mean_over_ranks(*dist_.comm, s.loss);
+  max_over_ranks(*dist_.comm, s.max_logit);
+  std::vector<Tensor> params = opt_->param_tensors();
+  bool grads_finite = scaler_->unscale_(params);
+  s.grad_norm = cfg_.grad_clip > 0 ? optim::clip_grad_norm(params, cfg_.grad_clip) : optim::grad_norm(params);
+  s.finite = grads_finite && std::isfinite(s.grad_norm) && std::isfinite(s.loss);
+  if (s.finite) {
+    opt_->step(lr);
+  } else {
+    s.skipped = true;  // with f16 an overflow is routine: the scaler backs off and we go on
+  }
+  scaler_->update(!grads_finite);
+  return s;
+}
+
+void Trainer::log_step(const StepResult& s, double lr, double seconds) {
+  if (!dist_.root()) return;
+  const double tokens = double(cfg_.batch_size * T_ * cfg_.grad_accum * dist_.world());
+  MetricsRecord r;
+  r.step = step_ + 1;
+  r.loss = s.loss;
+  r.lr = lr;
+  r.grad_norm = s.grad_norm;
+  r.max_logit = s.max_logit.rows();
+  r.tokens_per_s = tokens / seconds;
+  if (peak_ > 0) r.mfu = flops_per_token_ * r.tokens_per_s / peak_;
+  r.mem_bytes = int64_t(memory_stats(device_).peak);
+  r.loss_scale = scaler_->scale();
+  r.skipped = s.skipped;
+  r.elapsed_s = elapsed_;
+  if (step_ % cfg_.log_every == 0 || step_ + 1 == cfg_.max_steps) log_->write(r);
+
+  // A spike: the loss far above its recent mean (the instability this project is about).
+  if (recent_.size() >= 10) {
+    double mean = std::accumulate(recent_.begin(), recent_.end(), 0.0) / double(recent_.size());
+    if (s.loss > cfg_.spike_factor * mean)
+      event("spike", fmt::format("loss {:.4f} is {:.1f}x the mean of the last {} steps; hottest attention: {}", s.loss,
+                                 s.loss / mean, recent_.size(), hottest_head(s.max_logit)));
+  }
+  if (std::isfinite(s.loss)) recent_.push_back(s.loss);
+  if (recent_.size() > 50) recent_.pop_front();
+
+  // Progress: redrawn in place on a terminal, about 20 plain lines otherwise.
+  const double eta = seconds * double(cfg_.max_steps - step_ - 1);
+  const bool tty = isatty(STDOUT_FILENO);
+  const int64_t every = std::max<int64_t>(1, cfg_.max_steps / 20);
+  if (tty || step_ % every == 0 || step_ + 1 == cfg_.max_steps) {
+    const double top = s.max_logit.top();
+    fmt::print("{}step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | max logit {:6.2f} | {:.0f} tok/s | ETA {:.0f}s{}",
+               tty ? "\r" : "", step_ + 1, cfg_.max_steps, s.loss, lr, s.grad_norm, top, r.tokens_per_s, eta,
+               tty ? "   " : "\n");
+    std::fflush(stdout);
+  }
+}
+
+void Trainer::validate_now() {
+  EvalResult e = evaluate(*model_, val_split_, cfg_.batch_size, T_, cfg_.val_batches, device_, dist_.comm.get());
+  result_.val_loss = e.loss;
+  result_.val_perplexity = e.perplexity;
+  if (!dist_.root()) return;
+  MetricsRecord r;
+  r.kind = RecordKind::Val;
+  r.step = step_ + 1;
+  r.val_loss = e.loss;
+  r.val_ppl = e.perplexity;
+  r.max_logit = e.max_logit.rows();
+  log_->write(r);
+  fmt::print("{}step {:>6} | val loss {:.4f} | val ppl {:.2f}\n", isatty(STDOUT_FILENO) ? "\n" : "", step_ + 1, e.loss,
+             e.perplexity);
+}
+
+TrainResult Trainer::run() {
+  setup();
+  g_stop = false;
+  auto old_int = std::signal(SIGINT, on_signal);
+  auto old_term = std::signal(SIGTERM, on_signal);
+  auto old_usr1 = std::signal(SIGUSR1, on_signal);
+  struct Restore {
+    decltype(old_int) i, t, u;
+    ~Restore() {
+      std::signal(SIGINT, i);
+      std::signal(SIGTERM, t);
+      std::signal(SIGUSR1, u);
+    }
+  } restore{old_int, old_term, old_usr1};
+
+  for (; step_ < cfg_.max_steps; ++step_) {
+    const double lr = schedule_.lr_at(step_);
+    auto t0 = std::chrono::steady_clock::now();
+    StepResult s = train_step(lr);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    elapsed_ += seconds;
+    result_.final_loss = s.loss;
+    log_step(s, lr, seconds);
+    if (!s.finite && !scaler_->enabled()) {
+      std::string what = fmt::format("non-finite {} at step {}; hottest attention: {}",
+                                     std::isfinite(s.loss) ? "gradient" : "loss", step_ + 1,
+                                     hottest_head(s.max_logit));
+      event("nonfinite", what);
+      if (cfg_.on_nonfinite == "stop")
+        throw ValueError("train", "training diverged: " + what,
+                         "lower --lr, clip harder (--grad-clip), or try --attention ls; "
+                         "--on-nonfinite skip skips such steps instead");
+    }
+    const bool last = step_ + 1 == cfg_.max_steps;
+    const bool stop = any_rank(*dist_.comm, g_stop.load());
+    // The checkpoint first: a failing validation must not lose the step's work.
+    if ((cfg_.ckpt_every > 0 && (step_ + 1) % cfg_.ckpt_every == 0) || last || stop) checkpoint(step_ + 1);
+    if ((cfg_.val_every > 0 && (step_ + 1) % cfg_.val_every == 0) || last) validate_now();
+    if (stop) {
+      event("stop", "stopped by a signal; continue with --resume");
+      if (dist_.root())
+        fmt::print("\ngpt2 train: stopped by a signal after step {}; continue with --resume\n", step_ + 1);
+      result_.interrupted = true;
+      ++step_;
+      break;
+    }
+  }
+  result_.steps = step_;
+  result_.rank = dist_.rank();
+  result_.world = dist_.world();
+  return result_;
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& cfg) { return Trainer(cfg).run(); }
+
+}  // namespace keel::app

@@ -1,0 +1,37 @@
+// The training loop of `gpt2 train`.
+//
+// One optimizer step, as a student would trace it (trainer.cpp, train_step):
+//   for each of grad_accum micro-batches: ids/targets from the loader -> model.forward ->
+//     (loss * loss_scale / grad_accum).backward(), gradients adding up in the parameters;
+//   unscale (f16), global-norm clip, a NaN/inf check, AdamW with the schedule's lr;
+//   log loss, lr, grad norm, max attention logit per layer and head, tokens/s, MFU, memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "apps/gpt2/train/setup.h"
+#include "apps/gpt2/train/train_config.h"
+#include "core/comm.h"
+#include "core/device.h"
+#include "core/max_logit.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "nn/gpt2.h"
+
+namespace keel::app {
+
+struct TrainResult {
+  int64_t steps = 0;          // the step the run reached
+  double final_loss = 0;      // last training loss
+  double val_loss = 0, val_perplexity = 0;
+  bool interrupted = false;   // SIGINT/SIGTERM/SIGUSR1: checkpointed, resumable
+  int rank = 0, world = 1;    // this process in a data-parallel run
+};
+
+// Runs (or with cfg.resume continues) a training run. ConfigError/IoError for bad input;
+// TrainingDiverged (a ValueError) when a NaN/inf appears and cfg.on_nonfinite is "stop".
+TrainResult train(const TrainConfig& cfg);
+
+}  // namespace keel::app
