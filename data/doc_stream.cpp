@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/io.h"
 
 namespace keel::data {
 
@@ -49,6 +50,11 @@ class ByteSource {
       gz_ = in.is_stdin() ? gzdopen(dup(0), "rb") : gzopen(in.path.c_str(), "rb");
       if (!gz_) fail(std::strerror(errno));
       gzbuffer(gz_, 1 << 18);
+      // gzread passes data without the gzip magic bytes through as plain text: right for a .txt
+      // or stdin, but a .gz with a damaged header would feed binary garbage into the dataset.
+      if (!in.is_stdin() && ends_with(in.path.string(), ".gz") && gzdirect(gz_) == 1)
+        fail("not gzip data (the first two bytes are not 1f 8b)",
+             "check the file with `gzip -t`, or drop the .gz suffix if it is plain text");
     }
   }
   ~ByteSource() {
@@ -210,8 +216,10 @@ struct DocumentStream::Impl {
   bool sec_has_text_ = false;
   uint64_t doc_begin_ = kNone, doc_end_ = 0, head_ = kNone;
 
-  Impl(InputFile in, DocumentRule r, std::string f)
-      : input(std::move(in)), rule(r), field(std::move(f)), src(input) {
+  uint64_t max_held_;
+
+  Impl(InputFile in, DocumentRule r, std::string f, uint64_t max_held)
+      : input(std::move(in)), rule(r), field(std::move(f)), src(input), max_held_(max_held) {
     rule.max_chars = std::max<size_t>(rule.max_chars, 1);
   }
 
@@ -290,18 +298,23 @@ struct DocumentStream::Impl {
 
   // --- JSON Lines ---------------------------------------------------------------------------
   void scan_json_line(uint64_t a, uint64_t b) {
-    ++line_no_;
     const std::string_view line = view(a, b);
     if (!has_text(line)) return;
     const std::string where = fmt::format("{}:{}", src.name(), line_no_);
     const std::string hint = "fix or drop that record (one JSON object per line)";
     nlohmann::json j;
+    // Bounded like every JSON keel reads (core/io.h); the library's own messages quote the raw
+    // record, so they are replaced by ours.
     try {
-      j = nlohmann::json::parse(line);
+      j = nlohmann::json::parse(line, io::json_depth_limit());
+    } catch (const io::JsonTooDeep&) {
+      throw IoError("prepare", fmt::format("{}: JSON nested deeper than {} levels", where, io::kMaxJsonDepth), hint);
     } catch (const nlohmann::json::parse_error& e) {
       const bool utf8 = std::string_view(e.what()).find("UTF-8") != std::string_view::npos;
-      throw IoError("prepare", fmt::format("{}: {}: {}", where, utf8 ? "invalid UTF-8" : "not valid JSON",
-                                           e.what()), hint);
+      throw IoError("prepare", fmt::format("{}: {} near byte {}", where, utf8 ? "invalid UTF-8" : "not valid JSON",
+                                           e.byte), hint);
+    } catch (const nlohmann::json::exception&) {  // e.g. a number too large for a double (1e999)
+      throw IoError("prepare", fmt::format("{}: not valid JSON (a number out of range?)", where), hint);
     }
     if (!j.is_object())
       throw IoError("prepare", fmt::format("{}: not a JSON object", where), hint);
@@ -325,6 +338,7 @@ struct DocumentStream::Impl {
       const size_t nl = buf_.find('\n', pos_ - base_);
       if (nl == std::string::npos && !eof_) break;
       const uint64_t eol = nl == std::string::npos ? base_ + buf_.size() : base_ + nl;
+      ++line_no_;
       if (input.format == InputFormat::jsonl) scan_json_line(pos_, eol);
       else scan_text_line(pos_, eol);
       pos_ = eol + 1;
@@ -341,10 +355,27 @@ struct DocumentStream::Impl {
     if (input.format == InputFormat::text) {
       if (head_ != kNone) keep = std::min(keep, head_);
       else if (doc_begin_ != kNone) keep = std::min(keep, doc_begin_);
-      if (sec_first_ != kNone) keep = std::min(keep, sec_first_);
+      // Once the document has been cut (head_), the start of its section is no longer read:
+      // keeping it would hold a whole section (a book without double blank lines) in memory.
+      if (sec_first_ != kNone && head_ == kNone) keep = std::min(keep, sec_first_);
     }
     buf_.erase(0, keep - base_);
     base_ = keep;
+  }
+
+  // What scan() could not let go of is one line (or record) without its end, or, in plain
+  // text, the open document followed by blank lines: nothing else stays unbounded.
+  [[noreturn]] void too_much_held() const {
+    const uint64_t pending = base_ + buf_.size() - pos_;  // the line not yet ended
+    const std::string hint = fmt::format(
+        "prepare holds at most {} bytes of one document (a quarter of --memory-mb): break the text "
+        "into lines, or raise --memory-mb", max_held_);
+    if (pending * 2 >= buf_.size())
+      throw IoError("prepare", fmt::format("{}:{}: a {} of more than {} bytes", src.name(), line_no_ + 1,
+                                           input.format == InputFormat::jsonl ? "record" : "line", pending),
+                    hint);
+    throw IoError("prepare", fmt::format("{}:{}: more than {} bytes of blank lines in a row", src.name(),
+                                         line_no_, buf_.size() - pending), hint);
   }
 
   bool next(std::string& doc) {
@@ -364,6 +395,7 @@ struct DocumentStream::Impl {
       if (got > 0) saw_bytes_ = true;
       eof_ = got == 0;
       scan();
+      if (buf_.size() > max_held_) too_much_held();
     }
     if (ready_.empty()) return false;
     doc = std::move(ready_.front());
@@ -372,8 +404,8 @@ struct DocumentStream::Impl {
   }
 };
 
-DocumentStream::DocumentStream(InputFile input, DocumentRule rule, std::string text_field)
-    : impl_(std::make_unique<Impl>(std::move(input), rule, std::move(text_field))) {}
+DocumentStream::DocumentStream(InputFile input, DocumentRule rule, std::string text_field, uint64_t max_held_bytes)
+    : impl_(std::make_unique<Impl>(std::move(input), rule, std::move(text_field), max_held_bytes)) {}
 DocumentStream::~DocumentStream() = default;
 bool DocumentStream::next(std::string& doc) { return impl_->next(doc); }
 uint64_t DocumentStream::bytes_read() const { return impl_->src.consumed(); }

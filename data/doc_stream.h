@@ -12,7 +12,14 @@
 //   - a line that is not a JSON object, lacks the field, has a non-string field, or holds
 //     invalid UTF-8 is an IoError naming FILE:LINE (a corpus with bad records should be
 //     cleaned, not silently thinned).
-// Compression: .xz (liblzma), .gz (zlib); stdin ("-") may be plain or gzip.
+// Compression: .xz (liblzma), .gz (zlib); stdin ("-") may be plain or gzip. A .gz file must
+// start with the gzip magic bytes (zlib would otherwise pass a damaged one through as text).
+//
+// Memory: the stream holds the open document (cut at max_chars as it goes) and the line being
+// read, so memory does not grow with the file; but a single line or record has no natural
+// bound (a 10 GB line, a JSON record of 10 GB, or gigabytes of blank lines). They are refused
+// with an IoError naming FILE:LINE once more than max_held_bytes would be held at once
+// (kMaxHeldBytes by default; `gpt2 prepare` passes a quarter of --memory-mb).
 #pragma once
 
 #include <cstdint>
@@ -42,9 +49,13 @@ InputFormat format_for(const std::filesystem::path& path);
 // expanded as a shell glob, sorted. IoError for a folder or pattern that yields nothing.
 std::vector<InputFile> expand_inputs(const std::vector<std::filesystem::path>& specs);
 
+// The default bound on the text DocumentStream holds for one document (see above).
+constexpr uint64_t kMaxHeldBytes = uint64_t{256} << 20;
+
 class DocumentStream {
  public:
-  DocumentStream(InputFile input, DocumentRule rule, std::string text_field = "text");
+  DocumentStream(InputFile input, DocumentRule rule, std::string text_field = "text",
+                 uint64_t max_held_bytes = kMaxHeldBytes);
   ~DocumentStream();
   DocumentStream(const DocumentStream&) = delete;
   DocumentStream& operator=(const DocumentStream&) = delete;

@@ -16,18 +16,41 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string decompress_xz(const std::string& in, const fs::path& path) {
+[[noreturn]] void throw_too_large(const fs::path& path, uint64_t max_bytes) {
+  throw IoError("read_text_file",
+                fmt::format("{}: decompresses to more than {} bytes, the limit for a file read whole",
+                            path.string(), max_bytes),
+                "split it into smaller files, or use `gpt2 prepare`, which streams files of any size");
+}
+
+// Room for more output: double it, but never past max_bytes + 1, so that a bomb is caught by
+// producing one byte too many instead of by a huge allocation.
+void grow(std::string& out, size_t produced, uint64_t max_bytes, const fs::path& path) {
+  if (produced < out.size()) return;
+  if (produced > max_bytes) throw_too_large(path, max_bytes);
+  out.resize(static_cast<size_t>(std::min<uint64_t>(uint64_t(out.size()) * 2, max_bytes + 1)));
+}
+
+size_t first_size(const std::string& in, uint64_t max_bytes) {
+  return static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(uint64_t(in.size()) * 4, 1 << 16), max_bytes + 1));
+}
+
+std::string decompress_xz(const std::string& in, const fs::path& path, uint64_t max_bytes) {
   lzma_stream strm = LZMA_STREAM_INIT;
   if (lzma_stream_decoder(&strm, UINT64_MAX, LZMA_CONCATENATED) != LZMA_OK)
     throw IoError("read_text_file", fmt::format("{}: cannot start the xz decoder", path.string()));
-  std::string out;
-  out.resize(std::max<size_t>(in.size() * 4, 1 << 16));
+  std::string out(first_size(in, max_bytes), '\0');
   strm.next_in = reinterpret_cast<const uint8_t*>(in.data());
   strm.avail_in = in.size();
   size_t produced = 0;
   lzma_ret ret = LZMA_OK;
   while (ret == LZMA_OK) {
-    if (produced == out.size()) out.resize(out.size() * 2);
+    try {
+      grow(out, produced, max_bytes, path);
+    } catch (...) {
+      lzma_end(&strm);
+      throw;
+    }
     strm.next_out = reinterpret_cast<uint8_t*>(out.data()) + produced;
     strm.avail_out = out.size() - produced;
     ret = lzma_code(&strm, LZMA_FINISH);
@@ -43,7 +66,7 @@ std::string decompress_xz(const std::string& in, const fs::path& path) {
   return out;
 }
 
-std::string decompress_gz(const std::string& in, const fs::path& path) {
+std::string decompress_gz(const std::string& in, const fs::path& path, uint64_t max_bytes) {
   // zlib's gzread passes non-gzip data through unchanged ("transparent mode"): a .gz whose magic
   // bytes are damaged would enter the dataset as binary garbage. Check the magic ourselves.
   if (in.size() < 2 || static_cast<unsigned char>(in[0]) != 0x1f || static_cast<unsigned char>(in[1]) != 0x8b)
@@ -53,12 +76,16 @@ std::string decompress_gz(const std::string& in, const fs::path& path) {
   // 15 + 32: a 32 KiB window, gzip or zlib header detected automatically.
   if (inflateInit2(&strm, 15 + 32) != Z_OK)
     throw IoError("read_text_file", fmt::format("{}: cannot start the gzip decoder", path.string()));
-  std::string out;
-  out.resize(std::max<size_t>(in.size() * 4, 1 << 16));
+  std::string out(first_size(in, max_bytes), '\0');
   size_t consumed = 0, produced = 0;
   int ret = Z_OK;
   while (true) {
-    if (produced == out.size()) out.resize(out.size() * 2);
+    try {
+      grow(out, produced, max_bytes, path);
+    } catch (...) {
+      inflateEnd(&strm);
+      throw;
+    }
     strm.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data())) + consumed;
     strm.avail_in = static_cast<uInt>(std::min<size_t>(in.size() - consumed, 1u << 30));
     strm.next_out = reinterpret_cast<Bytef*>(out.data()) + produced;
@@ -87,12 +114,13 @@ std::string decompress_gz(const std::string& in, const fs::path& path) {
 
 }  // namespace
 
-std::string read_text_file(const fs::path& path) {
-  std::string raw = io::read_file(path, "read_text_file");
+std::string read_text_file(const fs::path& path, uint64_t max_bytes) {
+  std::string raw = io::read_file(path, "read_text_file", max_bytes);
   const std::string ext = path.extension().string();
-  if (ext == ".gz") return decompress_gz(raw, path);
-  if (ext == ".xz") return decompress_xz(raw, path);
-  return raw;
+  if (ext != ".gz" && ext != ".xz") return raw;
+  std::string text = ext == ".gz" ? decompress_gz(raw, path, max_bytes) : decompress_xz(raw, path, max_bytes);
+  if (text.size() > max_bytes) throw_too_large(path, max_bytes);  // ended just past the limit
+  return text;
 }
 
 }  // namespace keel::data

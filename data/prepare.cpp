@@ -213,7 +213,9 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
     for (const auto& e : fs::directory_iterator(staging.path())) fs::remove_all(e.path());
     state = {{"fingerprint", fp}, {"vocab_ready", false}};
   }
-  auto docs_of = [&](const InputFile& f) { return DocumentStream(f, o.documents, o.text_field); };
+  auto docs_of = [&](const InputFile& f) {
+    return DocumentStream(f, o.documents, o.text_field, o.memory_mb * (uint64_t{1} << 20) / 4);
+  };
 
   // 2. The vocabulary: given, GPT-2's, or learned from the training documents only.
   fs::create_directories(staging.path() / "vocab");
