@@ -2,11 +2,13 @@
 #include "core/io.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <fmt/format.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -73,6 +75,30 @@ std::string read_file(const fs::path& path, const char* op, uint64_t max_bytes) 
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) throw IoError(op, fmt::format("{}: read failed: {}", path.string(), why()));
     if (r == 0) break;  // the file shrank while we read it
+    got += static_cast<size_t>(r);
+  }
+  data.resize(got);
+  return data;
+}
+
+std::string read_fd(int fd, const std::string& source, const char* op, uint64_t max_bytes, const std::string& hint) {
+  std::string data;
+  size_t got = 0;
+  while (true) {
+    if (got == data.size()) {
+      if (got > max_bytes)
+        throw IoError(op, fmt::format("{}: more than {} bytes, the limit for this input", source, max_bytes), hint);
+      data.resize(static_cast<size_t>(std::min<uint64_t>(std::max<size_t>(2 * got, 1 << 16), max_bytes + 1)));
+    }
+    const ssize_t r = ::read(fd, data.data() + got, data.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {  // a non-blocking descriptor: wait
+      struct pollfd p {fd, POLLIN, 0};
+      ::poll(&p, 1, -1);
+      continue;
+    }
+    if (r < 0) throw IoError(op, fmt::format("{}: read failed: {}", source, why()));
+    if (r == 0) break;
     got += static_cast<size_t>(r);
   }
   data.resize(got);

@@ -31,6 +31,11 @@ void require_regular_file(const std::filesystem::path& path, const char* op);
 std::string read_file(const std::filesystem::path& path, const char* op,
                       uint64_t max_bytes = kMaxFileBytes);
 
+// Everything readable from the descriptor fd (stdin, a pipe) up to its end, at most max_bytes:
+// IoError naming `source` (e.g. "stdin") and the limit, with `hint`, as soon as more arrives,
+// so a stream that never ends cannot exhaust memory.
+std::string read_fd(int fd, const std::string& source, const char* op, uint64_t max_bytes, const std::string& hint);
+
 // Writes a file so that readers see the old version or the complete new one, never half of it,
 // even across a crash: the bytes go to a temporary name beside the target, are fsync'd, and
 // the temporary is renamed over the target (then the directory is fsync'd). If commit() is never

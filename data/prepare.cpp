@@ -15,6 +15,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -52,6 +53,9 @@ void check_options(const PrepareOptions& o) {
   if (o.memory_mb < 16)
     throw ValueError(op, fmt::format("--memory-mb {} is too small", o.memory_mb),
                      "give at least 16 (MB); the default is 1024");
+  if (o.memory_mb > (uint64_t{1} << 30))  // in bytes it would overflow 64 bits further on
+    throw ValueError(op, fmt::format("--memory-mb {} is more than any machine has", o.memory_mb),
+                     "give the memory prepare may use in MB; the default is 1024");
   // Never replace something that is not a keel dataset: `--out ~` must not wipe a home.
   std::error_code ec;
   if (fs::exists(o.out, ec)) {
@@ -113,6 +117,34 @@ nlohmann::json split_json(const SplitInfo& s) {
 
 // What must match for an interrupted run to be continued: the inputs (by size and time) and
 // every option that changes the output. Threads and the memory bound do not.
+// One split's finished shards as an interrupted run recorded them in state.json, if the record
+// is what prepare writes and every shard it lists is whole; nullopt otherwise, and the run
+// starts over: a damaged state must neither reach the dataset nor escape as a library error.
+std::optional<ShardStreamState> saved_split(const nlohmann::json& state, const char* name, const fs::path& dir,
+                                            uint64_t shard_tokens) {
+  if (!state.contains(name) || !state[name].is_object()) return std::nullopt;
+  const nlohmann::json& j = state[name];
+  ShardStreamState s;
+  try {
+    s.next_doc = uint64_t(io::get_int(j.contains("next_doc") ? j["next_doc"] : nlohmann::json(), 0, INT64_MAX, "next_doc"));
+    s.next_skip = uint64_t(io::get_int(j.contains("next_skip") ? j["next_skip"] : nlohmann::json(), 0, INT64_MAX, "next_skip"));
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
+  if (!j.contains("shards") || !j["shards"].is_array()) return std::nullopt;
+  for (const auto& f : j["shards"]) {
+    if (!f.is_string() || f.get<std::string>() != fmt::format("{}_{:06d}.bin", name, s.shards.size()))
+      return std::nullopt;
+    try {
+      if (ShardReader(dir / f.get<std::string>()).size() != shard_tokens) return std::nullopt;
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+    s.shards.push_back(f.get<std::string>());
+  }
+  return s;
+}
+
 nlohmann::json fingerprint(const PrepareOptions& o, const std::vector<InputFile>& files) {
   nlohmann::json inputs = nlohmann::json::array();
   for (const auto& f : files) {
@@ -199,13 +231,21 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   const fs::path state_path = staging.path() / "state.json";
   const nlohmann::json fp = fingerprint(o, files);
   nlohmann::json state;
+  std::optional<ShardStreamState> saved_train, saved_val;
   std::error_code ec;
   if (!has_stdin && fs::exists(state_path, ec)) {
     try {
       state = io::read_json_file(state_path, "prepare");
-      if (state.at("fingerprint") != fp) state = nullptr;
-    } catch (const std::exception&) {
+      if (!state.is_object() || !state.contains("fingerprint") || state["fingerprint"] != fp ||
+          !state.contains("vocab_ready") || !state["vocab_ready"].is_boolean())
+        state = nullptr;
+    } catch (const Error&) {
       state = nullptr;  // unreadable: start again
+    }
+    if (state.is_object() && state.contains("train")) {
+      saved_train = saved_split(state, "train", staging.path(), o.shard_tokens);
+      saved_val = saved_split(state, "val", staging.path(), o.shard_tokens);
+      if (!saved_train || !saved_val) state = nullptr;  // damaged: start again
     }
   }
   const bool resuming = !state.is_null();
@@ -219,7 +259,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
 
   // 2. The vocabulary: given, GPT-2's, or learned from the training documents only.
   fs::create_directories(staging.path() / "vocab");
-  if (o.train_vocab > 0 && state.value("vocab_ready", false)) {
+  if (o.train_vocab > 0 && state["vocab_ready"].get<bool>()) {
     vocab = load_vocab(staging.path() / "vocab");
   } else if (o.train_vocab > 0) {
     BpeTrainer trainer;
@@ -250,12 +290,9 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   // 3. Stream documents through rounds of parallel tokenizing into the shard files.
   ShardStream train("train", staging.path(), vocab_size, o.shard_tokens);
   ShardStream val("val", staging.path(), vocab_size, o.shard_tokens);
-  if (resuming && state.contains("train")) {
-    for (auto [name, split] : {std::pair{"train", &train}, std::pair{"val", &val}}) {
-      const auto& j = state.at(name);
-      split->restore({j.at("shards").get<std::vector<std::string>>(),
-                      j.at("next_doc").get<uint64_t>(), j.at("next_skip").get<uint64_t>()});
-    }
+  if (saved_train && saved_val) {
+    train.restore(*saved_train);
+    val.restore(*saved_val);
     log(fmt::format("resuming {}: {} finished shard(s) kept", staging.path().string(),
                     train.resumed + val.resumed));
   }

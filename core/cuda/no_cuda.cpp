@@ -18,6 +18,7 @@ bool built_with_cuda() { return false; }
 int device_count() { return 0; }
 bool is_available() { return false; }
 DeviceInfo device_info(int) { no_cuda("device_info"); }
+size_t free_memory(int) { no_cuda("free_memory"); }
 void check_device(int, const char* op) { no_cuda(op); }
 void synchronize(int) { no_cuda("synchronize"); }
 void memcpy_host_to_device(void*, const void*, size_t, int) { no_cuda("memcpy"); }

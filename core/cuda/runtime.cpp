@@ -69,6 +69,18 @@ DeviceInfo device_info(int index) {
   return {p.name, p.totalGlobalMem, p.multiProcessorCount, p.major, p.minor};
 }
 
+size_t free_memory(int index) {
+  check_device(index, "free_memory");
+  int current = 0;
+  KEEL_CHECK_CUDA(cudaGetDevice(&current));  // cudaMemGetInfo answers for the current device
+  KEEL_CHECK_CUDA(cudaSetDevice(index));
+  size_t free = 0, total = 0;
+  const cudaError_t err = cudaMemGetInfo(&free, &total);
+  KEEL_CHECK_CUDA(cudaSetDevice(current));
+  KEEL_CHECK_CUDA(err);
+  return free;
+}
+
 void synchronize(int index) {
   check_device(index, "synchronize");
   KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(index)));

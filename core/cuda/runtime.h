@@ -21,6 +21,10 @@ struct DeviceInfo {
 };
 DeviceInfo device_info(int index);
 
+// Bytes of device memory free right now (cudaMemGetInfo), as the driver sees it: memory that
+// other processes or keel's caching allocator hold is not free.
+size_t free_memory(int index);
+
 // Throws DeviceError naming `op` when device `index` does not exist.
 void check_device(int index, const char* op);
 void synchronize(int index);

@@ -1,6 +1,7 @@
 // core/io: regular files only, size limits, bounded JSON, range-checked integers, atomic writes.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -38,6 +39,24 @@ TEST_CASE("io::read_file: regular files only, never blocking on a FIFO") {
   CHECK(has(msg, "fifo"));
   CHECK(has(msg, "a FIFO"));
   CHECK(has(error_of<IoError>([&] { io::read_file(dir / "a.txt", "test", 3); }), "more than the limit"));
+}
+
+TEST_CASE("io::read_fd: a stream is read to its end, but never past the limit") {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const std::string chunk(1000, 'z');
+  REQUIRE(::write(fds[1], chunk.data(), chunk.size()) == 1000);
+  ::close(fds[1]);
+  CHECK(io::read_fd(fds[0], "stdin", "test", 1000, "") == chunk);  // exactly the limit
+  ::close(fds[0]);
+  REQUIRE(::pipe(fds) == 0);
+  REQUIRE(::write(fds[1], chunk.data(), chunk.size()) == 1000);
+  // The writer stays open: the reader must stop at the limit, not wait for the end.
+  const std::string msg = error_of<IoError>([&] { io::read_fd(fds[0], "stdin", "test", 999, "use prepare"); });
+  CHECK(has(msg, "stdin: more than 999 bytes"));
+  CHECK(has(msg, "use prepare"));
+  ::close(fds[0]);
+  ::close(fds[1]);
 }
 
 TEST_CASE("io::parse_json: deep nesting is an error naming the source, not a stack overflow") {

@@ -141,6 +141,9 @@ TEST_CASE("bad input: prepare with bad options or vocabulary leaves the output a
   auto small = o;
   small.train_vocab = 100;
   expect_error<keel::ValueError>([&] { prepare_dataset(small); }, {"too small"});
+  auto huge = o;
+  huge.memory_mb = uint64_t{1} << 50;  // overflowed 64 bits when turned into bytes
+  expect_error<keel::ValueError>([&] { prepare_dataset(huge); }, {"--memory-mb"});
   auto frac = o;
   frac.val_fraction = 1.0;
   expect_error<keel::ValueError>([&] { prepare_dataset(frac); }, {"outside [0, 1)"});

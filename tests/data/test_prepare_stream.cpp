@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -118,6 +119,30 @@ TEST_CASE("prepare: an interrupted run resumes to the same output without redoin
   REQUIRE(WEXITSTATUS(status) == 7);
   CHECK(!fs::exists(dir / "out"));
   REQUIRE(fs::exists(dir / "out.partial/state.json"));
+
+  // A damaged state.json or shard (a bit flip, a hand edit) is not resumed from: it starts over
+  // and gives the same output. Before, 1e30 was cast to an integer (undefined behaviour), a
+  // truncated shard was kept, and the others escaped as raw JSON library errors.
+  const nlohmann::json saved = keel::io::read_json_file(dir / "out.partial/state.json", "test");
+  auto damaged = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    CAPTURE(name);
+    const fs::path partial = dir / (name + ".partial");
+    fs::copy(dir / "out.partial", partial, fs::copy_options::recursive);
+    nlohmann::json state = saved;
+    edit(state);
+    write_text(partial / "state.json", state.dump());
+    if (name == "truncated") fs::resize_file(partial / "train_000001.bin", fs::file_size(partial / "train_000001.bin") - 2);
+    auto d = o;
+    d.out = dir / name;
+    d.on_shard = nullptr;
+    CHECK(prepare_dataset(d).resumed_shards == 0);
+    CHECK(snapshot(dir / name) == snapshot(dir / "ref"));
+  };
+  damaged("float_doc", [](nlohmann::json& s) { s["train"]["next_doc"] = 1e30; });
+  damaged("nested_shards", [](nlohmann::json& s) { s["train"]["shards"] = nlohmann::json::parse("[[[1]]]"); });
+  damaged("other_name", [](nlohmann::json& s) { s["val"]["shards"] = {"../train_000000.bin"}; });
+  damaged("vocab_string", [](nlohmann::json& s) { s["vocab_ready"] = "yes"; });
+  damaged("truncated", [](nlohmann::json&) {});
 
   std::vector<std::string> rewritten;
   o.on_shard = [&](const std::string& f) { rewritten.push_back(f); };

@@ -6,10 +6,12 @@
 
 #include <fstream>
 
-#include "apps/gpt2/train/checkpoint.h"
 #include "apps/gpt2/infer/run_model.h"
+#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/train/memory_check.h"
 #include "apps/gpt2/train/trainer.h"
 #include "core/io.h"
+#include "cuda_test.h"
 #include "nn/safetensors.h"
 #include "train_fixture.h"
 
@@ -149,6 +151,30 @@ TEST_CASE("flag values are never silently replaced or ignored") {
   c = testing::tiny_config("seed_wrapped");
   c.seed = ~uint64_t{0};  // what --seed -1 became
   expect_error<ConfigError>([&] { train(c); }, "--seed");
+}
+
+TEST_CASE("a model too large for the device's memory is refused before anything is allocated") {
+  nn::GPT2Config big;
+  big.n_layer = 4096, big.n_head = 16, big.n_embd = 2048;  // about 200 billion parameters
+  // The comparison a GPU run makes against cudaMemGetInfo's free memory.
+  expect_error<ConfigError>([&] { check_model_fits(big, 80e9, "the 80 GB free on cuda:0 (a GPU)"); },
+                            "more than the 80 GB free on cuda:0");
+  expect_error<ConfigError>([&] { check_model_fits(big, 80e9, "the 80 GB free on cuda:0 (a GPU)"); }, "--n-layer 4096");
+  nn::GPT2Config small;
+  small.n_layer = 2, small.n_head = 2, small.n_embd = 32, small.vocab_size = 300, small.block_size = 32;
+  check_model_fits(small, 80e9, "the 80 GB free on cuda:0");  // fits: no error
+  expect_error<ConfigError>([&] { check_model_fits(small, 0, "the 0 GB free on cuda:0"); }, "0 GB free");
+}
+
+TEST_CASE("CUDA: a model larger than the GPU's free memory is refused with the device named") {
+  KEEL_REQUIRE_CUDA();
+  TrainConfig c = testing::tiny_config("too_big_gpu");
+  c.device = "cuda:0";
+  c.n_layer = 4096;
+  c.n_embd = 2048;
+  c.n_head = 16;
+  expect_error<ConfigError>([&] { train(c); }, "free on cuda:0");
+  CHECK_FALSE(fs::exists(fs::path(c.run_dir) / "checkpoints"));
 }
 
 TEST_CASE("config values from a file are range-checked: no wrap, no float cast") {

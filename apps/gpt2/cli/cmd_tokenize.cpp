@@ -2,8 +2,6 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <iostream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "apps/gpt2/cli/commands.h"
@@ -16,9 +14,13 @@ namespace keel::app {
 
 namespace {
 
+// stdin is read whole (and its ids held too), so it is bounded: a pipe that never ends must not
+// exhaust memory. Corpora of any size go through `gpt2 prepare`, which streams.
+constexpr uint64_t kMaxStdinBytes = uint64_t{256} << 20;
+
 std::string read_stdin() {
-  std::ios::sync_with_stdio(false);
-  return {std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+  return io::read_fd(0, "stdin", "tokenize", kMaxStdinBytes,
+                     "tokenize reads at most 256 MB; for larger text use `gpt2 prepare --input -`, which streams");
 }
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -48,7 +50,7 @@ void add_tokenize_command(CLI::App& app) {
   auto decode = std::make_shared<bool>(false);
   auto special = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
-      "tokenize", "Encode stdin to a JSON array of token ids on stdout (or --decode the reverse)");
+      "tokenize", "Encode stdin (at most 256 MB) to a JSON array of token ids on stdout (or --decode the reverse)");
   cmd->add_option("--vocab", *vocab,
                   "vocabulary directory (encoder.json + vocab.bpe); default: GPT-2's bundled one");
   cmd->add_flag("--decode,-d", *decode, "read a JSON array of ids, write the text");
