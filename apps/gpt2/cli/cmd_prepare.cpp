@@ -5,9 +5,28 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/gpt2/cli/commands.h"
+#include "core/io.h"
 #include "data/prepare.h"
 
 namespace keel::app {
+
+namespace {
+// An unsigned option parsed by us: CLI11 would wrap -1 to 2^64 - 1.
+CLI::Option* add_count_option(CLI::App* cmd, const std::string& flag, uint64_t& value, const std::string& help) {
+  return cmd
+      ->add_option_function<std::string>(
+          flag,
+          [&value, flag](const std::string& s) {
+            int64_t v = 0;
+            if (!io::parse_int(s, 0, INT64_MAX, v))
+              throw CLI::ValidationError(flag, fmt::format("'{}' is not a non-negative integer in range", s));
+            value = static_cast<uint64_t>(v);
+          },
+          help)
+      ->type_name("INT")
+      ->default_str(std::to_string(value));
+}
+}  // namespace
 
 void add_prepare_command(CLI::App& app) {
   auto opts = std::make_shared<data::PrepareOptions>();
@@ -34,15 +53,14 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_option("--val-fraction", opts->val_fraction,
                   "fraction of documents held out for validation")
       ->capture_default_str();
-  cmd->add_option("--shard-tokens", opts->shard_tokens, "tokens per shard file at most")
-      ->capture_default_str();
+  add_count_option(cmd, "--shard-tokens", opts->shard_tokens, "tokens per shard file at most");
   cmd->add_option("--text-field", opts->text_field, "the text field of JSON Lines records")
       ->capture_default_str();
   cmd->add_option("--threads", opts->threads, "tokenizing threads (0: every core)")
       ->capture_default_str();
-  cmd->add_option("--memory-mb", opts->memory_mb,
-                  "bound on the text and tokens held in memory at once, in MB")
-      ->capture_default_str();
+  add_count_option(cmd, "--memory-mb", opts->memory_mb,
+                   "bound on the text and tokens held in memory at once, in MB (a quarter of it for one "
+                   "document or line)");
   cmd->add_flag("--quiet,-q", *quiet, "no progress bars or summary");
 
   cmd->callback([=] {
