@@ -39,6 +39,18 @@ class ByteSource {
       if (fs::is_directory(in.path, ec))
         throw IoError("prepare", fmt::format("{}: is a directory", name_));
     }
+    try {
+      open(in);
+    } catch (...) {
+      release();  // a constructor that throws runs no destructor
+      throw;
+    }
+  }
+
+  ~ByteSource() { release(); }
+
+ private:
+  void open(const InputFile& in) {
     if (!in.is_stdin() && ends_with(in.path.string(), ".xz")) {
       file_ = std::fopen(in.path.c_str(), "rb");
       if (!file_) fail(std::strerror(errno));
@@ -57,12 +69,17 @@ class ByteSource {
              "check the file with `gzip -t`, or drop the .gz suffix if it is plain text");
     }
   }
-  ~ByteSource() {
+
+  void release() {
     if (is_xz_) lzma_end(&xz_);
+    is_xz_ = false;
     if (file_) std::fclose(file_);
+    file_ = nullptr;
     if (gz_) gzclose(gz_);
+    gz_ = nullptr;
   }
 
+ public:
   // Up to n bytes into out; 0 at the end.
   size_t read(char* out, size_t n) {
     if (!is_xz_) {
