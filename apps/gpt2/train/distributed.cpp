@@ -174,6 +174,15 @@ void max_over_ranks(Communicator& comm, MaxLogit& m) {
   m = merged;
 }
 
+uint64_t dropout_seed_for_rank(uint64_t seed, int rank) {
+  if (rank == 0) return seed;
+  // splitmix64 of (seed, rank): streams of neighbouring ranks share no structure.
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * uint64_t(rank);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 int64_t grad_accum_for_resume(const TrainConfig& saved, int saved_world, const TrainConfig& cfg, int world) {
   const int64_t global = saved.batch_size * saved.grad_accum * saved_world;
   if (global == cfg.batch_size * cfg.grad_accum * world) return cfg.grad_accum;

@@ -178,6 +178,8 @@ void Trainer::setup() {
   model_->train();
   // Every rank starts from rank 0's weights (before AdamW copies them into f32 masters).
   broadcast_parameters(*dist_.comm, model_->parameters());
+  Generator& dropout_rng = model_->dropout_generator();
+  dropout_rng.set_state(dropout_seed_for_rank(dropout_rng.seed(), dist_.rank()), dropout_rng.offset());
   const optim::AdamWOptions adamw{cfg_.lr, cfg_.beta1, cfg_.beta2, 1e-8, cfg_.weight_decay};
   const DType reduce_dtype = parse_dtype(cfg_.reduce_dtype);
   if (cfg_.zero == 1)
@@ -257,8 +259,10 @@ void Trainer::resume_from(const fs::path& ckpt) {
       saved.batch_size = now.batch_size;
     }
     loader_->restore(saved);
-    model_->dropout_generator().set_state(c.trainer.at("dropout_rng").at("seed").get<uint64_t>(),
-                                          c.trainer.at("dropout_rng").at("offset").get<uint64_t>());
+    // The checkpoint holds rank 0's generator; every rank derives its own stream from it.
+    model_->dropout_generator().set_state(
+        dropout_seed_for_rank(c.trainer.at("dropout_rng").at("seed").get<uint64_t>(), dist_.rank()),
+        c.trainer.at("dropout_rng").at("offset").get<uint64_t>());
     elapsed_ = c.trainer.value("elapsed_s", 0.0);
     for (double l : c.trainer.value("recent_losses", std::vector<double>{})) recent_.push_back(l);
   } catch (const nlohmann::json::exception& e) {
