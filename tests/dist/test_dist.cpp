@@ -271,6 +271,27 @@ TEST_CASE("with dropout each rank draws its own masks, and a world-2 resume is s
   CHECK(!bit_identical(full, world2_run()));  // dropout was on
 }
 
+TEST_CASE("a resume whose global batch the new world cannot make up fails on every rank, writing nothing") {
+  fs::path d = scratch().dir / "indivisible";
+  fs::remove_all(d);
+  fs::copy(world2_run(), d, fs::copy_options::recursive);
+  fs::remove_all(d / "checkpoints/step_00000010");
+  const std::string config = read_text(d / "config.json"), metrics = read_text(d / "metrics.jsonl");
+  // The global batch is 4 sequences; 2 ranks x batch 3 is 6 per step.
+  int rc = run(kMpirun + " -np 2 " + kGpt2 + " train --resume --batch-size 3 --run-dir " + q(d) + " --data " +
+                   q(dataset()),
+               scratch().dir / "indivisible.log");
+  std::string log = read_text(scratch().dir / "indivisible.log");
+  INFO(log);
+  CHECK(rc != 0);
+  CHECK(log.find("rank 0: ") != std::string::npos);
+  CHECK(log.find("rank 1: ") != std::string::npos);
+  CHECK(log.find("cannot make up") != std::string::npos);
+  CHECK(read_text(d / "config.json") == config);
+  CHECK(read_text(d / "metrics.jsonl") == metrics);
+  CHECK(!fs::exists(d / "checkpoints/step_00000010"));
+}
+
 TEST_CASE("ranks started with different configurations stop with one error each, writing nothing") {
   fs::path run_dir = scratch().dir / "differ";
   int rc = run(kMpirun + " -np 1 " + kGpt2 + train_args(run_dir, "--batch-size 2 --weight-decay 0.1") + " : -np 1 " +
