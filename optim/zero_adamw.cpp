@@ -23,7 +23,8 @@ Tensor ZeroAdamW::slice_of(const Tensor& flat, int64_t at, const Shape& shape) c
   return flat.as_strided(shape, contiguous_strides(shape), flat.offset() + at);
 }
 
-ZeroAdamW::ZeroAdamW(std::shared_ptr<Communicator> comm, NamedTensors params, AdamWOptions opt, DType reduce_dtype)
+ZeroAdamW::ZeroAdamW(std::shared_ptr<Communicator> comm, NamedTensors params, AdamWOptions opt, DType reduce_dtype,
+                     size_t chunk_bytes)
     : comm_(std::move(comm)), params_(std::move(params)), opt_(opt), reduce_dtype_(reduce_dtype) {
   opt_.validate();
   if (!comm_) throw ConfigError("ZeroAdamW", "no communicator");
@@ -46,6 +47,7 @@ ZeroAdamW::ZeroAdamW(std::shared_ptr<Communicator> comm, NamedTensors params, Ad
   }
   const int64_t world = comm_->world_size();
   shard_ = std::max<int64_t>(1, (total_ + world - 1) / world);
+  chunk_ = std::clamp<int64_t>(int64_t(chunk_bytes / (4 * size_t(world))), 1, shard_);
 
   // This rank's slice [lo, hi) of the flat space, cut at parameter boundaries.
   const int64_t lo = comm_->rank() * shard_, hi = lo + shard_;
@@ -81,24 +83,46 @@ void ZeroAdamW::zero_grad() {
   }
 }
 
-// flat (W*S) of every rank -> (S) this rank's part of the sum, divided by W in f32.
+template <typename Of>
+void ZeroAdamW::pack(Of of, int64_t a, int64_t n, Tensor& buf, int64_t at) const {
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const int64_t lo = std::max(a, offset_[k]), hi = std::min(a + n, offset_[k] + params_[k].second.numel());
+    if (lo >= hi) continue;
+    Tensor src = of(k);
+    if (!src.defined()) continue;  // the buffer was zeroed
+    src = src.contiguous();
+    Tensor dst = slice_of(buf, at + (lo - a), {hi - lo});
+    copy_(dst, slice_of(src, lo - offset_[k], {hi - lo}));
+  }
+}
+
+template <typename Of>
+void ZeroAdamW::unpack(Of of, int64_t a, int64_t n, const Tensor& buf, int64_t at) const {
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const int64_t lo = std::max(a, offset_[k]), hi = std::min(a + n, offset_[k] + params_[k].second.numel());
+    if (lo >= hi) continue;
+    Tensor dst = slice_of(of(k), lo - offset_[k], {hi - lo});
+    copy_(dst, slice_of(buf, at + (lo - a), {hi - lo}));
+  }
+}
+
+// Every rank's gradients -> this rank's slice (S) of their sum, divided by W in f32. Chunk c
+// reduces elements [c, c + n) of every rank's slice: rank r's piece is flat [r*S + c, r*S + c + n).
 void ZeroAdamW::reduce_gradients() {
   const int64_t world = comm_->world_size();
-  const Device dev = grad_shard_.device();
-  Tensor flat = zeros({shard_ * world}, {reduce_dtype_, dev});  // the padding stays zero
-  for (size_t k = 0; k < params_.size(); ++k) {
-    const Tensor& p = params_[k].second;
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    Tensor dst = slice_of(flat, offset_[k], p.shape());
-    copy_(dst, g);
-  }
-  if (reduce_dtype_ == DType::f32) {
-    comm_->reduce_scatter_sum(flat, grad_shard_);
-  } else {
-    Tensor part = empty({shard_}, {reduce_dtype_, dev});
-    comm_->reduce_scatter_sum(flat, part);
-    copy_(grad_shard_, part);  // the mean is taken, and kept, in f32
+  auto grad = [&](size_t k) { return params_[k].second.grad(); };
+  for (int64_t c = 0; c < shard_; c += chunk_) {
+    const int64_t n = std::min(chunk_, shard_ - c);
+    Tensor in = zeros({world * n}, {reduce_dtype_, grad_shard_.device()});  // padding stays zero
+    for (int64_t r = 0; r < world; ++r) pack(grad, r * shard_ + c, n, in, r * n);
+    Tensor out = slice_of(grad_shard_, c, {n});
+    if (reduce_dtype_ == DType::f32) {
+      comm_->reduce_scatter_sum(in, out);
+    } else {
+      Tensor part = empty({n}, {reduce_dtype_, grad_shard_.device()});
+      comm_->reduce_scatter_sum(in, part);
+      copy_(out, part);  // the mean is taken, and kept, in f32
+    }
   }
   if (world > 1) scale_(grad_shard_, 1.0 / double(world));
 }
@@ -129,21 +153,18 @@ void ZeroAdamW::step(double lr) {
     throw ValueError("ZeroAdamW::step", "lr must be a finite number >= 0, got " + std::to_string(lr));
   opt_.lr = lr;
   ++steps_;
-  if (inner_) inner_->step(lr);
-  // Every rank sends its updated slice and receives everyone's.
+  if (inner_) inner_->step(lr);  // writes this rank's slice of the parameters in place
+  // Every rank sends its updated slice and receives everyone's, chunk by chunk.
+  const int64_t world = comm_->world_size(), lo = comm_->rank() * shard_;
   const Tensor& first = params_.front().second;
-  Tensor shard = zeros({shard_}, {first.dtype(), first.device()});
-  if (inner_) {
-    const NamedTensors& views = inner_->params();
-    for (size_t i = 0; i < segments_.size(); ++i) {
-      Tensor dst = slice_of(shard, segments_[i].at, views[i].second.shape());
-      copy_(dst, views[i].second);
-    }
-  }
-  Tensor full = gather(shard);
-  for (size_t k = 0; k < params_.size(); ++k) {
-    Tensor p = params_[k].second.detach();
-    copy_(p, slice_of(full, offset_[k], p.shape()));
+  auto param = [&](size_t k) { return params_[k].second.detach(); };
+  for (int64_t c = 0; c < shard_; c += chunk_) {
+    const int64_t n = std::min(chunk_, shard_ - c);
+    Tensor mine = zeros({n}, {first.dtype(), first.device()});
+    pack(param, lo + c, n, mine, 0);
+    Tensor all = empty({world * n}, {first.dtype(), first.device()});
+    comm_->all_gather(mine, all);
+    for (int64_t r = 0; r < world; ++r) unpack(param, r * shard_ + c, n, all, r * n);
   }
 }
 

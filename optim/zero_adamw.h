@@ -10,7 +10,9 @@
 //   clip_grad_norm(c)    the global norm: squares summed over the slice, then over the ranks
 //   step(lr)             AdamW on the slice only, then the parameters all-gathered from the owners
 //
-// so each rank holds 1/W of the state. The arithmetic is AdamW's own: the slice is handed to an
+// so each rank holds 1/W of the state. The reduce-scatter and the all-gather run in chunks of
+// about chunk_bytes (every rank's piece of one stretch of its slice), so the packed buffers they
+// need stay that small instead of the size of the whole model. The arithmetic is AdamW's own: the slice is handed to an
 // ordinary AdamW as "segments" (the part of one parameter that falls into the slice, a view of
 // that parameter), so CPU and CUDA, masters, bias correction and the checked state loading are
 // those of optim/adamw.h. Results equal plain data parallelism up to the order in which the
@@ -37,7 +39,7 @@ class ZeroAdamW {
   // travel in during the reduce-scatter (f32, or bf16 for half the bytes); the mean always
   // lands in f32.
   ZeroAdamW(std::shared_ptr<Communicator> comm, NamedTensors params, AdamWOptions opt = {},
-            DType reduce_dtype = DType::f32);
+            DType reduce_dtype = DType::f32, size_t chunk_bytes = size_t{25} << 20);
   ~ZeroAdamW();
 
   // As AdamW::zero_grad: f32 parameters drop their gradient, bf16/f16 ones get a zeroed f32
@@ -84,6 +86,11 @@ class ZeroAdamW {
   Tensor slice_of(const Tensor& flat, int64_t at, const Shape& shape) const;
   // (S) of this rank's slice -> (padded) on every rank, the owners' values.
   Tensor gather(const Tensor& shard) const;
+  // Copies between elements [a, a + n) of the flat space, as held by the tensors `of(k)` of the
+  // parameters (their gradients or themselves; undefined ones read as zero and are not
+  // written), and buf[at, at + n).
+  template <typename Of> void pack(Of of, int64_t a, int64_t n, Tensor& buf, int64_t at) const;
+  template <typename Of> void unpack(Of of, int64_t a, int64_t n, const Tensor& buf, int64_t at) const;
 
   std::shared_ptr<Communicator> comm_;
   NamedTensors params_;
@@ -91,6 +98,7 @@ class ZeroAdamW {
   DType reduce_dtype_;
   std::vector<int64_t> offset_;   // parameter k starts at offset_[k] in the flat space
   int64_t total_ = 0, shard_ = 0;
+  int64_t chunk_ = 1;             // elements per rank in one reduce-scatter / all-gather
   std::vector<Segment> segments_;
   std::unique_ptr<AdamW> inner_;  // AdamW over the segments (null when the slice is padding only)
   Tensor grad_shard_;             // (S) f32: this rank's slice of the mean gradient

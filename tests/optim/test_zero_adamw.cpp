@@ -64,14 +64,17 @@ const AdamWOptions kOpt{1e-2, 0.9, 0.95, 1e-8, 0.1};
 }  // namespace
 
 TEST_CASE("ZeRO-1 AdamW equals all-reduce + clip + AdamW, holding 1/world of the state") {
-  for (int world : {1, 2, 3}) {
+  // Chunks of the whole slice, of one element per rank, and of 5 (uneven against 13 or 9).
+  for (auto [world, chunk_bytes] : {std::pair{1, size_t{1} << 20}, {2, size_t{1} << 20}, {3, size_t{1} << 20},
+                                    {2, size_t{8}}, {3, size_t{8}}, {2, size_t{40}}, {3, size_t{60}}}) {
     CAPTURE(world);
+    CAPTURE(chunk_bytes);
     std::vector<NamedTensors> zero_params(world), plain_params(world), zero_state(world), plain_state(world);
     std::vector<double> zero_norm(world), plain_norm(world);
     std::vector<int64_t> bytes(world);
     on_threads(world, [&](int r, std::shared_ptr<Communicator> comm) {
       NamedTensors zp = make_params(), pp = make_params();
-      ZeroAdamW zero(comm, zp, kOpt);
+      ZeroAdamW zero(comm, zp, kOpt, DType::f32, chunk_bytes);
       AdamW plain(pp, kOpt);
       for (int step = 0; step < 5; ++step) {
         zero.zero_grad();

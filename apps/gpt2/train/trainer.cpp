@@ -183,7 +183,8 @@ void Trainer::setup() {
   const optim::AdamWOptions adamw{cfg_.lr, cfg_.beta1, cfg_.beta2, 1e-8, cfg_.weight_decay};
   const DType reduce_dtype = parse_dtype(cfg_.reduce_dtype);
   if (cfg_.zero == 1)
-    zero_ = std::make_unique<optim::ZeroAdamW>(dist_.comm, model_->named_parameters(), adamw, reduce_dtype);
+    zero_ = std::make_unique<optim::ZeroAdamW>(dist_.comm, model_->named_parameters(), adamw, reduce_dtype,
+                                               size_t(cfg_.bucket_mb * (1 << 20)));
   else
     opt_ = std::make_unique<optim::AdamW>(model_->named_parameters(), adamw);
   scaler_ = std::make_unique<optim::LossScaler>(dtype_);
