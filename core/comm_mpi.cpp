@@ -61,10 +61,16 @@ void check_mpi(int rc, const char* what) {
   throw ConfigError("mpi", std::string(what) + " failed: " + std::string(msg, len));
 }
 
-// The type a tensor is reduced in: f32, f64, i32, i64 as they are; bf16/f16 widened to f32.
-DType reduce_dtype(DType t) { return t == DType::bf16 || t == DType::f16 ? DType::f32 : t; }
+// The type a tensor is reduced in: f32, f64, i32, i64 as they are; f16 widened to f32; bf16
+// widened for max, and for sums kept in bf16 on the wire (half the bytes: what
+// --reduce-dtype bf16 asks for), each pairwise sum computed in f32 and rounded, as NCCL does.
+DType reduce_dtype(DType t, bool sum = false) {
+  if (t == DType::bf16 && sum) return DType::bf16;
+  return t == DType::bf16 || t == DType::f16 ? DType::f32 : t;
+}
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
+    case DType::bf16: return MPI_UINT16_T;  // with bf16_sum_op only
     case DType::f32: return MPI_FLOAT;
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
@@ -89,6 +95,12 @@ extern "C" void nan_max_op(void* in, void* inout, int* len, MPI_Datatype* dt) {
   else if (*dt == MPI_DOUBLE) nan_max(static_cast<double*>(in), static_cast<double*>(inout), *len);
   else if (*dt == MPI_INT32_T) nan_max(static_cast<int32_t*>(in), static_cast<int32_t*>(inout), *len);
   else if (*dt == MPI_INT64_T) nan_max(static_cast<int64_t*>(in), static_cast<int64_t*>(inout), *len);
+}
+
+extern "C" void bf16_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const bf16*>(in);
+  auto* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = bf16(float(a[i]) + float(b[i]));
 }
 
 // Completes `req` by polling; past the timeout the job is aborted (every rank dies at once,
@@ -133,6 +145,9 @@ void divide(Tensor& buf, int world) {
     if constexpr (std::is_floating_point_v<T>) {
       T* p = buf.data<T>();
       for (int64_t i = 0; i < buf.numel(); ++i) p[i] /= T(world);
+    } else if constexpr (std::is_same_v<T, bf16>) {
+      T* p = buf.data<T>();
+      for (int64_t i = 0; i < buf.numel(); ++i) p[i] = bf16(float(p[i]) / float(world));
     }
   });
 }
@@ -172,6 +187,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_);
     check_mpi(MPI_Op_create(&nan_max_op, 1, &max_op_), "MPI_Op_create");
+    check_mpi(MPI_Op_create(&bf16_sum_op, 1, &bf16_sum_), "MPI_Op_create");
   }
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
@@ -188,9 +204,9 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Work> all_reduce_mean_async(Tensor& t) override {
     if (!is_floating(t.dtype()))
       throw DTypeError("all_reduce_mean", std::string("a mean needs a floating tensor, got ") + dtype_name(t.dtype()));
-    Tensor buf = staged(t, reduce_dtype(t.dtype()));
+    Tensor buf = staged(t, reduce_dtype(t.dtype(), true));
     auto w = std::make_unique<MpiWork>(t, buf, rank_, world_);
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), MPI_SUM,
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), sum_op(buf),
                              MPI_COMM_WORLD, &w->req),
               "MPI_Iallreduce");
     return w;
@@ -230,11 +246,11 @@ class MpiCommunicator final : public Communicator {
       throw ShapeError("reduce_scatter_sum", "in must be contiguous with world_size * numel(out) = " +
                                                  std::to_string(n * world_) + " elements of out's dtype, got " +
                                                  shape_str(in.shape()));
-    const DType rd = reduce_dtype(in.dtype());
+    const DType rd = reduce_dtype(in.dtype(), true);
     Tensor src = staged(in, rd);
     Tensor dst = empty(out.shape(), {rd, Device::cpu()});
     MPI_Request req;
-    check_mpi(MPI_Ireduce_scatter_block(src.raw_data(), dst.raw_data(), int(n), mpi_type(rd), MPI_SUM,
+    check_mpi(MPI_Ireduce_scatter_block(src.raw_data(), dst.raw_data(), int(n), mpi_type(rd), sum_op(src),
                                         MPI_COMM_WORLD, &req),
               "MPI_Ireduce_scatter_block");
     wait_for(req, rank_, "reduce_scatter_sum");
@@ -248,8 +264,11 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  MPI_Op sum_op(const Tensor& buf) const { return buf.dtype() == DType::bf16 ? bf16_sum_ : MPI_SUM; }
   void reduce(Tensor& t, MPI_Op op, bool mean, const char* name) {
-    Tensor buf = staged(t, reduce_dtype(t.dtype()));
+    const bool sum = op == MPI_SUM;
+    Tensor buf = staged(t, reduce_dtype(t.dtype(), sum));
+    if (sum) op = sum_op(buf);
     MPI_Request req;
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), op,
                              MPI_COMM_WORLD, &req),
@@ -260,7 +279,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   int rank_ = 0, world_ = 1;
-  MPI_Op max_op_ = MPI_OP_NULL;
+  MPI_Op max_op_ = MPI_OP_NULL, bf16_sum_ = MPI_OP_NULL;
 };
 
 }  // namespace

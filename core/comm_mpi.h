@@ -5,8 +5,9 @@
 // NCCL (the NCCL unique id is broadcast over it). keel builds without MPI too; then
 // make_mpi_communicator() raises a ConfigError saying how to get it.
 //
-// Reductions: floating tensors are reduced in f32 (f64 stays f64; bf16/f16 are widened to f32
-// and rounded back once), integers in i64. Open MPI's all-reduce algorithms (recursive
+// Reductions: floating tensors are reduced in f32 (f64 stays f64; f16 is widened to f32 and
+// rounded back once; bf16 sums travel as bf16, half the bytes, each pairwise sum computed in
+// f32 and rounded to bf16 as NCCL does), integers in i64. Open MPI's all-reduce algorithms (recursive
 // doubling, ring) combine the same operands in the same order on every rank, so results are
 // bit-identical across ranks; the trainer's parameter checksum verifies this at run time.
 // Max uses a user-defined MPI operation that lets NaN win (MPI_MAX on floats drops it).

@@ -12,9 +12,12 @@ Tensor slice_of(const Tensor& flat, int64_t offset, const Shape& like) {
 }
 }  // namespace
 
-GradBucketer::GradBucketer(std::shared_ptr<Communicator> comm, std::vector<Tensor> params, size_t bucket_bytes)
-    : comm_(std::move(comm)), params_(std::move(params)) {
+GradBucketer::GradBucketer(std::shared_ptr<Communicator> comm, std::vector<Tensor> params, size_t bucket_bytes,
+                           DType reduce_dtype)
+    : comm_(std::move(comm)), params_(std::move(params)), reduce_dtype_(reduce_dtype) {
   if (bucket_bytes == 0) throw ValueError("GradBucketer", "bucket_bytes must be > 0");
+  if (reduce_dtype_ != DType::f32 && reduce_dtype_ != DType::bf16)
+    throw DTypeError("GradBucketer", std::string("gradients are reduced in f32 or bf16, not ") + dtype_name(reduce_dtype_));
   size_t bytes = 0;
   for (size_t k = params_.size(); k-- > 0;) {
     const Tensor& p = params_[k];
@@ -23,7 +26,7 @@ GradBucketer::GradBucketer(std::shared_ptr<Communicator> comm, std::vector<Tenso
     if (p.device() != params_.back().device() || p.dtype() != params_.back().dtype())
       throw DeviceError("GradBucketer", "parameters must share one device and dtype",
                         "move the model to one device and dtype first");
-    size_t nbytes = size_t(p.numel()) * dtype_size(p.dtype());
+    size_t nbytes = size_t(p.numel()) * dtype_size(reduce_dtype_);
     if (buckets_.empty() || (bytes + nbytes > bucket_bytes && !buckets_.back().members.empty())) {
       buckets_.emplace_back();
       bytes = 0;
@@ -61,7 +64,7 @@ void GradBucketer::start_ready_in_order() {
 
 void GradBucketer::start(Bucket& b) {
   const Tensor& first = params_[b.members.front()];
-  b.flat = zeros({b.numel}, {first.dtype(), first.device()});
+  b.flat = zeros({b.numel}, {reduce_dtype_, first.device()});
   int64_t off = 0;
   for (size_t k : b.members) {
     Tensor g = params_[k].grad();

@@ -30,8 +30,10 @@ namespace keel::optim {
 class GradBucketer {
  public:
   // params: the same list in the same order on every rank; floating, one device.
+  // reduce_dtype: the dtype the buckets are packed and reduced in (f32, or bf16 for half the
+  // bytes); the means are copied back into the gradients in their own dtype (f32 masters).
   GradBucketer(std::shared_ptr<Communicator> comm, std::vector<Tensor> params,
-               size_t bucket_bytes = kDefaultBucketBytes);
+               size_t bucket_bytes = kDefaultBucketBytes, DType reduce_dtype = DType::f32);
 
   // Installs the engine hook for the backward passes run while the guard lives.
   std::unique_ptr<GradReadyHookGuard> hook();
@@ -59,6 +61,7 @@ class GradBucketer {
 
   std::shared_ptr<Communicator> comm_;
   std::vector<Tensor> params_;
+  DType reduce_dtype_;
   std::vector<Bucket> buckets_;
   std::unordered_map<TensorImpl*, size_t> bucket_of_;  // parameter -> its bucket
   size_t next_ = 0;                                     // the next bucket to start

@@ -122,6 +122,21 @@ TEST_CASE("gradient accumulation of 2 micro-batches of 2 matches one batch of 4"
   for (size_t i = 0; i < la.size(); ++i) CHECK(lb[i] == doctest::Approx(la[i]).epsilon(1e-4));
 }
 
+TEST_CASE("--zero 1 in one process (one slice holding everything) trains exactly like plain AdamW") {
+  TrainConfig a = testing::tiny_config("zero_a");
+  a.max_steps = 4;
+  TrainConfig b = a;
+  b.run_dir = testing::scratch_dir("zero_b").string();
+  b.zero = 1;
+  train(a);
+  train(b);
+  // The same update on the same (unreduced) gradients: only the norm's f64 sum is ordered otherwise.
+  auto la = train_losses(a.run_dir), lb = train_losses(b.run_dir);
+  REQUIRE(la.size() == 4);
+  REQUIRE(lb.size() == 4);
+  for (size_t i = 0; i < la.size(); ++i) CHECK(lb[i] == doctest::Approx(la[i]).epsilon(1e-6));
+}
+
 TEST_CASE("gpt2 export writes a Hugging Face directory that reloads as the same model") {
   TrainConfig c = testing::tiny_config("export");
   c.max_steps = 3;

@@ -56,6 +56,17 @@ TEST_CASE("missing data and CPU half precision are refused") {
   expect_error<ConfigError>(c, "");
 }
 
+TEST_CASE("an unknown ZeRO stage or reduce dtype is refused before anything is written") {
+  TrainConfig c = testing::tiny_config("zero2");
+  c.zero = 2;
+  expect_error<ConfigError>(c, "--zero: ZeRO stage 2 is not available");
+  CHECK(!fs::exists(c.run_dir));
+  c = testing::tiny_config("reduce_f16");
+  c.reduce_dtype = "f16";
+  expect_error<ConfigError>(c, "--reduce-dtype: unknown dtype 'f16'");
+  CHECK(!fs::exists(c.run_dir));
+}
+
 TEST_CASE("a run directory with checkpoints is not overwritten, and resume must match") {
   TrainConfig c = testing::tiny_config("existing");
   c.max_steps = 2;

@@ -15,6 +15,7 @@
 #include <iterator>
 
 #include "core/comm_mpi.h"
+#include "core/comm_tcp.h"
 #include "core/cuda/comm_nccl.h"
 #include "core/cuda/runtime.h"
 #include "core/factory.h"
@@ -96,22 +97,41 @@ Distributed start_distributed(const TrainConfig& cfg, Device* device) {
     d.comm = std::make_shared<LocalCommunicator>();
     return d;
   }
-  // mpi and nccl both start from MPI: the processes find each other through the MPI launcher.
-  if (d.env.world > 1 && !launched_by_mpi())
-    throw ConfigError("launch",
-                      fmt::format("{} ranks from {} variables, but not started by an MPI launcher: keel joins "
-                                  "processes through MPI (mpirun, or srun with PMIx)",
-                                  d.env.world, d.env.launcher),
-                      "start the ranks with `mpirun -np N gpt2 train ...`, `srun --mpi=pmix gpt2 train ...` or "
-                      "`gpt2 train --nproc N ...`");
-  std::shared_ptr<Communicator> mpi = make_mpi_communicator();
-  if (device->is_cuda()) {
+  auto one_gpu_per_rank = [&] {
+    if (!device->is_cuda()) return;
     int gpus = cuda::device_count();
     if (d.env.local_world > gpus)
       throw ConfigError("launch", fmt::format("{} ranks on this node but only {} GPU(s)", d.env.local_world, gpus),
-                        "start at most one rank per GPU (mpirun -np / --nproc / srun --ntasks-per-node)");
+                        "start at most one rank per GPU (mpirun -np / --nproc / srun --ntasks-per-node / "
+                        "torchrun --nproc-per-node)");
     if (d.env.world > 1 || backend == "nccl") *device = Device::cuda(d.env.local_rank);
+  };
+  if (d.env.world > 1 && !launched_by_mpi()) {
+    // torchrun on GPUs: NCCL needs only its unique id passed from rank 0 to the others, which
+    // a TCP rendezvous at MASTER_ADDR:MASTER_PORT does without MPI.
+    if (d.env.launcher == "torchrun" && device->is_cuda() && backend == "nccl") {
+      const char* addr = std::getenv("MASTER_ADDR");
+      const int port = env_int("MASTER_PORT", 0);
+      if (!addr || !*addr || port == 0)
+        throw ConfigError("launch", "torchrun variables without MASTER_ADDR and MASTER_PORT",
+                          "set both (torchrun does), e.g. MASTER_ADDR=node1 MASTER_PORT=29500");
+      one_gpu_per_rank();
+      const char* t = std::getenv("KEEL_DIST_TIMEOUT");
+      auto bootstrap = make_tcp_bootstrap(addr, port, d.env.rank, d.env.world, t && std::atof(t) > 0 ? std::atof(t) : 30);
+      d.comm = make_nccl_communicator(*bootstrap, device->index);
+      return d;
+    }
+    // Everything else finds its ranks through the MPI launcher.
+    throw ConfigError("launch",
+                      fmt::format("{} ranks from {} variables, but not started by an MPI launcher: keel joins "
+                                  "processes through MPI (mpirun, or srun with PMIx), or, on GPUs, through "
+                                  "torchrun's MASTER_ADDR:MASTER_PORT",
+                                  d.env.world, d.env.launcher),
+                      "start the ranks with `mpirun -np N gpt2 train ...`, `srun --mpi=pmix gpt2 train ...` or "
+                      "`gpt2 train --nproc N ...`");
   }
+  std::shared_ptr<Communicator> mpi = make_mpi_communicator();
+  one_gpu_per_rank();
   if (backend == "mpi") {
     d.comm = mpi;
   } else if (backend == "nccl") {
@@ -172,6 +192,15 @@ void max_over_ranks(Communicator& comm, MaxLogit& m) {
   MaxLogit merged(m.layers(), m.heads());
   merged.merge(t.to_vector<float>());
   m = merged;
+}
+
+uint64_t dropout_seed_for_rank(uint64_t seed, int rank) {
+  if (rank == 0) return seed;
+  // splitmix64 of (seed, rank): streams of neighbouring ranks share no structure.
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * uint64_t(rank);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
 }
 
 int64_t grad_accum_for_resume(const TrainConfig& saved, int saved_world, const TrainConfig& cfg, int world) {

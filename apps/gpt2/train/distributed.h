@@ -61,6 +61,13 @@ bool any_rank(Communicator& comm, bool v);
 // Elementwise max over ranks, NaN winning (a rank whose logits blew up must show).
 void max_over_ranks(Communicator& comm, MaxLogit& m);
 
+// The dropout seed of `rank`, from the seed rank 0 uses: each rank draws its own masks (it
+// sees other sequences; one mask for all would correlate them), deterministically from the
+// run's seed, so a resume at the same world size is bit-exact. Rank 0 keeps `seed`, so one
+// process draws what it always drew, and a checkpoint needs to hold rank 0's seed only (all
+// ranks draw the same number of values, so they share the counter offset).
+uint64_t dropout_seed_for_rank(uint64_t seed, int rank);
+
 // Resume with another world size: the micro-batch B of this launch stays, and the gradient
 // accumulation is chosen so that the global batch (world x B x accum) of the saved run is
 // kept. Returns the grad_accum to use; ConfigError when it does not divide.

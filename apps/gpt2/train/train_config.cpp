@@ -55,6 +55,8 @@ void for_each_field(TrainConfig& c, F&& f) {
   f("dist_backend", c.dist_backend, "data-parallel backend: auto | local | mpi | nccl (auto: mpi on CPUs, nccl on GPUs)");
   f("bucket_mb", c.bucket_mb, "data parallelism: gradient all-reduce bucket size in MB");
   f("nproc", c.nproc, "start N local ranks of this command under mpirun (data parallelism on one machine)");
+  f("zero", c.zero, "data parallelism: 1 shards the AdamW state over the ranks (ZeRO-1), 0 replicates it");
+  f("reduce_dtype", c.reduce_dtype, "data parallelism: dtype the gradients travel in, f32 | bf16 (half the bytes)");
 }
 }  // namespace
 
@@ -176,6 +178,10 @@ void TrainConfig::validate() const {
        "dist-backend", "unknown backend '" + dist_backend + "'", "use auto, local, mpi or nccl");
   need(bucket_mb > 0, "bucket-mb", "must be positive");
   need(nproc >= 0, "nproc", "cannot be negative");
+  need(zero == 0 || zero == 1, "zero", fmt::format("ZeRO stage {} is not available", zero),
+       "use 1 to shard the optimizer state over the ranks, or 0 for plain data parallelism");
+  need(reduce_dtype == "f32" || reduce_dtype == "bf16", "reduce-dtype", "unknown dtype '" + reduce_dtype + "'",
+       "use f32 or bf16");
   need(!run_dir.empty(), "run-dir", "a run directory is required", "e.g. --run-dir runs/mhsa");
   need(!data.empty(), "data", "a dataset directory is required", "make one with `gpt2 prepare`");
 }
@@ -185,8 +191,16 @@ nlohmann::json identity_of(const TrainConfig& cfg) {
   // What may change between an interrupted run and its resumption without changing the run.
   for (const char* key : {"run_dir", "name", "log_every", "val_every", "val_batches", "ckpt_every",
                           "keep_checkpoints", "on_nonfinite", "spike_factor", "device", "data", "dist_backend",
-                          "bucket_mb", "nproc"})
+                          "bucket_mb", "nproc", "zero", "reduce_dtype"})
     j.erase(key);
+  return j;
+}
+
+nlohmann::json launch_identity_of(const TrainConfig& cfg) {
+  nlohmann::json j = identity_of(cfg);
+  j["zero"] = cfg.zero;
+  j["reduce_dtype"] = cfg.reduce_dtype;
+  j["bucket_mb"] = cfg.bucket_mb;
   return j;
 }
 

@@ -51,6 +51,8 @@ struct TrainConfig {
   std::string dist_backend = "auto";  // auto | local | mpi | nccl
   double bucket_mb = 25;              // gradient all-reduce bucket size
   int64_t nproc = 0;                  // > 0: start this many local ranks (under mpirun)
+  int64_t zero = 0;                   // ZeRO stage: 0 (replicated optimizer state) or 1 (sharded)
+  std::string reduce_dtype = "f32";   // dtype gradients travel in: f32 | bf16
 
   nlohmann::json to_json() const;
   // Fields present in j replace this config's; unknown keys are a ConfigError (typos).
@@ -65,5 +67,8 @@ void add_train_flags(CLI::App& cmd, TrainConfig* cfg, std::string* config_file);
 // The fields whose change makes a resumed run a different run (model, data, optimiser,
 // precision, seed). Resuming with any of them changed is refused.
 nlohmann::json identity_of(const TrainConfig& cfg);
+// identity_of plus what every rank of one launch must agree on so that they issue the same
+// collectives (--zero, --reduce-dtype, --bucket-mb), which a resume may change.
+nlohmann::json launch_identity_of(const TrainConfig& cfg);
 
 }  // namespace keel::app

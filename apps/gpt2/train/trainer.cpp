@@ -29,6 +29,7 @@
 #include "optim/grad_bucketer.h"
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
+#include "optim/zero_adamw.h"
 
 namespace fs = std::filesystem;
 
@@ -77,7 +78,8 @@ class Trainer {
   nn::GPT2Config mcfg_;
   int64_t T_ = 0;
   std::unique_ptr<nn::GPT2> model_;
-  std::unique_ptr<optim::AdamW> opt_;
+  std::unique_ptr<optim::AdamW> opt_;         // plain data parallelism: the whole state on every rank
+  std::unique_ptr<optim::ZeroAdamW> zero_;    // --zero 1: each rank holds its slice of it
   std::unique_ptr<optim::LossScaler> scaler_;
   optim::CosineSchedule schedule_;
   std::shared_ptr<const data::TokenSplit> train_split_, val_split_;
@@ -157,13 +159,15 @@ void Trainer::setup() {
     throw ConfigError("train", run_dir_.string() + " already holds a run (checkpoints in it)",
                       "continue it with --resume, or choose another --run-dir");
   }
-  check_same_on_all_ranks(*dist_.comm, "configuration", identity_of(cfg_).dump());
+  check_same_on_all_ranks(*dist_.comm, "configuration", launch_identity_of(cfg_).dump());
   if (dist_.root()) {
     fs::create_directories(run_dir_);
     nlohmann::json resolved{{"name", cfg_.name},
                             {"train", cfg_.to_json()},
                             {"model", nlohmann::json::parse(mcfg_.to_json())},
                             {"distributed", dist_.describe()}};
+    resolved["distributed"]["zero"] = cfg_.zero;
+    resolved["distributed"]["reduce_dtype"] = cfg_.reduce_dtype;
     io::write_file_atomic(config_path, resolved.dump(2) + "\n", "train");
     remove_stale_temporaries(run_dir_);  // of runs killed while writing a checkpoint
   }
@@ -174,8 +178,15 @@ void Trainer::setup() {
   model_->train();
   // Every rank starts from rank 0's weights (before AdamW copies them into f32 masters).
   broadcast_parameters(*dist_.comm, model_->parameters());
-  opt_ = std::make_unique<optim::AdamW>(model_->named_parameters(),
-                                        optim::AdamWOptions{cfg_.lr, cfg_.beta1, cfg_.beta2, 1e-8, cfg_.weight_decay});
+  Generator& dropout_rng = model_->dropout_generator();
+  dropout_rng.set_state(dropout_seed_for_rank(dropout_rng.seed(), dist_.rank()), dropout_rng.offset());
+  const optim::AdamWOptions adamw{cfg_.lr, cfg_.beta1, cfg_.beta2, 1e-8, cfg_.weight_decay};
+  const DType reduce_dtype = parse_dtype(cfg_.reduce_dtype);
+  if (cfg_.zero == 1)
+    zero_ = std::make_unique<optim::ZeroAdamW>(dist_.comm, model_->named_parameters(), adamw, reduce_dtype,
+                                               size_t(cfg_.bucket_mb * (1 << 20)));
+  else
+    opt_ = std::make_unique<optim::AdamW>(model_->named_parameters(), adamw);
   scaler_ = std::make_unique<optim::LossScaler>(dtype_);
   schedule_ = {cfg_.lr, cfg_.min_lr, std::min(cfg_.warmup_steps, cfg_.max_steps), cfg_.max_steps};
   schedule_.validate();
@@ -183,7 +194,9 @@ void Trainer::setup() {
   peak_ = peak_flops(device_, dtype_);
 
   if (cfg_.resume) resume_from(*latest);
-  sync_ = std::make_unique<optim::GradBucketer>(dist_.comm, opt_->param_tensors(), size_t(cfg_.bucket_mb * (1 << 20)));
+  if (!zero_)
+    sync_ = std::make_unique<optim::GradBucketer>(dist_.comm, opt_->param_tensors(), size_t(cfg_.bucket_mb * (1 << 20)),
+                                                  reduce_dtype);
   if (!dist_.root()) return;
   // Records carry the 1-based number of the step they belong to (as the progress line shows),
   // so after step_ completed steps the log keeps exactly the records of steps <= step_.
@@ -193,6 +206,10 @@ void Trainer::setup() {
     fmt::print("gpt2 train: data parallel, backend {}, world {} ({}), global batch {} x {} sequences\n",
                dist_.comm->backend(), dist_.world(), dist_.env.launcher, dist_.world() * cfg_.batch_size,
                cfg_.grad_accum);
+  if (zero_)
+    fmt::print("gpt2 train: ZeRO-1, optimizer state {:.2f} MB on rank 0 ({:.2f} MB unsharded), {} of {} elements per rank\n",
+               double(zero_->state_bytes()) / 1e6, double(zero_->unsharded_state_bytes()) / 1e6,
+               zero_->shard_numel(), zero_->numel());
   fmt::print("gpt2 train: {} on {} ({}), {} parameters, B={} T={} accum={}, {} steps -> {}\n", mcfg_.summary(),
              device_.str(), cfg_.dtype, model_->num_parameters(), cfg_.batch_size, T_, cfg_.grad_accum,
              cfg_.max_steps, run_dir_.string());
@@ -223,7 +240,8 @@ void Trainer::resume_from(const fs::path& ckpt) {
     else
       opt_state.emplace_back(name, t);
   }
-  opt_->load_state(opt_state);
+  if (zero_) zero_->load_state(opt_state);
+  else opt_->load_state(opt_state);
   scaler_->load_state(scaler_state);
   try {
     step_ = c.trainer.at("step").get<int64_t>();
@@ -242,8 +260,10 @@ void Trainer::resume_from(const fs::path& ckpt) {
       saved.batch_size = now.batch_size;
     }
     loader_->restore(saved);
-    model_->dropout_generator().set_state(c.trainer.at("dropout_rng").at("seed").get<uint64_t>(),
-                                          c.trainer.at("dropout_rng").at("offset").get<uint64_t>());
+    // The checkpoint holds rank 0's generator; every rank derives its own stream from it.
+    model_->dropout_generator().set_state(
+        dropout_seed_for_rank(c.trainer.at("dropout_rng").at("seed").get<uint64_t>(), dist_.rank()),
+        c.trainer.at("dropout_rng").at("offset").get<uint64_t>());
     elapsed_ = c.trainer.value("elapsed_s", 0.0);
     for (double l : c.trainer.value("recent_losses", std::vector<double>{})) recent_.push_back(l);
   } catch (const nlohmann::json::exception& e) {
@@ -256,9 +276,11 @@ void Trainer::resume_from(const fs::path& ckpt) {
 
 // Saves the state after step_ has been taken; next_step is where a resume starts.
 void Trainer::checkpoint(int64_t next_step) {
-  check_parameters_identical(*dist_.comm, opt_->param_tensors(), next_step);
+  check_parameters_identical(*dist_.comm, model_->parameters(), next_step);
+  // With ZeRO every rank takes part in gathering the whole state; rank 0 writes it.
+  nn::NamedTensors opt_state = zero_ ? zero_->state() : nn::NamedTensors{};
   if (!dist_.root()) return;
-  nn::NamedTensors opt_state = opt_->state();
+  if (!zero_) opt_state = opt_->state();
   for (auto& [name, t] : scaler_->state()) opt_state.emplace_back("scaler." + name, t);
   fs::path dir =
       save_checkpoint(run_dir_, next_step, model_->state(), opt_state, trainer_state(next_step), cfg_.keep_checkpoints);
@@ -281,7 +303,7 @@ StepResult Trainer::train_step(double lr) {
   const int64_t L = mcfg_.n_layer, H = mcfg_.n_head;
   s.max_logit = MaxLogit(L, H);
   // bf16/f16 parameters get f32 gradient buffers here: the micro-batches accumulate in f32.
-  opt_->zero_grad();
+  zero_ ? zero_->zero_grad() : opt_->zero_grad();
   for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
     auto [ids, targets] = batch_tensors(loader_->next(), device_);
     nn::GPT2Output out = model_->forward(ids, targets);
@@ -289,21 +311,31 @@ StepResult Trainer::train_step(double lr) {
     // makes their sum the gradient of the mean loss (and by the loss scale for f16, in f32). In
     // the last micro-batch's backward, finished gradient buckets start their all-reduce.
     {
-      auto hook = micro + 1 == cfg_.grad_accum ? sync_->hook() : nullptr;
+      auto hook = sync_ && micro + 1 == cfg_.grad_accum ? sync_->hook() : nullptr;
       scaler_->scale_loss(out.loss, 1.0 / double(cfg_.grad_accum)).backward();
     }
     s.loss += out.loss.item() / double(cfg_.grad_accum);
     s.max_logit.merge(out.max_logit.to_vector<float>());
   }
-  sync_->finish();  // every gradient is now the mean over ranks
+  bool grads_finite = true;
+  if (zero_) {
+    // This rank's slice of the mean gradient; the norm is over all slices (a non-finite
+    // element anywhere makes it non-finite on every rank).
+    zero_->reduce_gradients();
+    zero_->scale_gradients(1.0 / scaler_->scale());
+    s.grad_norm = zero_->clip_grad_norm(cfg_.grad_clip);
+    grads_finite = std::isfinite(s.grad_norm);
+  } else {
+    sync_->finish();  // every gradient is now the mean over ranks
+    std::vector<Tensor> params = opt_->param_tensors();
+    grads_finite = scaler_->unscale_(params);
+    s.grad_norm = cfg_.grad_clip > 0 ? optim::clip_grad_norm(params, cfg_.grad_clip) : optim::grad_norm(params);
+  }
   s.loss = mean_over_ranks(*dist_.comm, s.loss);
   max_over_ranks(*dist_.comm, s.max_logit);
-  std::vector<Tensor> params = opt_->param_tensors();
-  bool grads_finite = scaler_->unscale_(params);
-  s.grad_norm = cfg_.grad_clip > 0 ? optim::clip_grad_norm(params, cfg_.grad_clip) : optim::grad_norm(params);
   s.finite = grads_finite && std::isfinite(s.grad_norm) && std::isfinite(s.loss);
   if (s.finite) {
-    opt_->step(lr);
+    zero_ ? zero_->step(lr) : opt_->step(lr);
   } else {
     s.skipped = true;  // with f16 an overflow is routine: the scaler backs off and we go on
   }
