@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/error.h"
+
 namespace keel {
 
 size_t dtype_size(DType t) {
@@ -26,6 +28,13 @@ const char* dtype_name(DType t) {
     case DType::i64: return "i64";
   }
   return "?";
+}
+
+void throw_dtype_not_in(const char* op, DType t, const DType* accepted, size_t n) {
+  std::string list;
+  for (size_t i = 0; i < n; ++i) list += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + dtype_name(accepted[i]);
+  throw DTypeError(op, "expected " + list + ", got " + dtype_name(t),
+                   std::string("convert with .to(DType::") + dtype_name(accepted[0]) + ")");
 }
 
 bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16; }

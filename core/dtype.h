@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace keel {
 
@@ -48,19 +49,43 @@ template <> struct dtype_of_t<int32_t> { static constexpr DType value = DType::i
 template <> struct dtype_of_t<int64_t> { static constexpr DType value = DType::i64; };
 template <typename T> inline constexpr DType dtype_of = dtype_of_t<T>::value;
 
-// Calls f.template operator()<T>() with the C++ type T of `t`:
-//   visit_dtype(x.dtype(), [&]<typename T>() { fill<T>(...); });
+// The one dtype dispatch of keel's host code: calls f.template operator()<T>() with T the C++
+// type of `t`, chosen from a set of types, so a kernel is written once as a template:
+//   visit_dtype<CpuFloat>(x.dtype(), "gelu", [&]<typename T>() { ... x.data<T>() ... });
+// A dtype outside the set raises DTypeError naming `op` and the dtypes it accepts. The form
+// without a set and without `op` accepts every dtype (copies, fills, communication).
+template <typename... Ts> struct DTypes {};
+using AnyDType = DTypes<float, double, bf16, f16, int32_t, int64_t>;
+using FloatDType = DTypes<float, double, bf16, f16>;  // every floating type (storage included)
+using CpuFloat = DTypes<float, double>;              // what the CPU kernels compute in
+using IndexDType = DTypes<int32_t, int64_t>;         // token ids, targets, argmax
+
+// Raises DTypeError: `op` got `t`, which is none of `accepted`; the hint names the first one.
+[[noreturn]] void throw_dtype_not_in(const char* op, DType t, const DType* accepted, size_t n);
+
+namespace detail {
+template <typename F, typename T, typename... Rest>
+decltype(auto) visit_first_match(DType t, F& f) {
+  if constexpr (sizeof...(Rest) == 0) return f.template operator()<T>();
+  else if (t == dtype_of<T>) return f.template operator()<T>();
+  else return visit_first_match<F, Rest...>(t, f);
+}
+}  // namespace detail
+
+template <typename Set, typename F>
+decltype(auto) visit_dtype(DType t, const char* op, F&& f) {
+  return [&]<typename... Ts>(DTypes<Ts...>) -> decltype(auto) {
+    if (!((t == dtype_of<Ts>) || ...)) {
+      static constexpr DType accepted[] = {dtype_of<Ts>...};
+      throw_dtype_not_in(op, t, accepted, sizeof...(Ts));
+    }
+    return detail::visit_first_match<F, Ts...>(t, f);
+  }(Set{});
+}
+
 template <typename F>
 decltype(auto) visit_dtype(DType t, F&& f) {
-  switch (t) {
-    case DType::f32: return f.template operator()<float>();
-    case DType::f64: return f.template operator()<double>();
-    case DType::bf16: return f.template operator()<bf16>();
-    case DType::f16: return f.template operator()<f16>();
-    case DType::i32: return f.template operator()<int32_t>();
-    case DType::i64: return f.template operator()<int64_t>();
-  }
-  return f.template operator()<float>();  // unreachable: every enumerator is handled above
+  return visit_dtype<AnyDType>(t, "visit_dtype", std::forward<F>(f));
 }
 
 }  // namespace keel

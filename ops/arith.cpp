@@ -4,12 +4,10 @@
 #include <algorithm>
 
 #include "ops/common.h"
-#include "ops/cpu/elementwise.h"
+#include "ops/cpu/arith.h"
+#include "ops/cuda/arith.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
-#ifdef KEEL_WITH_CUDA
-#include "ops/cuda/ops.h"
-#endif
 
 namespace keel {
 
@@ -45,20 +43,13 @@ void check_binary(const char* op, const Tensor& a, const Tensor& b) {
   detail::check_floating(op, {{"a", a}});
 }
 
-Tensor binary_forward(cpu::BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+// a, b broadcastable -> (broadcast shape)
+Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   check_binary(name, a, b);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-#ifndef KEEL_WITH_CUDA
-  if (a.device().is_cuda()) detail::no_cuda_kernel(name);  // a build without the CUDA kernels
-#endif
   Tensor out = empty(shape, {a.dtype(), a.device()});
-#ifdef KEEL_WITH_CUDA
-  if (a.device().is_cuda()) {
-    cuda::binary(op, a, b, out);
-    return out;
-  }
-#endif
-  cpu::binary(op, a, b, out);
+  if (a.device().is_cuda()) cuda::binary(op, a, b, out);
+  else cpu::binary(op, a, b, out);
   return out;
 }
 
@@ -101,7 +92,7 @@ struct DivBackward : Node {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(cpu::BinaryOp::add, "add", a, b);
+  Tensor out = binary_forward(BinaryOp::add, "add", a, b);
   if (needs_grad({a, b})) {
     auto n = std::make_shared<AddBackward>();
     n->a_shape = a.shape(), n->b_shape = b.shape(), n->b_sign = 1;
@@ -111,7 +102,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(cpu::BinaryOp::sub, "sub", a, b);
+  Tensor out = binary_forward(BinaryOp::sub, "sub", a, b);
   if (needs_grad({a, b})) {
     auto n = std::make_shared<AddBackward>();
     n->a_shape = a.shape(), n->b_shape = b.shape(), n->b_sign = -1;
@@ -121,7 +112,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(cpu::BinaryOp::mul, "mul", a, b);
+  Tensor out = binary_forward(BinaryOp::mul, "mul", a, b);
   if (needs_grad({a, b})) {
     auto n = std::make_shared<MulBackward>();
     // Each input's gradient needs the other input (and sum_to_shape needs both shapes).
@@ -132,7 +123,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward(cpu::BinaryOp::div, "div", a, b);
+  Tensor out = binary_forward(BinaryOp::div, "div", a, b);
   if (needs_grad({a, b})) {
     auto n = std::make_shared<DivBackward>();
     n->a = a.detach(), n->b = b.detach();
@@ -144,88 +135,71 @@ Tensor div(const Tensor& a, const Tensor& b) {
 // ---- unary ----
 
 namespace {
-Tensor unary_forward(cpu::UnaryOp op, const char* name, const Tensor& x, double s = 0.0) {
+// x (any) -> same shape
+Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double s = 0.0) {
   detail::check_floating(name, {{"x", x}});
-#ifndef KEEL_WITH_CUDA
-  if (x.device().is_cuda()) detail::no_cuda_kernel(name);  // a build without the CUDA kernels
-#endif
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
-#ifdef KEEL_WITH_CUDA
-  if (x.device().is_cuda()) {
-    cuda::unary(op, x, out, s);
-    return out;
-  }
-#endif
-  cpu::unary(op, x, out, s);
+  if (x.device().is_cuda()) cuda::unary(op, x, out, s);
+  else cpu::unary(op, x, out, s);
   return out;
 }
 
 // y = f(x) whose derivative is expressed through the saved x or y.
 struct UnaryBackward : Node {
-  cpu::UnaryOp op;
+  UnaryOp op;
   double s = 0;
   Tensor saved;  // x for log/relu/square, y for exp/tanh, nothing for neg/add/mul scalar
   const char* name() const override {
     switch (op) {
-      case cpu::UnaryOp::neg: return "NegBackward";
-      case cpu::UnaryOp::exp: return "ExpBackward";
-      case cpu::UnaryOp::log: return "LogBackward";
-      case cpu::UnaryOp::tanh: return "TanhBackward";
-      case cpu::UnaryOp::relu: return "ReluBackward";
-      case cpu::UnaryOp::square: return "SquareBackward";
-      case cpu::UnaryOp::add_scalar: return "AddScalarBackward";
-      case cpu::UnaryOp::mul_scalar: return "MulScalarBackward";
+      case UnaryOp::neg: return "NegBackward";
+      case UnaryOp::exp: return "ExpBackward";
+      case UnaryOp::log: return "LogBackward";
+      case UnaryOp::tanh: return "TanhBackward";
+      case UnaryOp::relu: return "ReluBackward";
+      case UnaryOp::square: return "SquareBackward";
+      case UnaryOp::add_scalar: return "AddScalarBackward";
+      case UnaryOp::mul_scalar: return "MulScalarBackward";
     }
     return "UnaryBackward";
   }
   std::vector<Tensor> backward(const Tensor& g) override {
     switch (op) {
-      case cpu::UnaryOp::neg: return {neg(g)};
-      case cpu::UnaryOp::exp: return {mul(g, saved)};                         // d e^x = e^x
-      case cpu::UnaryOp::log: return {div(g, saved)};                         // d log x = 1/x
-      case cpu::UnaryOp::tanh: return {mul(g, add(neg(square(saved)), 1.0))};  // 1 - tanh^2
-      case cpu::UnaryOp::relu: {
-#ifdef KEEL_WITH_CUDA
-        if (saved.device().is_cuda()) return {cuda::relu_backward(g, saved)};
-#endif
-        Tensor mask = empty_like(saved);
-        detail::dispatch_float("relu", saved.dtype(), [&]<typename T>() {
-          const T* x = saved.data<T>();
-          T* m = mask.data<T>();
-          for (int64_t i = 0; i < saved.numel(); ++i) m[i] = x[i] > T(0) ? T(1) : T(0);
-        });
-        return {mul(g, mask)};
-      }
-      case cpu::UnaryOp::square: return {mul(g, mul(saved, 2.0))};
-      case cpu::UnaryOp::add_scalar: return {g};
-      case cpu::UnaryOp::mul_scalar: return {mul(g, s)};
+      case UnaryOp::neg: return {neg(g)};
+      case UnaryOp::exp: return {mul(g, saved)};                         // d e^x = e^x
+      case UnaryOp::log: return {div(g, saved)};                         // d log x = 1/x
+      case UnaryOp::tanh: return {mul(g, add(neg(square(saved)), 1.0))};  // 1 - tanh^2
+      case UnaryOp::relu:
+        return {saved.device().is_cuda() ? cuda::relu_backward(g, saved) : cpu::relu_backward(g, saved)};
+      case UnaryOp::square: return {mul(g, mul(saved, 2.0))};
+      case UnaryOp::add_scalar: return {g};
+      case UnaryOp::mul_scalar: return {mul(g, s)};
     }
     return {};
   }
   void release() override { saved = {}; }
 };
 
-Tensor unary_op(cpu::UnaryOp op, const char* name, const Tensor& x, double s = 0.0) {
+Tensor unary_op(UnaryOp op, const char* name, const Tensor& x, double s = 0.0) {
   Tensor y = unary_forward(op, name, x, s);
   if (needs_grad({x})) {
     auto n = std::make_shared<UnaryBackward>();
     n->op = op, n->s = s;
-    if (op == cpu::UnaryOp::exp || op == cpu::UnaryOp::tanh) n->saved = y.detach();
-    if (op == cpu::UnaryOp::log || op == cpu::UnaryOp::square) n->saved = x.detach();
-    if (op == cpu::UnaryOp::relu) n->saved = x.detach().contiguous();
+    if (op == UnaryOp::exp || op == UnaryOp::tanh) n->saved = y.detach();
+    if (op == UnaryOp::log || op == UnaryOp::square) n->saved = x.detach();
+    if (op == UnaryOp::relu) n->saved = x.detach().contiguous();
     connect(y, n, {x});
   }
   return y;
 }
 }  // namespace
 
-Tensor add(const Tensor& x, double s) { return unary_op(cpu::UnaryOp::add_scalar, "add", x, s); }
-Tensor mul(const Tensor& x, double s) { return unary_op(cpu::UnaryOp::mul_scalar, "mul", x, s); }
-Tensor neg(const Tensor& x) { return unary_op(cpu::UnaryOp::neg, "neg", x); }
-Tensor exp(const Tensor& x) { return unary_op(cpu::UnaryOp::exp, "exp", x); }
-Tensor log(const Tensor& x) { return unary_op(cpu::UnaryOp::log, "log", x); }
-Tensor tanh(const Tensor& x) { return unary_op(cpu::UnaryOp::tanh, "tanh", x); }
-Tensor relu(const Tensor& x) { return unary_op(cpu::UnaryOp::relu, "relu", x); }
-Tensor square(const Tensor& x) { return unary_op(cpu::UnaryOp::square, "square", x); }
+Tensor add(const Tensor& x, double s) { return unary_op(UnaryOp::add_scalar, "add", x, s); }
+Tensor mul(const Tensor& x, double s) { return unary_op(UnaryOp::mul_scalar, "mul", x, s); }
+Tensor neg(const Tensor& x) { return unary_op(UnaryOp::neg, "neg", x); }
+Tensor exp(const Tensor& x) { return unary_op(UnaryOp::exp, "exp", x); }
+Tensor log(const Tensor& x) { return unary_op(UnaryOp::log, "log", x); }
+Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::tanh, "tanh", x); }
+Tensor relu(const Tensor& x) { return unary_op(UnaryOp::relu, "relu", x); }
+Tensor square(const Tensor& x) { return unary_op(UnaryOp::square, "square", x); }
 
 }  // namespace keel

@@ -7,6 +7,10 @@
 
 namespace keel {
 
+// The elementwise operations the kernels of both devices implement (ops/cpu/arith.h, ops/cuda/arith.h).
+enum class BinaryOp { add, sub, mul, div };
+enum class UnaryOp { neg, exp, log, tanh, relu, square, add_scalar, mul_scalar };
+
 // a, b: broadcastable shapes, same dtype and device -> broadcast shape.
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);

@@ -5,9 +5,8 @@
 #include <string>
 
 #include "ops/common.h"
-#ifdef KEEL_WITH_CUDA
+#include "ops/cpu/attention.h"
 #include "ops/cuda/attention.h"
-#endif
 
 namespace keel {
 
@@ -84,15 +83,8 @@ struct AttentionBackward : Node {
     Tensor dout = grad_out.detach().contiguous();
     if (dout.dtype() != q.dtype()) dout = dout.to(q.dtype());
     Tensor dq = empty_like(q), dk = empty_like(k), dv = empty_like(v);
-    if (q.device().is_cuda()) {
-#ifdef KEEL_WITH_CUDA
-      cuda::attention_backward(q, k, v, out, lse, dout, window, scale, softcap, dq, dk, dv);
-#else
-      detail::no_cuda_kernel(kOp);
-#endif
-    } else {
-      cpu::attention_backward(q, k, v, out, lse, dout, window, scale, softcap, dq, dk, dv);
-    }
+    auto kernel = q.device().is_cuda() ? cuda::attention_backward : cpu::attention_backward;
+    kernel(q, k, v, out, lse, dout, window, scale, softcap, dq, dk, dv);
     return {dq, dk, dv};
   }
   void release() override { q = k = v = out = lse = {}; }
@@ -102,10 +94,6 @@ struct AttentionBackward : Node {
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
   check_arguments(q, k, v, spec);
-#ifndef KEEL_WITH_CUDA
-  if (q.device().is_cuda()) detail::no_cuda_kernel(kOp);
-#endif
-
   // Kernels read packed rows; the graph edges still go to the caller's (possibly strided) tensors.
   Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(), vc = v.detach().contiguous();
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
@@ -115,13 +103,9 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   r.max_logit = empty({H}, {DType::f32, q.device()});
   // The CUDA kernels keep the row log-sum-exp in f32 whatever the input dtype; the CPU in the input's.
   Tensor lse = empty({B, H, T}, {q.device().is_cuda() ? DType::f32 : q.dtype(), q.device()});
-  if (q.device().is_cuda()) {
-#ifdef KEEL_WITH_CUDA
-    cuda::attention_forward(qc, kc, vc, spec.window, scale, spec.softcap, r.out, lse, r.max_logit);
-#endif
-  } else {
-    cpu::attention_forward(qc, kc, vc, spec.window, scale, spec.softcap, r.out, lse, r.max_logit);  // DTypeError for bf16/f16
-  }
+  // The CPU kernel raises DTypeError for bf16/f16.
+  auto kernel = q.device().is_cuda() ? cuda::attention_forward : cpu::attention_forward;
+  kernel(qc, kc, vc, spec.window, scale, spec.softcap, r.out, lse, r.max_logit);
 
   if (needs_grad({q, k, v})) {
     auto node = std::make_shared<AttentionBackward>();

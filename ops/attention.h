@@ -49,16 +49,4 @@ struct AttentionResult {
 // (mixed devices).
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
 
-// The kernels behind the front end; call attention() instead. Every tensor is contiguous, f32 or
-// f64 alike, already allocated; `scale` is resolved (never 0 for D > 0); softcap 0 = none.
-namespace cpu {
-// q, k, v: (B, H, T, D) -> out (B, H, T, D), lse (B, H, T), max_logit (H) f32
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& window,
-                       double scale, double softcap, Tensor& out, Tensor& lse, Tensor& max_logit);
-// q, k, v, out, dout: (B, H, T, D), lse (B, H, T) -> dq, dk, dv (B, H, T, D)
-void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        const Tensor& dout, const std::vector<int64_t>& window, double scale, double softcap,
-                        Tensor& dq, Tensor& dk, Tensor& dv);
-}  // namespace cpu
-
 }  // namespace keel

@@ -77,8 +77,4 @@ void check_min_dim(const char* op, const Arg& arg, int64_t min_ndim) {
                              " dimensions: " + describe(arg.first, arg.second));
 }
 
-void no_cuda_kernel(const char* op) {
-  throw DeviceError(op, "this op has no CUDA kernel yet", "run it on the CPU (move tensors with .to(Device::cpu()))");
-}
-
 }  // namespace keel::detail

@@ -3,9 +3,8 @@
 
 #include "core/autograd.h"
 #include "ops/common.h"
-#ifdef KEEL_WITH_CUDA
-#include "ops/cuda/ops.h"
-#endif
+#include "ops/cpu/cross_entropy.h"
+#include "ops/cuda/cross_entropy.h"
 
 namespace keel {
 
@@ -15,18 +14,13 @@ struct CrossEntropyBackward : Node {
   Tensor logits, targets, lse;  // logits (N, V) (widened to f32 on the CPU), targets (N), lse (N) (f32 on CUDA)
   Shape logits_shape;
   DType logits_dtype = DType::f32;  // the dtype dlogits must have
-  int64_t ignore_index = -100, count = 0;
+  int64_t ignore_index = kIgnoreIndex, count = 0;
   const char* name() const override { return "CrossEntropyBackward"; }
   // grad [] -> dlogits (..., V); targets get none
   std::vector<Tensor> backward(const Tensor& grad) override {
-#ifdef KEEL_WITH_CUDA
-    // On the device the loss gradient stays there: no host round trip in the backward pass.
-    Tensor d = logits.device().is_cuda()
-                   ? cuda::cross_entropy_backward(logits, targets, lse, ignore_index, count, grad)
-                   : cpu::cross_entropy_backward(logits, targets, lse, ignore_index, count, grad.item());
-#else
-    Tensor d = cpu::cross_entropy_backward(logits, targets, lse, ignore_index, count, grad.item());
-#endif
+    // The loss gradient stays on the device: no host round trip in the backward pass.
+    auto kernel = logits.device().is_cuda() ? cuda::cross_entropy_backward : cpu::cross_entropy_backward;
+    Tensor d = kernel(logits, targets, lse, ignore_index, count, grad);
     if (d.dtype() != logits_dtype) d = d.to(logits_dtype);
     return {d.as_strided(logits_shape, contiguous_strides(logits_shape), 0), Tensor()};
   }
@@ -47,10 +41,6 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     throw ShapeError(op, "targets must have logits' shape without the last dim: " +
                              detail::describe("logits", logits) + ", " + detail::describe("targets", targets),
                      "logits (..., V) go with targets (...)");
-#ifndef KEEL_WITH_CUDA
-  if (logits.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
-#endif
-
   int64_t V = logits.size(-1), N = numel_of(rows);
   // The CPU kernels compute in f32/f64: bf16/f16 logits are widened (the CUDA kernels read
   // them as they are and compute in f32).
@@ -61,12 +51,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor t1 = tc.as_strided({N}, {1}, tc.offset());
   Tensor lse;
   int64_t count = 0;
-#ifdef KEEL_WITH_CUDA
   Tensor loss = logits.device().is_cuda() ? cuda::cross_entropy_forward(l2, t1, ignore_index, lse, count)
                                           : cpu::cross_entropy_forward(l2, t1, ignore_index, lse, count);
-#else
-  Tensor loss = cpu::cross_entropy_forward(l2, t1, ignore_index, lse, count);
-#endif
   if (needs_grad({logits})) {
     auto node = std::make_shared<CrossEntropyBackward>();
     node->logits = l2;

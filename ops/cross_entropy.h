@@ -8,6 +8,10 @@
 
 namespace keel {
 
+// The target that marks a row to skip (padding): Hugging Face's and PyTorch's default, so token
+// files and labels prepared for those tools mean the same here.
+inline constexpr int64_t kIgnoreIndex = -100;
+
 // logits (..., V) floating, targets (...) i32/i64 with values in [0, V) or == ignore_index
 // -> [] = mean over the non-ignored rows of logsumexp(row) - row[target].
 // The loss is f32 whatever the logits' dtype (f64 for f64 logits): a bf16 loss is quantized
@@ -19,18 +23,6 @@ namespace keel {
 // target is ignored the loss is 0 with a zero gradient (PyTorch gives NaN): a batch made only
 // of padding then leaves the model unchanged instead of turning its weights into NaN.
 // A target outside [0, V) that is not ignore_index raises IndexError.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
-
-// CPU kernels (no autograd, no argument checks; contiguous CPU tensors; logits f32 or f64).
-namespace cpu {
-// logits (N, V), targets (N) -> loss [] (logits' dtype: f32 or f64); lse (N) and the number of
-// non-ignored rows `count` are filled in. Raises IndexError for an out-of-range target.
-Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& lse,
-                             int64_t& count);
-// logits (N, V), targets (N), lse (N), grad (the loss's gradient) -> dlogits (N, V) =
-// (softmax - onehot(target)) * grad / count, zero on ignored rows.
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index,
-                              int64_t count, double grad);
-}  // namespace cpu
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = kIgnoreIndex);
 
 }  // namespace keel

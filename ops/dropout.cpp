@@ -3,9 +3,8 @@
 
 #include "ops/arith.h"
 #include "ops/common.h"
-#ifdef KEEL_WITH_CUDA
-#include "ops/cuda/ops.h"
-#endif
+#include "ops/cpu/dropout.h"
+#include "ops/cuda/dropout.h"
 
 namespace keel {
 
@@ -16,19 +15,6 @@ struct DropoutBackward : Node {
   std::vector<Tensor> backward(const Tensor& g) override { return {mul(g, mask)}; }
   void release() override { mask = {}; }
 };
-
-// mask (N) <- 1/(1-p) where philox_uniform(key, base, i) > p, else 0; on mask's device.
-void fill_mask(Tensor& mask, uint64_t key, uint64_t base, double p) {
-#ifdef KEEL_WITH_CUDA
-  if (mask.device().is_cuda()) return cuda::dropout_mask(mask, key, base, static_cast<float>(p), 1.0 / (1.0 - p));
-#endif
-  detail::dispatch_float("dropout", mask.dtype(), [&]<typename T>() {
-    T* m = mask.data<T>();
-    const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
-    const float pf = static_cast<float>(p);
-    for (int64_t i = 0; i < mask.numel(); ++i) m[i] = philox_uniform(key, base, i) > pf ? keep_scale : T(0);
-  });
-}
 }  // namespace
 
 // x (any) -> same shape.
@@ -38,12 +24,12 @@ Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {
   if (!(p >= 0.0 && p < 1.0))
     throw ValueError(op, "probability p = " + std::to_string(p) + " is outside [0, 1)", "use 0 <= p < 1");
   if (!training || p == 0.0) return x;
-#ifndef KEEL_WITH_CUDA
-  if (x.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
-#endif
   const uint64_t key = gen.seed(), base = gen.advance(x.numel());
   Tensor mask = empty(x.shape(), {x.dtype(), x.device()});
-  fill_mask(mask, key, base, p);
+  const float pf = static_cast<float>(p);
+  const double keep_scale = 1.0 / (1.0 - p);
+  if (x.device().is_cuda()) cuda::dropout_mask(mask, key, base, pf, keep_scale);
+  else cpu::dropout_mask(mask, key, base, pf, keep_scale);
   Tensor out = mul(x.detach(), mask);  // detached: our own node records the product, not mul's
   if (needs_grad({x})) {
     auto n = std::make_shared<DropoutBackward>();

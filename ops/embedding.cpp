@@ -3,9 +3,7 @@
 
 #include "ops/common.h"
 #include "ops/cpu/embedding.h"
-#ifdef KEEL_WITH_CUDA
-#include "ops/cuda/ops.h"
-#endif
+#include "ops/cuda/embedding.h"
 
 namespace keel {
 
@@ -16,13 +14,8 @@ struct EmbeddingBackward : Node {
   const char* name() const override { return "EmbeddingBackward"; }
   std::vector<Tensor> backward(const Tensor& g) override {
     Tensor gw = zeros(weight_shape, {g.dtype(), g.device()});
-#ifdef KEEL_WITH_CUDA
-    if (g.device().is_cuda()) {
-      cuda::embedding_backward(g.contiguous(), ids, gw);
-      return {gw, Tensor()};
-    }
-#endif
-    cpu::embedding_backward(g.contiguous(), ids, gw);
+    if (g.device().is_cuda()) cuda::embedding_backward(g.contiguous(), ids, gw);
+    else cpu::embedding_backward(g.contiguous(), ids, gw);
     return {gw, Tensor()};
   }
   void release() override { ids = {}; }
@@ -35,15 +28,12 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   detail::check_floating(op, {{"weight", weight}});
   detail::check_integer(op, {{"ids", ids}});
   detail::check_dim(op, {"weight", weight}, 2);
-#ifndef KEEL_WITH_CUDA
-  if (weight.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
-#endif
   Tensor idx = ids.contiguous();
   // Ids are checked on the host; device ids come over once (N values, a few KB per batch).
   Tensor idx_host = idx.device().is_cuda() ? idx.to(Device::cpu()) : idx;
   const int64_t V = weight.size(0), C = weight.size(1);
   // Validate every id before touching memory: an id outside the table is a data bug.
-  detail::dispatch_index(op, idx.dtype(), [&]<typename I>() {
+  visit_dtype<IndexDType>(idx.dtype(), op, [&]<typename I>() {
     const I* p = idx_host.data<I>();
     for (int64_t i = 0; i < idx_host.numel(); ++i)
       if (p[i] < 0 || p[i] >= V)
@@ -55,10 +45,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Shape out_shape = ids.shape();
   out_shape.push_back(C);
   Tensor out = empty(out_shape, {weight.dtype(), weight.device()});
-#ifdef KEEL_WITH_CUDA
   if (weight.device().is_cuda()) cuda::embedding_forward(weight.contiguous(), idx, out);
-#endif
-  if (weight.device().is_cpu()) cpu::embedding_forward(weight.contiguous(), idx, out);
+  else cpu::embedding_forward(weight.contiguous(), idx, out);
   if (needs_grad({weight})) {
     auto n = std::make_shared<EmbeddingBackward>();
     n->ids = idx_host, n->weight_shape = weight.shape();

@@ -3,9 +3,8 @@
 
 #include "core/autograd.h"
 #include "ops/common.h"
-#ifdef KEEL_WITH_CUDA
-#include "ops/cuda/ops.h"
-#endif
+#include "ops/cpu/gelu.h"
+#include "ops/cuda/gelu.h"
 
 namespace keel {
 
@@ -23,11 +22,7 @@ struct GeluBackward : Node {
   const char* name() const override { return "GeluBackward"; }
   // grad (shape) -> dx (shape)
   std::vector<Tensor> backward(const Tensor& grad) override {
-#ifdef KEEL_WITH_CUDA
     Tensor dx = x.device().is_cuda() ? cuda::gelu_backward(flat(grad), x) : cpu::gelu_backward(flat(grad), x);
-#else
-    Tensor dx = cpu::gelu_backward(flat(grad), x);
-#endif
     return {dx.as_strided(shape, contiguous_strides(shape), 0)};
   }
   void release() override { x = {}; }
@@ -40,16 +35,8 @@ Tensor gelu(const Tensor& x) {
   const char* op = "gelu";
   detail::check_defined(op, {{"x", x}});
   detail::check_floating(op, {{"x", x}});
-#ifndef KEEL_WITH_CUDA
-  if (x.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
-#endif
-
   Tensor xf = flat(x);
-#ifdef KEEL_WITH_CUDA
   Tensor yf = x.device().is_cuda() ? cuda::gelu_forward(xf) : cpu::gelu_forward(xf);
-#else
-  Tensor yf = cpu::gelu_forward(xf);
-#endif
   Tensor y = yf.as_strided(x.shape(), contiguous_strides(x.shape()), 0);
   if (needs_grad({x})) {
     auto node = std::make_shared<GeluBackward>();

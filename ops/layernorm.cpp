@@ -5,9 +5,8 @@
 
 #include "core/autograd.h"
 #include "ops/common.h"
-#ifdef KEEL_WITH_CUDA
-#include "ops/cuda/ops.h"
-#endif
+#include "ops/cpu/layernorm.h"
+#include "ops/cuda/layernorm.h"
 
 namespace keel {
 
@@ -27,14 +26,9 @@ struct LayerNormBackward : Node {
   // grad (..., C) -> dx (..., C), dweight (C), dbias (C)
   std::vector<Tensor> backward(const Tensor& grad) override {
     Tensor dx, dw, db;
-#ifdef KEEL_WITH_CUDA
-    if (x.device().is_cuda())
-      cuda::layernorm_backward(rows_of(grad), x, weight, mean, rstd, needs_input_grad(0), needs_input_grad(1),
-                               needs_input_grad(2), dx, dw, db);
-#endif
-    if (x.device().is_cpu())
-      cpu::layernorm_backward(rows_of(grad), x, weight, mean, rstd, needs_input_grad(0), needs_input_grad(1),
-                              needs_input_grad(2), dx, dw, db);
+    auto kernel = x.device().is_cuda() ? cuda::layernorm_backward : cpu::layernorm_backward;
+    kernel(rows_of(grad), x, weight, mean, rstd, needs_input_grad(0), needs_input_grad(1), needs_input_grad(2), dx,
+           dw, db);
     if (dx.defined()) dx = dx.as_strided(x_shape, contiguous_strides(x_shape), 0);
     return {dx, dw, db};
   }
@@ -57,19 +51,11 @@ Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, doub
                              detail::describe("bias", bias));
   if (!(eps >= 0) || !std::isfinite(eps))
     throw ValueError(op, "eps must be a finite number >= 0, got " + std::to_string(eps));
-#ifndef KEEL_WITH_CUDA
-  if (x.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
-#endif
-
   Tensor x2 = rows_of(x), w = weight.detach().contiguous();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor mean, rstd;
-#ifdef KEEL_WITH_CUDA
   Tensor y2 = x.device().is_cuda() ? cuda::layernorm_forward(x2, w, b, eps, mean, rstd)  // mean, rstd in f32
                                    : cpu::layernorm_forward(x2, w, b, eps, mean, rstd);
-#else
-  Tensor y2 = cpu::layernorm_forward(x2, w, b, eps, mean, rstd);
-#endif
   Tensor y = y2.as_strided(x.shape(), contiguous_strides(x.shape()), 0);
   if (needs_grad({x, weight, bias})) {
     auto node = std::make_shared<LayerNormBackward>();

@@ -1,11 +1,12 @@
 // Front ends of matmul and linear: argument checks, dispatch, autograd nodes.
 #include "ops/matmul.h"
 
+#include <algorithm>
+
 #include "core/autograd.h"
 #include "ops/common.h"
-#ifdef KEEL_WITH_CUDA
-#include "ops/cuda/ops.h"
-#endif
+#include "ops/cpu/matmul.h"
+#include "ops/cuda/matmul.h"
 
 namespace keel {
 
@@ -20,15 +21,9 @@ struct MatmulBackward : Node {
   // grad (..., M, N) -> da (a_shape), db (b_shape)
   std::vector<Tensor> backward(const Tensor& grad) override {
     Tensor da, db;
-#ifdef KEEL_WITH_CUDA
-    if (grad.device().is_cuda()) {
-      if (needs_input_grad(0)) da = cuda::matmul_grad_a(grad, b, a_shape);
-      if (needs_input_grad(1)) db = cuda::matmul_grad_b(grad, a, b_shape);
-      return {da, db};
-    }
-#endif
-    if (needs_input_grad(0)) da = cpu::matmul_grad_a(grad, b, a_shape);
-    if (needs_input_grad(1)) db = cpu::matmul_grad_b(grad, a, b_shape);
+    const bool on_cuda = grad.device().is_cuda();
+    if (needs_input_grad(0)) da = on_cuda ? cuda::matmul_grad_a(grad, b, a_shape) : cpu::matmul_grad_a(grad, b, a_shape);
+    if (needs_input_grad(1)) db = on_cuda ? cuda::matmul_grad_b(grad, a, b_shape) : cpu::matmul_grad_b(grad, a, b_shape);
     return {da, db};
   }
   void release() override { a = b = {}; }
@@ -40,17 +35,10 @@ struct LinearBackward : Node {
   // grad (..., N) -> dx (..., K), dweight (N, K), dbias (N)
   std::vector<Tensor> backward(const Tensor& grad) override {
     Tensor dx, dw, db;
-#ifdef KEEL_WITH_CUDA
-    if (grad.device().is_cuda()) {
-      if (needs_input_grad(0)) dx = cuda::linear_grad_x(grad, weight);
-      if (needs_input_grad(1)) dw = cuda::linear_grad_weight(grad, x);
-      if (needs_input_grad(2)) db = cuda::linear_grad_bias(grad);
-      return {dx, dw, db};
-    }
-#endif
-    if (needs_input_grad(0)) dx = cpu::linear_grad_x(grad, weight);
-    if (needs_input_grad(1)) dw = cpu::linear_grad_weight(grad, x);
-    if (needs_input_grad(2)) db = cpu::linear_grad_bias(grad);
+    const bool on_cuda = grad.device().is_cuda();
+    if (needs_input_grad(0)) dx = on_cuda ? cuda::linear_grad_x(grad, weight) : cpu::linear_grad_x(grad, weight);
+    if (needs_input_grad(1)) dw = on_cuda ? cuda::linear_grad_weight(grad, x) : cpu::linear_grad_weight(grad, x);
+    if (needs_input_grad(2)) db = on_cuda ? cuda::linear_grad_bias(grad) : cpu::linear_grad_bias(grad);
     return {dx, dw, db};
   }
   void release() override { x = weight = {}; }
@@ -59,6 +47,22 @@ struct LinearBackward : Node {
 bool wants_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
 
 }  // namespace
+
+// a (..., M, K), b (..., K, N) -> the broadcast batch dims (...)
+Shape matmul_batch_shape(const Tensor& a, const Tensor& b, const char* op) {
+  int64_t na = a.dim() - 2, nb = b.dim() - 2, n = std::max(na, nb);
+  Shape batch(n);
+  for (int64_t d = 0; d < n; ++d) {
+    int64_t sa = d - (n - na) >= 0 ? a.shape()[d - (n - na)] : 1;
+    int64_t sb = d - (n - nb) >= 0 ? b.shape()[d - (n - nb)] : 1;
+    if (sa != sb && sa != 1 && sb != 1)
+      throw ShapeError(op, "batch dimensions do not broadcast: " + detail::describe("a", a) + ", " +
+                               detail::describe("b", b),
+                       "the dims before the last two must be equal or 1 (or b a plain matrix)");
+    batch[d] = sa == 1 ? sb : sa;
+  }
+  return batch;
+}
 
 // a (..., M, K), b (..., K, N) -> (..., M, N)
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -71,13 +75,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a.size(-1) != b.size(-2))
     throw ShapeError(op, "inner dimensions differ: " + detail::describe("a", a) + ", " + detail::describe("b", b),
                      "a's last dimension must equal b's second-to-last");
-  cpu::matmul_batch_shape(a, b, op);  // throws when the batch dims do not broadcast
-#ifdef KEEL_WITH_CUDA
+  matmul_batch_shape(a, b, op);  // throws when the batch dims do not broadcast
   Tensor out = a.device().is_cuda() ? cuda::matmul(a, b) : cpu::matmul(a, b);
-#else
-  if (a.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
-  Tensor out = cpu::matmul(a, b);
-#endif
   if (needs_grad({a, b})) {
     auto node = std::make_shared<MatmulBackward>();
     node->a_shape = a.shape();
@@ -102,12 +101,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     throw ShapeError(op, "bias does not match the out-features: " + detail::describe("bias", bias) + ", " +
                              detail::describe("weight", weight),
                      "bias must be (out_features)");
-#ifdef KEEL_WITH_CUDA
   Tensor out = x.device().is_cuda() ? cuda::linear(x, weight, bias) : cpu::linear(x, weight, bias);
-#else
-  if (x.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
-  Tensor out = cpu::linear(x, weight, bias);
-#endif
   if (needs_grad({x, weight, bias})) {
     auto node = std::make_shared<LinearBackward>();
     if (wants_grad(weight)) node->x = x.detach();

@@ -4,9 +4,7 @@
 #include "ops/arith.h"
 #include "ops/common.h"
 #include "ops/cpu/reduce.h"
-#ifdef KEEL_WITH_CUDA
-#include "ops/cuda/ops.h"
-#endif
+#include "ops/cuda/reduce.h"
 
 namespace keel {
 
@@ -30,13 +28,11 @@ Shape reduced_shape(const Shape& s, int64_t d, bool keepdim) {
   return out;
 }
 
-// The reduction kernel of x's device.
-void run_reduce(cpu::Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
+// x (outer, n, inner) -> out (outer, inner) [, argmax (outer, inner)]: the kernel of x's device.
+void run_reduce(Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
                 Tensor* argmax = nullptr) {
-#ifdef KEEL_WITH_CUDA
-  if (x.device().is_cuda()) return cuda::reduce_dim(kind, x, outer, n, inner, out, argmax);
-#endif
-  cpu::reduce_dim(kind, x, outer, n, inner, out, argmax);
+  if (x.device().is_cuda()) cuda::reduce_dim(kind, x, outer, n, inner, out, argmax);
+  else cpu::reduce_dim(kind, x, outer, n, inner, out, argmax);
 }
 
 // g broadcast back to `shape`, materialised (g has `shape` with dim d reduced, kept as 1).
@@ -46,11 +42,9 @@ Tensor expand_back(const Tensor& g_keepdim, const Shape& shape) {
   return g_keepdim.detach().as_strided(shape, strides, g_keepdim.offset()).contiguous();
 }
 
+// x (any) -> x packed, detached
 Tensor prepare(const char* op, const Tensor& x) {
   detail::check_floating(op, {{"x", x}});
-#ifndef KEEL_WITH_CUDA
-  if (x.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
-#endif
   return x.detach().contiguous();
 }
 
@@ -73,13 +67,8 @@ struct MaxBackward : Node {
   std::vector<Tensor> backward(const Tensor& g) override {
     Split3 s = split_at(in_shape, dim);
     Tensor gx = empty(in_shape, {g.dtype(), g.device()});
-#ifdef KEEL_WITH_CUDA
-    if (g.device().is_cuda()) {
-      cuda::scatter_max_grad(g.contiguous(), argmax, s.outer, s.n, s.inner, gx);
-      return {gx};
-    }
-#endif
-    cpu::scatter_max_grad(g.contiguous(), argmax, s.outer, s.n, s.inner, gx);
+    if (g.device().is_cuda()) cuda::scatter_max_grad(g.contiguous(), argmax, s.outer, s.n, s.inner, gx);
+    else cpu::scatter_max_grad(g.contiguous(), argmax, s.outer, s.n, s.inner, gx);
     return {gx};
   }
   void release() override { argmax = {}; }
@@ -91,7 +80,7 @@ Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
   int64_t d = normalize_dim(dim, x.dim(), "sum");
   Split3 s = split_at(x.shape(), d);
   Tensor out = empty(reduced_shape(x.shape(), d, keepdim), {x.dtype(), x.device()});
-  run_reduce(cpu::Reduce::sum, xc, s.outer, s.n, s.inner, out);
+  run_reduce(Reduce::sum, xc, s.outer, s.n, s.inner, out);
   if (needs_grad({x})) {
     auto n = std::make_shared<SumBackward>();
     n->in_shape = x.shape(), n->kept = reduced_shape(x.shape(), d, true);
@@ -103,7 +92,7 @@ Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor sum(const Tensor& x) {
   Tensor xc = prepare("sum", x);
   Tensor out = empty({}, {x.dtype(), x.device()});
-  run_reduce(cpu::Reduce::sum, xc, 1, x.numel(), 1, out);
+  run_reduce(Reduce::sum, xc, 1, x.numel(), 1, out);
   if (needs_grad({x})) {
     auto n = std::make_shared<SumBackward>();
     n->in_shape = x.shape(), n->kept = Shape(x.dim(), 1);
@@ -127,7 +116,7 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
   Shape rs = reduced_shape(x.shape(), d, keepdim);
   Tensor out = empty(rs, {x.dtype(), x.device()});
   Tensor idx = empty(rs, {DType::i64, x.device()});
-  run_reduce(cpu::Reduce::max, xc, s.outer, s.n, s.inner, out, &idx);
+  run_reduce(Reduce::max, xc, s.outer, s.n, s.inner, out, &idx);
   if (needs_grad({x})) {
     auto n = std::make_shared<MaxBackward>();
     n->in_shape = x.shape(), n->dim = d, n->argmax = idx;
@@ -145,7 +134,7 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   Shape rs = reduced_shape(x.shape(), d, keepdim);
   Tensor out = empty(rs, {x.dtype(), x.device()});
   Tensor idx = empty(rs, {DType::i64, x.device()});
-  run_reduce(cpu::Reduce::max, xc, s.outer, s.n, s.inner, out, &idx);
+  run_reduce(Reduce::max, xc, s.outer, s.n, s.inner, out, &idx);
   return idx;
 }
 

@@ -5,6 +5,9 @@
 
 namespace keel {
 
+// The reductions the kernels of both devices implement (ops/cpu/reduce.h, ops/cuda/reduce.h).
+enum class Reduce { sum, max };
+
 Tensor sum(const Tensor& x);   // (any) -> []
 Tensor mean(const Tensor& x);  // (any) -> []
 // x (..., n, ...) reduced over `dim` -> (..., ...) or (..., 1, ...) with keepdim.

@@ -3,9 +3,8 @@
 
 #include "core/autograd.h"
 #include "ops/common.h"
-#ifdef KEEL_WITH_CUDA
-#include "ops/cuda/ops.h"
-#endif
+#include "ops/cpu/softmax.h"
+#include "ops/cuda/softmax.h"
 
 namespace keel {
 
@@ -18,10 +17,8 @@ struct SoftmaxBackward : Node {
   const char* name() const override { return log ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
   // grad (shape of y) -> dx (same)
   std::vector<Tensor> backward(const Tensor& grad) override {
-#ifdef KEEL_WITH_CUDA
-    if (y.device().is_cuda()) return {cuda::softmax_backward(y, grad.detach().contiguous(), dim, log)};
-#endif
-    return {cpu::softmax_backward(y, grad.detach().contiguous(), dim, log)};
+    Tensor g = grad.detach().contiguous();
+    return {y.device().is_cuda() ? cuda::softmax_backward(y, g, dim, log) : cpu::softmax_backward(y, g, dim, log)};
   }
   void release() override { y = {}; }
 };
@@ -33,13 +30,8 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   detail::check_floating(op, {{"x", x}});
   detail::check_min_dim(op, {"x", x}, 1);
   int64_t d = normalize_dim(dim, x.dim(), op);
-#ifdef KEEL_WITH_CUDA
-  Tensor y = x.device().is_cuda() ? cuda::softmax_forward(x.detach().contiguous(), d, log)
-                                  : cpu::softmax_forward(x.detach().contiguous(), d, log);
-#else
-  if (x.device().is_cuda()) detail::no_cuda_kernel(op);  // a build without the CUDA kernels
-  Tensor y = cpu::softmax_forward(x.detach().contiguous(), d, log);
-#endif
+  Tensor xc = x.detach().contiguous();
+  Tensor y = x.device().is_cuda() ? cuda::softmax_forward(xc, d, log) : cpu::softmax_forward(xc, d, log);
   if (needs_grad({x})) {
     auto node = std::make_shared<SoftmaxBackward>();
     node->y = y.detach();

@@ -3,14 +3,12 @@
 #include <cmath>
 #include <map>
 #include <set>
-#include <type_traits>
 
 #include "core/copy.h"
 #include "core/factory.h"
 #include "optim/adamw_math.h"
-#ifdef KEEL_WITH_CUDA
+#include "optim/cpu/adamw.h"
 #include "optim/cuda/adamw.h"
-#endif
 
 namespace keel::optim {
 
@@ -18,28 +16,6 @@ namespace {
 
 bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
 DType moment_dtype(DType param) { return param == DType::f64 ? DType::f64 : DType::f32; }
-
-template <typename T> constexpr bool is_float_v =
-    std::is_floating_point_v<T> || std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
-
-// param (N) P, grad (N) G, m/v (N) C, master (N) f32 or null. C is f32 unless P is f64.
-template <typename P, typename G, typename C>
-void adamw_cpu(P* param, const G* grad, C* m, C* v, float* master, int64_t n, const AdamWScalars& s) {
-  const AdamWCoeffs<C> k(s);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    // Widen through float for the 16-bit types (their only conversion), then to C.
-    C g = static_cast<C>(static_cast<std::conditional_t<std::is_same_v<G, double>, double, float>>(grad[i]));
-    C w;
-    if constexpr (std::is_same_v<C, float>) w = master ? master[i] : static_cast<float>(param[i]);
-    else w = static_cast<C>(param[i]);
-    adamw_update(g, w, m[i], v[i], k);
-    if constexpr (std::is_same_v<C, float>) {
-      if (master) master[i] = w;
-    }
-    param[i] = static_cast<P>(w);
-  }
-}
 
 void check_option(bool ok, const std::string& what, double value, const char* hint) {
   if (!ok) throw ConfigError("AdamW", what + ", got " + std::to_string(value), hint);
@@ -135,25 +111,9 @@ void AdamW::update(const std::string& name, Tensor& param, const Tensor& grad_in
   const int64_t n = param.numel();
   if (n == 0) return;
 
-  if (param.device().is_cuda()) {
-#ifdef KEEL_WITH_CUDA
-    Tensor pd = param.detach();
-    return cuda::adamw_step(pd, grad, slot.m, slot.v, slot.master, s);
-#else
-    throw DeviceError("AdamW::step", "a CUDA parameter reached a keel built without CUDA");
-#endif
-  }
-  float* master = slot.master.defined() ? slot.master.data<float>() : nullptr;
-  visit_dtype(param.dtype(), [&]<typename P>() {
-    if constexpr (is_float_v<P>) {
-      using C = std::conditional_t<std::is_same_v<P, double>, double, float>;
-      visit_dtype(grad.dtype(), [&]<typename G>() {
-        if constexpr (is_float_v<G>)
-          adamw_cpu<P, G, C>(static_cast<P*>(param.raw_data()), grad.data<G>(), slot.m.data<C>(), slot.v.data<C>(),
-                             master, n, s);
-      });
-    }
-  });
+  Tensor p = param.detach();
+  if (p.device().is_cuda()) cuda::adamw_step(p, grad, slot.m, slot.v, slot.master, s);
+  else cpu::adamw_step(p, grad, slot.m, slot.v, slot.master, s);
 }
 
 bool AdamW::is_decayed(const std::string& name) const {

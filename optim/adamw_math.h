@@ -10,18 +10,14 @@
 
 #include <math.h>
 
-#if defined(__CUDACC__)
-#define KEEL_HOST_DEVICE __host__ __device__
-#else
-#define KEEL_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace keel::optim {
 
 // Overloads by hand: an unqualified sqrt(float) may resolve to the f64 ::sqrt on the host,
 // which would make the CPU and the GPU round differently.
-KEEL_HOST_DEVICE inline float adamw_sqrt(float x) { return sqrtf(x); }
-KEEL_HOST_DEVICE inline double adamw_sqrt(double x) { return ::sqrt(x); }
+KEEL_HD inline float adamw_sqrt(float x) { return sqrtf(x); }
+KEEL_HD inline double adamw_sqrt(double x) { return ::sqrt(x); }
 
 // The per-step constants, computed once on the host in f64 from lr, betas and t.
 struct AdamWScalars {
@@ -42,7 +38,7 @@ struct AdamWCoeffs {
 
 // w (master weight), m, v updated in place from gradient g.
 template <typename C>
-KEEL_HOST_DEVICE inline void adamw_update(C g, C& w, C& m, C& v, const AdamWCoeffs<C>& k) {
+KEEL_HD inline void adamw_update(C g, C& w, C& m, C& v, const AdamWCoeffs<C>& k) {
   w = w * k.decay;
   m = k.beta1 * m + k.one_minus_beta1 * g;
   v = k.beta2 * v + k.one_minus_beta2 * g * g;

@@ -1,7 +1,9 @@
 // CPU kernels for elementwise arithmetic. Computation in the tensor's own type (f32/f64).
 #include <cmath>
 
-#include "ops/common.h"
+#include "ops/cpu/arith.h"
+
+#include "core/factory.h"
 #include "ops/cpu/elementwise.h"
 
 namespace keel::cpu {
@@ -13,9 +15,9 @@ Shape broadcast_strides(const Tensor& t, const Shape& out) {
   return s;
 }
 
-// a, b: broadcastable to out.shape(); out: contiguous.
+// a, b broadcastable to out (S), any strides; out (S) contiguous.
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  detail::dispatch_float("binary", out.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(out.dtype(), "binary", [&]<typename T>() {
     const T* pa = static_cast<const T*>(a.storage()->data());
     const T* pb = static_cast<const T*>(b.storage()->data());
     T* po = out.data<T>();
@@ -35,7 +37,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
 
 // x (S) -> out (S), out contiguous.
 void unary(UnaryOp op, const Tensor& x, Tensor& out, double s) {
-  detail::dispatch_float("unary", out.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(out.dtype(), "unary", [&]<typename T>() {
     const T* px = static_cast<const T*>(x.storage()->data());
     T* po = out.data<T>();
     const T c = static_cast<T>(s);
@@ -55,6 +57,19 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out, double s) {
       case UnaryOp::mul_scalar: return run([c](T v) { return v * c; });
     }
   });
+}
+
+// g, x (S) any strides -> (S) contiguous = g * (x > 0). A product, not a select, so a NaN
+// gradient stays NaN where x <= 0, as on CUDA.
+Tensor relu_backward(const Tensor& g, const Tensor& x) {
+  Tensor gc = g.detach().contiguous(), xc = x.detach().contiguous();
+  Tensor out = empty(x.shape(), {g.dtype()});
+  visit_dtype<CpuFloat>(out.dtype(), "relu backward", [&]<typename T>() {
+    const T *pg = gc.data<T>(), *px = xc.data<T>();
+    T* po = out.data<T>();
+    for (int64_t i = 0; i < out.numel(); ++i) po[i] = pg[i] * (px[i] > T(0) ? T(1) : T(0));
+  });
+  return out;
 }
 
 }  // namespace keel::cpu

@@ -8,13 +8,15 @@
 // is a masked pair and gets probability exactly 0, which is what masking with -inf would give.
 // So a local head costs O(T*(W+kRows)*D), not O(T^2*D), and Eigen's GEMM keeps the reference fast
 // enough to train the demo model on the CPU.
+#include "ops/cpu/attention.h"
+
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
 
-#include "ops/attention.h"
+#include "core/factory.h"
 #include "core/max_logit.h"
-#include "ops/common.h"
+#include "ops/attention_band.h"
 
 namespace keel::cpu {
 
@@ -24,9 +26,6 @@ template <typename Real>
 using Mat = Eigen::Matrix<Real, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <typename Real>
 using Vec = Eigen::Matrix<Real, Eigen::Dynamic, 1>;
-
-// First key query i may see under window w (0 = full causal; a window >= T reaches key 0 anyway).
-int64_t band_start(int64_t i, int64_t w) { return w == 0 ? 0 : std::max<int64_t>(0, i - w + 1); }
 
 // The NaN-propagating max of the statistic (core/max_logit.h): a diverged head must show.
 double nan_max(double a, double b) { return max_logit_merge(a, b); }
@@ -146,7 +145,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        double scale, double softcap, Tensor& out, Tensor& lse, Tensor& max_logit) {
   const int64_t B = q.size(0), H = q.size(1);
   std::vector<double> head_max(B * H, 0.0);
-  detail::dispatch_float("attention", q.dtype(), [&]<typename Real>() {
+  visit_dtype<CpuFloat>(q.dtype(), "attention", [&]<typename Real>() {
     forward_impl<Real>(q, k, v, window, scale, softcap, out, lse, head_max);
   });
   // Reduce over the batch serially so the statistic does not depend on the thread count.
@@ -161,7 +160,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const Tensor& dout, const std::vector<int64_t>& window, double scale, double softcap,
                         Tensor& dq, Tensor& dk, Tensor& dv) {
-  detail::dispatch_float("attention", q.dtype(), [&]<typename Real>() {
+  visit_dtype<CpuFloat>(q.dtype(), "attention", [&]<typename Real>() {
     backward_impl<Real>(q, k, v, out, lse, dout, window, scale, softcap, dq, dk, dv);
   });
 }

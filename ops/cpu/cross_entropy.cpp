@@ -4,8 +4,7 @@
 #include <string>
 
 #include "core/factory.h"
-#include "ops/common.h"
-#include "ops/cross_entropy.h"
+#include "ops/cpu/cross_entropy.h"
 
 namespace keel::cpu {
 
@@ -34,7 +33,7 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
   std::vector<int64_t> t = checked_targets(targets, V, ignore_index);
   lse = empty({N}, {logits.dtype()});
   Tensor loss = empty({}, {logits.dtype()});
-  detail::dispatch_float("cross_entropy", logits.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(logits.dtype(), "cross_entropy", [&]<typename T>() {
     const T* px = logits.data<T>();
     T* pl = lse.data<T>();
     double total = 0;
@@ -58,14 +57,14 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
   return loss;
 }
 
-// logits (N, V), targets (N), lse (N) -> dlogits (N, V)
+// logits (N, V), targets (N), lse (N), grad [] -> dlogits (N, V)
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index,
-                              int64_t count, double grad) {
+                              int64_t count, const Tensor& grad) {
   int64_t N = logits.size(0), V = logits.size(1);
   std::vector<int64_t> t = targets.to_vector<int64_t>();  // checked by the forward
   Tensor dx = empty({N, V}, {logits.dtype()});
-  double scale = count > 0 ? grad / count : 0.0;
-  detail::dispatch_float("cross_entropy", logits.dtype(), [&]<typename T>() {
+  double scale = count > 0 ? grad.item() / count : 0.0;
+  visit_dtype<CpuFloat>(logits.dtype(), "cross_entropy", [&]<typename T>() {
     const T *px = logits.data<T>(), *pl = lse.data<T>();
     T* pd = dx.data<T>();
 #pragma omp parallel for schedule(static) if (N * V >= kParallelMin)

@@ -35,12 +35,4 @@ void for_each_pair(const Shape& shape, const Shape& sa, int64_t oa, const Shape&
   }
 }
 
-enum class BinaryOp { add, sub, mul, div };
-enum class UnaryOp { neg, exp, log, tanh, relu, square, add_scalar, mul_scalar };
-
-// out (S) = a (broadcast to S) op b (broadcast to S); out contiguous.
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
-// out (S) = op(x (S)); `s` is the scalar of add_scalar / mul_scalar.
-void unary(UnaryOp op, const Tensor& x, Tensor& out, double s = 0.0);
-
 }  // namespace keel::cpu

@@ -9,10 +9,10 @@ namespace keel::cpu {
 // weight (V, C), ids (N) -> out (N, C); all contiguous, ids already range-checked.
 void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) {
   const int64_t C = weight.size(1), N = ids.numel();
-  detail::dispatch_float("embedding", weight.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(weight.dtype(), "embedding", [&]<typename T>() {
     const T* w = weight.data<T>();
     T* o = out.data<T>();
-    detail::dispatch_index("embedding", ids.dtype(), [&]<typename I>() {
+    visit_dtype<IndexDType>(ids.dtype(), "embedding", [&]<typename I>() {
       const I* id = ids.data<I>();
 #pragma omp parallel for if (N * C > 65536)
       for (int64_t n = 0; n < N; ++n) std::copy_n(w + static_cast<int64_t>(id[n]) * C, C, o + n * C);
@@ -24,10 +24,10 @@ void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) {
 // write the same row, so a naive parallel loop would race.
 void embedding_backward(const Tensor& g, const Tensor& ids, Tensor& gw) {
   const int64_t C = gw.size(1), N = ids.numel();
-  detail::dispatch_float("embedding backward", g.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(g.dtype(), "embedding backward", [&]<typename T>() {
     const T* pg = g.data<T>();
     T* w = gw.data<T>();
-    detail::dispatch_index("embedding backward", ids.dtype(), [&]<typename I>() {
+    visit_dtype<IndexDType>(ids.dtype(), "embedding backward", [&]<typename I>() {
       const I* id = ids.data<I>();
       for (int64_t n = 0; n < N; ++n) {
         T* row = w + static_cast<int64_t>(id[n]) * C;

@@ -1,13 +1,18 @@
-// CPU kernels behind ops/embedding.h.
+// The CPU kernels of the embedding lookup (ops/embedding.h). ops/cuda/embedding.h declares the very
+// same functions for the other device; the front end ops/embedding.cpp picks one by the tensors' device.
+// No autograd, no argument checks (the front end's job). Tensors: on the CPU, f32 or f64
+// (the CPU computes in these; other dtypes raise DTypeError).
 #pragma once
 
 #include "core/tensor.h"
 
 namespace keel::cpu {
 
-// weight (V, C), ids (N) in [0, V) -> out (N, C): row copies.
+// weight (V, C) contiguous, ids (N) contiguous on weight's device, already range-checked
+// -> out (N, C): row copies.
 void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out);
-// g (N, C), ids (N) -> gw (V, C) += g rows (several ids may hit one row).
-void embedding_backward(const Tensor& g, const Tensor& ids, Tensor& gw);
+// g (N, C) contiguous on the device, ids_host (N) on the CPU -> gw (V, C) += the rows of g,
+// summed per id in position order (several ids may hit one row; no atomics, so deterministic).
+void embedding_backward(const Tensor& g, const Tensor& ids_host, Tensor& gw);
 
 }  // namespace keel::cpu

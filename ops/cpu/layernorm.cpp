@@ -6,8 +6,7 @@
 #include <vector>
 
 #include "core/factory.h"
-#include "ops/common.h"
-#include "ops/layernorm.h"
+#include "ops/cpu/layernorm.h"
 
 namespace keel::cpu {
 
@@ -23,7 +22,7 @@ Tensor layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bi
   Tensor y = empty({N, C}, {x.dtype()});
   mean = empty({N}, {x.dtype()});
   rstd = empty({N}, {x.dtype()});
-  detail::dispatch_float("layernorm", x.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(x.dtype(), "layernorm", [&]<typename T>() {
     const T* px = x.data<T>();
     const T* w = weight.data<T>();
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
@@ -63,7 +62,7 @@ void layernorm_backward(const Tensor& grad, const Tensor& x, const Tensor& weigh
   // Each thread sums dweight and dbias over its own rows; the partial sums are added after.
   int threads = parallel ? omp_get_max_threads() : 1;
   std::vector<double> partial(need_params ? static_cast<size_t>(threads) * 2 * C : 0, 0.0);
-  detail::dispatch_float("layernorm", x.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(x.dtype(), "layernorm", [&]<typename T>() {
     const T *pg = grad.data<T>(), *px = x.data<T>();
     const T* w = need_x ? weight.data<T>() : nullptr;  // weight only scales dx
     const T *pm = mean.data<T>(), *pr = rstd.data<T>();

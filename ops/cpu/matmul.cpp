@@ -12,7 +12,7 @@
 
 #include "core/copy.h"
 #include "core/factory.h"
-#include "ops/common.h"
+#include "ops/cpu/matmul.h"
 #include "ops/matmul.h"
 
 namespace keel::cpu {
@@ -132,7 +132,7 @@ Tensor sum_to(const Tensor& full, const Shape& target) {
     int64_t td = d - (n - tn);
     if (td >= 0 && target[td] != 1) strides[d] = tstrides[td];
   }
-  detail::dispatch_float("matmul", full.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(full.dtype(), "matmul", [&]<typename T>() {
     const T* f = full.data<T>();
     T* o = out.data<T>();
     for_each_offset(full.shape(), strides, 0, [&](int64_t i, int64_t off) { o[off] += f[i]; });
@@ -140,32 +140,18 @@ Tensor sum_to(const Tensor& full, const Shape& target) {
   return out;
 }
 
-}  // namespace
-
-Shape matmul_batch_shape(const Tensor& a, const Tensor& b, const char* op) {
-  int64_t na = a.dim() - 2, nb = b.dim() - 2, n = std::max(na, nb);
-  Shape batch(n);
-  for (int64_t d = 0; d < n; ++d) {
-    int64_t sa = d - (n - na) >= 0 ? a.shape()[d - (n - na)] : 1;
-    int64_t sb = d - (n - nb) >= 0 ? b.shape()[d - (n - nb)] : 1;
-    if (sa != sb && sa != 1 && sb != 1)
-      throw ShapeError(op, "batch dimensions do not broadcast: " + detail::describe("a", a) + ", " +
-                               detail::describe("b", b),
-                       "the dims before the last two must be equal or 1 (or b a plain matrix)");
-    batch[d] = sa == 1 ? sb : sa;
-  }
-  return batch;
-}
-
-// a (M, K), b (K, N), c (M, N)
-void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool accumulate) {
+// c (M, N) with unit column stride; a (M, K), b (K, N) any strides: c = a @ b, or c += a @ b
+// when accumulate.
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool accumulate = false) {
   Tensor pa = mappable(a), pb = mappable(b);
   int64_t M = a.shape()[0], K = a.shape()[1], N = b.shape()[1];
   int64_t ldc = M <= 1 ? std::max<int64_t>(N, 1) : c.strides()[0];
-  detail::dispatch_float("matmul", a.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(a.dtype(), "matmul", [&]<typename T>() {
     gemm2d<T>(pa.data<T>(), layout_of(pa), pb.data<T>(), layout_of(pb), c.data<T>(), ldc, M, K, N, accumulate);
   });
 }
+
+}  // namespace
 
 // a (..., M, K), b (..., K, N) -> (..., M, N)
 Tensor matmul(const Tensor& a0, const Tensor& b0) {
@@ -192,7 +178,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   // Spread the batch over the threads when there are enough products to go round, or when
   // each is too small for Eigen's own threading to pay.
   bool by_batch = nbatch > 1 && (nbatch >= omp_get_max_threads() || M * N * K <= (int64_t{1} << 18));
-  detail::dispatch_float("matmul", a.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(a.dtype(), "matmul", [&]<typename T>() {
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     T* po = out.data<T>();
@@ -222,7 +208,7 @@ Tensor matmul_grad_b(const Tensor& grad, const Tensor& a, const Shape& b_shape) 
 
 // x (..., K), weight (N, K), bias (N) or undefined -> (..., N)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  detail::dispatch_float("linear", x.dtype(), []<typename T>() {});  // refuse half types as linear, not matmul
+  visit_dtype<CpuFloat>(x.dtype(), "linear", []<typename T>() {});  // refuse half types as linear, not matmul
   int64_t N = weight.size(0);
   Tensor x2 = rows2d(x);
   int64_t R = x2.size(0);
@@ -232,7 +218,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor o2 = out.as_strided({R, N}, {N, 1}, 0);
   if (bias.defined()) {  // start every row from the bias, then accumulate the product into it
     Tensor pb = bias.detach().contiguous();
-    detail::dispatch_float("linear", x.dtype(), [&]<typename T>() {
+    visit_dtype<CpuFloat>(x.dtype(), "linear", [&]<typename T>() {
       const T* b = pb.data<T>();
       T* o = out.data<T>();
       for (int64_t r = 0; r < R; ++r) std::copy(b, b + N, o + r * N);
@@ -267,7 +253,7 @@ Tensor linear_grad_bias(const Tensor& grad) {
   Tensor g2 = rows2d(grad).contiguous();
   int64_t R = g2.size(0), N = g2.size(1);
   Tensor db = empty({N}, {grad.dtype()});
-  detail::dispatch_float("linear", grad.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(grad.dtype(), "linear", [&]<typename T>() {
     // Summed in double: a bias gradient adds up batch*sequence rows.
     std::vector<double> acc(N, 0.0);
     const T* g = g2.data<T>();

@@ -2,14 +2,14 @@
 // reduced dimension in the middle; sums accumulate in double so long rows stay accurate.
 #include "ops/cpu/reduce.h"
 
-#include "ops/common.h"
+#include <algorithm>
 
 namespace keel::cpu {
 
 // x (outer, n, inner) contiguous -> out (outer, inner), and for max the argmax (outer, inner) i64.
 void reduce_dim(Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
                 Tensor* argmax) {
-  detail::dispatch_float("reduce", x.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(x.dtype(), "reduce", [&]<typename T>() {
     const T* px = x.data<T>();
     T* po = out.data<T>();
     int64_t* pi = argmax ? argmax->data<int64_t>() : nullptr;
@@ -35,7 +35,7 @@ void reduce_dim(Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t 
 
 // g (outer, inner), idx (outer, inner) -> gx (outer, n, inner) zero except at the argmax.
 void scatter_max_grad(const Tensor& g, const Tensor& idx, int64_t outer, int64_t n, int64_t inner, Tensor& gx) {
-  detail::dispatch_float("max backward", g.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(g.dtype(), "max backward", [&]<typename T>() {
     const T* pg = g.data<T>();
     const int64_t* pi = idx.data<int64_t>();
     T* px = gx.data<T>();

@@ -1,16 +1,19 @@
-// CPU kernels behind ops/reduce.h.
+// The CPU kernels of reductions over one dimension (ops/reduce.h). ops/cuda/reduce.h declares the very
+// same functions for the other device; the front end ops/reduce.cpp picks one by the tensors' device.
+// No autograd, no argument checks (the front end's job). Tensors: on the CPU, f32 or f64
+// (the CPU computes in these; other dtypes raise DTypeError).
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/reduce.h"
 
 namespace keel::cpu {
 
-enum class Reduce { sum, max };
-
-// x (outer, n, inner) contiguous -> out (outer, inner); argmax (outer, inner) i64 for max.
+// x (outer, n, inner) contiguous -> out (outer, inner) in x's dtype; for max also the argmax
+// (outer, inner) i64, the first maximum winning. Sums accumulate in f64 on the CPU, f32 on CUDA.
 void reduce_dim(Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
                 Tensor* argmax = nullptr);
-// g (outer, inner), idx (outer, inner) -> gx (outer, n, inner), zero except at the argmax.
+// g (outer, inner), idx (outer, inner) i64 -> gx (outer, n, inner) = g at the argmax, else 0.
 void scatter_max_grad(const Tensor& g, const Tensor& idx, int64_t outer, int64_t n, int64_t inner, Tensor& gx);
 
 }  // namespace keel::cpu

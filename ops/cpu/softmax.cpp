@@ -5,8 +5,7 @@
 #include <limits>
 
 #include "core/factory.h"
-#include "ops/common.h"
-#include "ops/softmax.h"
+#include "ops/cpu/softmax.h"
 
 namespace keel::cpu {
 
@@ -32,7 +31,7 @@ Tensor softmax_forward(const Tensor& x, int64_t dim, bool log) {
   Tensor y = empty(x.shape(), {x.dtype()});
   Rows r = rows_around(x.shape(), dim);
   int64_t rows = r.outer * r.inner, n = r.n, I = r.inner;
-  detail::dispatch_float(log ? "log_softmax" : "softmax", x.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(x.dtype(), log ? "log_softmax" : "softmax", [&]<typename T>() {
     const T* px = x.data<T>();
     T* py = y.data<T>();
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)
@@ -65,7 +64,7 @@ Tensor softmax_backward(const Tensor& y, const Tensor& grad, int64_t dim, bool l
   Tensor dx = empty(y.shape(), {y.dtype()});
   Rows r = rows_around(y.shape(), dim);
   int64_t rows = r.outer * r.inner, n = r.n, I = r.inner;
-  detail::dispatch_float(log ? "log_softmax" : "softmax", y.dtype(), [&]<typename T>() {
+  visit_dtype<CpuFloat>(y.dtype(), log ? "log_softmax" : "softmax", [&]<typename T>() {
     const T *py = y.data<T>(), *pg = grad.data<T>();
     T* pd = dx.data<T>();
 #pragma omp parallel for schedule(static) if (rows * n >= kParallelMin)

@@ -21,6 +21,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/convert.cuh"
 #include "ops/cuda/attention.h"
+#include "ops/cuda/attention_tiles.h"
 
 namespace keel::cuda::attn {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops.h"
+#include "ops/cuda/cross_entropy.h"
 
 namespace keel::cuda {
 

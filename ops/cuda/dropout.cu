@@ -3,7 +3,7 @@
 // same elements on either device for the same generator state.
 #include "core/philox.h"
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops.h"
+#include "ops/cuda/dropout.h"
 
 namespace keel::cuda {
 

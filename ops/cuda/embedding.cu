@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops.h"
+#include "ops/cuda/embedding.h"
 
 namespace keel::cuda {
 

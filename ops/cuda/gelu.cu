@@ -1,7 +1,8 @@
 // GELU (tanh form) on the device, forward and backward, and a fused bias + GELU for the MLP.
 // Flat grid-stride loops with 16-byte packs; the formulas are the CPU kernel's, in f32.
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops.h"
+#include "ops/cuda/gelu.h"
+#include "ops/cuda/reduce.h"
 
 namespace keel::cuda {
 
@@ -92,7 +93,7 @@ Tensor bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bia
   if (need_bias) {
     const int64_t C = x.size(-1), R = C > 0 ? x.numel() / C : 0;
     dbias = empty({C}, {x.dtype(), x.device()});
-    cuda::reduce_dim(cpu::Reduce::sum, dx, 1, R, C, dbias);
+    cuda::reduce_dim(Reduce::sum, dx, 1, R, C, dbias);
   }
   return dx;
 }

@@ -11,7 +11,7 @@
 // done like the column reduction of reduce.cu: blocks of 32 columns x 8 row lanes over a chunk
 // of rows write f32 partials, a last small kernel adds the chunks in order (deterministic).
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops.h"
+#include "ops/cuda/layernorm.h"
 
 namespace keel::cuda {
 

@@ -28,7 +28,8 @@
 #include "core/cuda/kernels.h"
 #include "ops/arith.h"
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops.h"
+#include "ops/cuda/matmul.h"
+#include "ops/cuda/reduce.h"
 #include "ops/matmul.h"
 
 namespace keel::cuda {
@@ -260,7 +261,7 @@ bool linear_lt(const Tensor& x2, const Tensor& w, const Tensor& bias, Tensor& ou
 Tensor matmul(const Tensor& a, const Tensor& b) {
   require_device(a, "matmul");
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
-  const Shape batch = cpu::matmul_batch_shape(a, b, "matmul");
+  const Shape batch = matmul_batch_shape(a, b, "matmul");
   Shape out_shape = batch;
   out_shape.push_back(M), out_shape.push_back(N);
   Tensor out = empty(out_shape, {a.dtype(), a.device()});
@@ -362,7 +363,7 @@ Tensor linear_grad_bias(const Tensor& grad) {
   Tensor g2 = rows2d(grad).contiguous();
   const int64_t R = g2.size(0), N = g2.size(1);
   Tensor db = empty({N}, {grad.dtype(), grad.device()});
-  cuda::reduce_dim(cpu::Reduce::sum, g2, 1, R, N, db);
+  cuda::reduce_dim(Reduce::sum, g2, 1, R, N, db);
   return db;
 }
 

@@ -16,7 +16,7 @@
 
 #include "core/cuda/kernels.h"
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops.h"
+#include "ops/cuda/reduce.h"
 
 namespace keel::cuda {
 
@@ -198,7 +198,7 @@ void reduce_impl(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tenso
 }  // namespace
 
 // x (outer, n, inner) contiguous -> out (outer, inner) [, argmax (outer, inner) i64]
-void reduce_dim(cpu::Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
+void reduce_dim(Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
                 Tensor* argmax) {
   require_device(x, "reduce");
   if (outer * inner == 0) return;
@@ -207,7 +207,7 @@ void reduce_dim(cpu::Reduce kind, const Tensor& x, int64_t outer, int64_t n, int
     return;
   }
   visit_float(x.dtype(), "reduce", [&]<typename T>() {
-    if (kind == cpu::Reduce::sum)
+    if (kind == Reduce::sum)
       reduce_impl<T, false>(x, outer, n, inner, out, nullptr);
     else
       reduce_impl<T, true>(x, outer, n, inner, out, argmax);

@@ -7,7 +7,7 @@
 //    warp reads 32 neighbouring rows' elements side by side (coalesced).
 // Statistics in f32.
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops.h"
+#include "ops/cuda/softmax.h"
 
 namespace keel::cuda {
 

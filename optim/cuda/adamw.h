@@ -1,6 +1,7 @@
-// The fused AdamW step on a CUDA device: one kernel reads the gradient, the moments and the
-// master weight of every element, and writes the moments, the master and the parameter.
-// Plain C++ (no CUDA headers): optim/adamw.cpp calls it only when KEEL_WITH_CUDA is defined.
+// The CUDA kernels of the AdamW step (optim/adamw.h). optim/cpu/adamw.h declares the
+// very same functions for the other device; optim/adamw.cpp picks one by the tensors' device.
+// Plain C++ (no CUDA headers); a build without CUDA links optim/cuda/no_cuda.cpp instead, whose
+// functions raise DeviceError.
 #pragma once
 
 #include "core/tensor.h"
@@ -8,7 +9,8 @@
 
 namespace keel::optim::cuda {
 
-// All tensors contiguous, numel N, on one CUDA device:
+// The fused AdamW step of one parameter (optim/adamw_math.h's formula, element by element).
+// All tensors contiguous, numel N, on one device:
 //   param (N) f32 | f64 | bf16 | f16, updated in place (rounded from master when one is given)
 //   grad (N) f32 | f64 | bf16 | f16
 //   m, v (N) f32 (f64 when param is f64)

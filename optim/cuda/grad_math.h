@@ -1,15 +1,17 @@
-// Device halves of optim/grad_math.h: a deterministic f64 sum of squares and an in-place
-// scale, for contiguous floating tensors on one CUDA device. Plain C++ interface.
+// The CUDA kernels of the gradient passes of clipping and loss scaling (optim/grad_math.h). optim/cpu/grad_math.h declares the
+// very same functions for the other device; optim/grad_math.cpp picks one by the tensors' device.
+// Plain C++ (no CUDA headers); a build without CUDA links optim/cuda/no_cuda.cpp instead, whose
+// functions raise DeviceError.
 #pragma once
 
 #include "core/tensor.h"
 
 namespace keel::optim::cuda {
 
-// t (N) f32 | f64 | bf16 | f16 -> sum of t^2 accumulated in f64, in a fixed order (a fixed
-// grid and a one-block final pass, no atomics), so the same input gives the same bits.
+// t (N) f32 | f64 | bf16 | f16 contiguous -> sum of t^2 accumulated in f64, in a fixed order
+// whatever the thread or block count, so the same input gives the same bits.
 double sum_of_squares(const Tensor& t);
-// t (N) <- t * s, computed in f32 (f64 for f64 tensors).
+// t (N) contiguous <- t * s, computed in f32 (f64 for f64 tensors) and rounded to t's dtype.
 void scale_inplace(Tensor& t, double s);
 
 }  // namespace keel::optim::cuda

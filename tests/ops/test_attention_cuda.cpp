@@ -21,7 +21,9 @@
 #include "cuda_compare.h"
 #include "cuda_test.h"
 #include "ops/attention.h"
+#include "ops/cpu/attention.h"
 #include "ops/cuda/attention.h"
+#include "ops/cuda/attention_tiles.h"
 #include "ops/shape.h"
 
 using namespace keel;
@@ -80,8 +82,6 @@ TEST_CASE("CUDA attention: a local head visits O(W) key tiles per query tile") {
   CHECK(local <= 2 * nq);
   CHECK(global == int64_t(nq) * (nq + 1) / 2);
 }
-
-#if defined(KEEL_WITH_CUDA)
 
 namespace {
 
@@ -421,9 +421,3 @@ TEST_CASE("CUDA attention at long sequences: a local head stays linear in T (smo
     MESSAGE("T " << T << ": local (w = 50) " << time_ms(T, 50) << " ms, global " << time_ms(T, 0)
                  << " ms (forward + backward, one head, D = 64, bf16)");
 }
-
-#else
-
-TEST_CASE("CUDA attention kernels") { KEEL_REQUIRE_CUDA(); }  // reports a skip in a CPU-only build
-
-#endif

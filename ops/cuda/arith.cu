@@ -10,7 +10,7 @@
 // The operation is a run-time switch inside the kernel: it is uniform over the grid, so it
 // costs a predictable branch, not divergence, and keeps one instantiation per dtype.
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops.h"
+#include "ops/cuda/arith.h"
 
 namespace keel::cuda {
 
@@ -18,31 +18,31 @@ namespace {
 using namespace dev;
 
 struct BinaryFn {
-  cpu::BinaryOp op;
+  BinaryOp op;
   __device__ __forceinline__ float operator()(float x, float y) const {
     switch (op) {
-      case cpu::BinaryOp::add: return x + y;
-      case cpu::BinaryOp::sub: return x - y;
-      case cpu::BinaryOp::mul: return x * y;
-      case cpu::BinaryOp::div: return x / y;
+      case BinaryOp::add: return x + y;
+      case BinaryOp::sub: return x - y;
+      case BinaryOp::mul: return x * y;
+      case BinaryOp::div: return x / y;
     }
     return 0.0f;
   }
 };
 
 struct UnaryFn {
-  cpu::UnaryOp op;
+  UnaryOp op;
   float c;  // the scalar of add_scalar / mul_scalar
   __device__ __forceinline__ float operator()(float v) const {
     switch (op) {
-      case cpu::UnaryOp::neg: return -v;
-      case cpu::UnaryOp::exp: return expf(v);
-      case cpu::UnaryOp::log: return logf(v);
-      case cpu::UnaryOp::tanh: return tanhf(v);
-      case cpu::UnaryOp::relu: return v > 0.0f ? v : 0.0f;
-      case cpu::UnaryOp::square: return v * v;
-      case cpu::UnaryOp::add_scalar: return v + c;
-      case cpu::UnaryOp::mul_scalar: return v * c;
+      case UnaryOp::neg: return -v;
+      case UnaryOp::exp: return expf(v);
+      case UnaryOp::log: return logf(v);
+      case UnaryOp::tanh: return tanhf(v);
+      case UnaryOp::relu: return v > 0.0f ? v : 0.0f;
+      case UnaryOp::square: return v * v;
+      case UnaryOp::add_scalar: return v + c;
+      case UnaryOp::mul_scalar: return v * c;
     }
     return 0.0f;
   }
@@ -151,7 +151,7 @@ void launch_map2(const Tensor& a, const Tensor& b, Tensor& out, Fn fn) {
 }  // namespace
 
 // a, b broadcastable to out (S); out contiguous (S).
-void binary(cpu::BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   require_device(out, "binary");
   const int64_t n = out.numel();
   if (n == 0) return;
@@ -186,7 +186,7 @@ void binary(cpu::BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 // x (S) any strides -> out (S) contiguous.
-void unary(cpu::UnaryOp op, const Tensor& x, Tensor& out, double s) {
+void unary(UnaryOp op, const Tensor& x, Tensor& out, double s) {
   require_device(x, "unary");
   Tensor xc = x.is_contiguous() ? x : x.detach().contiguous();
   visit_float(out.dtype(), "unary", [&]<typename T>() {

@@ -1,0 +1,21 @@
+// The CPU kernels of cross-entropy fused with log-softmax (ops/cross_entropy.h). ops/cuda/cross_entropy.h declares the very
+// same functions for the other device; the front end ops/cross_entropy.cpp picks one by the tensors' device.
+// No autograd, no argument checks (the front end's job). Tensors: on the CPU, f32 or f64
+// (the CPU computes in these; other dtypes raise DTypeError).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace keel::cpu {
+
+// logits (N, V), targets (N) i32/i64, contiguous -> loss [] (f32; f64 for f64 logits); lse (N)
+// and the number of non-ignored rows `count` are filled in. A target outside [0, V) that is not
+// ignore_index raises IndexError (CUDA checks on the host, so it waits for the device).
+Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& lse,
+                             int64_t& count);
+// logits (N, V), targets (N), lse (N), grad [] (the loss's gradient, on the logits' device)
+// -> dlogits (N, V) = (softmax - onehot(target)) * grad / count, zero rows where ignored.
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index,
+                              int64_t count, const Tensor& grad);
+
+}  // namespace keel::cpu

@@ -1,0 +1,21 @@
+// The CPU kernels of layer normalisation (ops/layernorm.h). ops/cuda/layernorm.h declares the very
+// same functions for the other device; the front end ops/layernorm.cpp picks one by the tensors' device.
+// No autograd, no argument checks (the front end's job). Tensors: on the CPU, f32 or f64
+// (the CPU computes in these; other dtypes raise DTypeError).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace keel::cpu {
+
+// x (N, C), weight (C), bias (C) or undefined, contiguous -> y (N, C); mean, rstd (N) are
+// allocated and filled in (f32 on CUDA, x's dtype on the CPU).
+Tensor layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& mean,
+                         Tensor& rstd);
+// grad, x (N, C), weight (C), mean, rstd (N) -> dx (N, C), dweight (C), dbias (C), each only when
+// its need_* flag is set (weight may be undefined when need_x is false).
+void layernorm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, bool need_x, bool need_weight, bool need_bias, Tensor& dx,
+                        Tensor& dweight, Tensor& dbias);
+
+}  // namespace keel::cpu

@@ -1,0 +1,58 @@
+// The tile arithmetic of the CUDA flash-attention kernels (attention_forward.cu,
+// attention_backward.cu), host and device alike, so a CPU test checks it in any build.
+//
+// Tiling, in one paragraph. Every kernel works on (batch b, head h) slices of (B, H, T, D) tensors,
+// cut into tiles of consecutive rows: a block of the forward owns one query tile and streams the
+// key tiles its rows can see; the backward's dK/dV block owns one key tile and streams the query
+// tiles that can see it; its dQ block does as the forward. Query i sees keys j in its band
+// [band_start(i, w), i] (w = 0: full causal; w >= 1: the last w keys, the query's own included).
+// Bands of consecutive rows slide by one, so the union over a tile's rows is one contiguous range
+// of keys, and the tiles a block visits are one contiguous range of tile indices: the functions
+// below give it exactly (no tile without an allowed pair, none missed), which is what makes a
+// local head cost O(T * W) and a global one skip the future half of the matrix.
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+#include "ops/attention_band.h"
+
+namespace keel::cuda {
+
+namespace attn {
+
+// Window as the kernels take it: 0 when the head is full causal, including every w >= T (such a
+// band reaches key 0 from every row anyway), so that w < T whenever it is not 0.
+inline int normalize_window(int64_t w, int64_t T) { return (w <= 0 || w >= T) ? 0 : static_cast<int>(w); }
+
+// Whether query i sees key j: both inside the sequence, no future key, inside the band.
+KEEL_HD inline bool allowed(int i, int j, int w, int T) { return i < T && j <= i && j >= band_start(i, w); }
+
+struct TileRange {
+  int begin, end;  // tile indices [begin, end)
+};
+
+// Key tiles (of bc keys) that query tile qt (rows [qt*br, qt*br + br) ∩ [0, T)) visits: from the
+// tile holding the first row's band start to the tile holding the last row itself.
+KEEL_HD inline TileRange key_tiles_for_query_tile(int qt, int br, int bc, int T, int w) {
+  const int first_row = qt * br;
+  const int last_row = (first_row + br < T ? first_row + br : T) - 1;
+  return {band_start(first_row, w) / bc, last_row / bc + 1};
+}
+
+// Query tiles (of br rows) that see key tile kt (keys [kt*bc, kt*bc + bc) ∩ [0, T)): from the tile
+// holding the first key (no query sees a future key) to the tile holding the last query whose band
+// still reaches the tile's last key, j + w - 1 (or the end of the sequence for a global head).
+KEEL_HD inline TileRange query_tiles_for_key_tile(int kt, int bc, int br, int T, int w) {
+  const int first_key = kt * bc;
+  const int last_key = (first_key + bc < T ? first_key + bc : T) - 1;
+  const int last_query = (w == 0 || last_key + w - 1 >= T) ? T - 1 : last_key + w - 1;
+  return {first_key / br, last_query / br + 1};
+}
+
+constexpr int kMaxHeads = 128;          // windows travel to the kernels by value
+constexpr int kHeadDims[] = {32, 64, 128};  // the head dims the kernels are compiled for
+
+}  // namespace attn
+
+}  // namespace keel::cuda

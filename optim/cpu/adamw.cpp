@@ -1,0 +1,42 @@
+// The AdamW step on the CPU: one pass over the elements with OpenMP, the same per-element
+// formula (optim/adamw_math.h) as the fused CUDA kernel.
+#include "optim/cpu/adamw.h"
+
+#include <type_traits>
+
+namespace keel::optim::cpu {
+
+namespace {
+// param (N) P, grad (N) G, m/v (N) C, master (N) f32 or null. C is f32 unless P is f64.
+template <typename P, typename G, typename C>
+void adamw_loop(P* param, const G* grad, C* m, C* v, float* master, int64_t n, const AdamWScalars& s) {
+  const AdamWCoeffs<C> k(s);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    // Widen through float for the 16-bit types (their only conversion), then to C.
+    C g = static_cast<C>(static_cast<std::conditional_t<std::is_same_v<G, double>, double, float>>(grad[i]));
+    C w;
+    if constexpr (std::is_same_v<C, float>) w = master ? master[i] : static_cast<float>(param[i]);
+    else w = static_cast<C>(param[i]);
+    adamw_update(g, w, m[i], v[i], k);
+    if constexpr (std::is_same_v<C, float>) {
+      if (master) master[i] = w;
+    }
+    param[i] = static_cast<P>(w);
+  }
+}
+}  // namespace
+
+// param, grad, m, v (N), master (N) or undefined: one parameter's update in place
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& master, const AdamWScalars& s) {
+  float* pm = master.defined() ? master.data<float>() : nullptr;
+  visit_dtype<FloatDType>(param.dtype(), "AdamW::step", [&]<typename P>() {
+    using C = std::conditional_t<std::is_same_v<P, double>, double, float>;
+    visit_dtype<FloatDType>(grad.dtype(), "AdamW::step", [&]<typename G>() {
+      adamw_loop<P, G, C>(static_cast<P*>(param.raw_data()), grad.data<G>(), m.data<C>(), v.data<C>(), pm,
+                          param.numel(), s);
+    });
+  });
+}
+
+}  // namespace keel::optim::cpu

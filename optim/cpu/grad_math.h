@@ -1,0 +1,15 @@
+// The CPU kernels of the gradient passes of clipping and loss scaling (optim/grad_math.h). optim/cuda/grad_math.h declares the
+// very same functions for the other device; optim/grad_math.cpp picks one by the tensors' device.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace keel::optim::cpu {
+
+// t (N) f32 | f64 | bf16 | f16 contiguous -> sum of t^2 accumulated in f64, in a fixed order
+// whatever the thread or block count, so the same input gives the same bits.
+double sum_of_squares(const Tensor& t);
+// t (N) contiguous <- t * s, computed in f32 (f64 for f64 tensors) and rounded to t's dtype.
+void scale_inplace(Tensor& t, double s);
+
+}  // namespace keel::optim::cpu

@@ -1,0 +1,21 @@
+// The CUDA kernels of optim in a build without CUDA (presets `cpu`, `debug`, `fuzz`): each
+// raises DeviceError with the way out, so optim/*.cpp dispatch on the device with no `#if`.
+// CMake compiles this file instead of optim/cuda/*.cu when KEEL_CUDA is OFF.
+#include "core/error.h"
+#include "optim/cuda/adamw.h"
+#include "optim/cuda/grad_math.h"
+
+namespace keel::optim::cuda {
+
+namespace {
+[[noreturn]] void no_cuda(const char* op) {
+  throw DeviceError(op, "a CUDA tensor reached keel built without CUDA",
+                    "rebuild with the `cuda` preset on a machine with nvcc, or move the tensors to the CPU");
+}
+}  // namespace
+
+void adamw_step(Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, const AdamWScalars&) { no_cuda("AdamW::step"); }
+double sum_of_squares(const Tensor&) { no_cuda("sum_of_squares"); }
+void scale_inplace(Tensor&, double) { no_cuda("scale_"); }
+
+}  // namespace keel::optim::cuda
