@@ -2,7 +2,9 @@
 // B*T = 8192 rows of C = 768, bf16 in and out with f32 accumulation:
 //   x @ W for 768 -> 2304 (c_attn), 768 -> 3072 (c_fc), 3072 -> 768 (c_proj), 768 -> 50257 (lm_head).
 // Prints milliseconds and TFLOP/s side by side; the gap is keel's overhead (allocation from the
-// cache, dispatch, layout planning). Not a test: on a machine without a GPU it says so and exits 0.
+// cache, dispatch, layout planning). Then one row per memory-bound op (the op table below; adding
+// an op adds a row, docs/ops.md) with its time and the bandwidth its compulsory bytes imply.
+// Not a test: on a machine without a GPU it says so and exits 0.
 //
 //   bench_ops [--iters N]
 #include <cublas_v2.h>
@@ -12,11 +14,16 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/cuda/check.h"
 #include "core/cuda/runtime.h"
 #include "core/factory.h"
+#include "ops/cross_entropy.h"
+#include "ops/gelu.h"
+#include "ops/layernorm.h"
 #include "ops/matmul.h"
+#include "ops/softmax.h"
 
 using namespace keel;
 
@@ -86,6 +93,31 @@ int main(int argc, char** argv) {
                   flop / t_bare * 1e-9, flop / t_ours * 1e-9, flop / t_lin * 1e-9);
     }
     KEEL_CHECK_CUBLAS(cublasDestroy(handle));
+
+    // The op table: GPT-2 (124M) activation shapes, bf16. bytes = what the op must read and
+    // write at least once (inputs, outputs), so GB/s compares with the HBM peak.
+    struct OpRow {
+      const char* name;
+      std::function<void()> run;
+      double bytes;
+    };
+    const int64_t C = 768, V = 50257, T = 1024;
+    Tensor act = randn({M, C}, gen, {DType::bf16, gpu}), hidden = randn({M, 4 * C}, gen, {DType::bf16, gpu});
+    Tensor ln_w = randn({C}, gen, {DType::bf16, gpu}), ln_b = randn({C}, gen, {DType::bf16, gpu});
+    Tensor scores = randn({M, T}, gen, {DType::bf16, gpu}), logits = randn({M, V}, gen, {DType::bf16, gpu});
+    Tensor targets = zeros({M}, {DType::i64, gpu});
+    const double two = 2.0;  // bytes per bf16 element
+    const std::vector<OpRow> rows = {
+        {"gelu (8192 x 3072)", [&] { Tensor y = gelu(hidden); }, two * 2 * double(M) * 4 * C},
+        {"layernorm (8192 x 768)", [&] { Tensor y = layernorm(act, ln_w, ln_b); }, two * 2 * double(M) * C},
+        {"softmax (8192 x 1024)", [&] { Tensor y = softmax(scores); }, two * 2 * double(M) * T},
+        {"cross_entropy (8192 x 50257)", [&] { Tensor l = cross_entropy(logits, targets); }, two * double(M) * V},
+    };
+    std::printf("\n%-30s %10s %10s\n", "op (bf16)", "keel ms", "GB/s");
+    for (const OpRow& r : rows) {
+      const double ms = time_ms(r.run, iters, s);
+      std::printf("%-30s %10.3f %10.1f\n", r.name, ms, r.bytes / ms * 1e-6);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_ops: %s\n", e.what());
     return 1;

@@ -42,7 +42,7 @@ TEST_CASE("cross_entropy forward matches a naive reference") {
   Generator gen(1);
   Tensor logits = randn({2, 3, 7}, gen, {DType::f64}, 0.0, 2.0);
   std::vector<int64_t> t = {0, 6, 3, 1, 2, 5};
-  double ref = naive_cross_entropy(logits, t, -100);
+  double ref = naive_cross_entropy(logits, t, kIgnoreIndex);
   Tensor loss = cross_entropy(logits, from_vector(t, {2, 3}));
   CHECK(loss.shape() == Shape{});
   CHECK(loss.item() == doctest::Approx(ref).epsilon(1e-14));
@@ -64,7 +64,7 @@ TEST_CASE("cross_entropy f32 on a large batch (threaded) agrees with f64") {
   std::vector<int64_t> t(64);
   for (int64_t i = 0; i < 64; ++i) t[i] = (i * 37) % 1000;
   Tensor targets = from_vector(t, {64});
-  double ref = naive_cross_entropy(logits, t, -100);
+  double ref = naive_cross_entropy(logits, t, kIgnoreIndex);
   CHECK(cross_entropy(logits, targets).item() == doctest::Approx(ref).epsilon(1e-13));
   CHECK(cross_entropy(logits.to(DType::f32), targets).item() == doctest::Approx(ref).epsilon(1e-6));
 }
@@ -72,9 +72,9 @@ TEST_CASE("cross_entropy f32 on a large batch (threaded) agrees with f64") {
 TEST_CASE("cross_entropy ignore_index: the mean is over the kept rows, ignored rows get no gradient") {
   Generator gen(3);
   Tensor logits = leaf({5, 4}, gen);
-  std::vector<int64_t> t = {1, -100, 3, -100, 0};
+  std::vector<int64_t> t = {1, kIgnoreIndex, 3, kIgnoreIndex, 0};  // the default ignore_index
   Tensor loss = cross_entropy(logits, from_vector(t, {5}));
-  CHECK(loss.item() == doctest::Approx(naive_cross_entropy(logits, t, -100)).epsilon(1e-14));
+  CHECK(loss.item() == doctest::Approx(naive_cross_entropy(logits, t, kIgnoreIndex)).epsilon(1e-14));
   loss.backward();
   std::vector<double> g = logits.grad().to_vector<double>();
   for (int64_t j = 0; j < 4; ++j) {
@@ -91,7 +91,7 @@ TEST_CASE("cross_entropy ignore_index: the mean is over the kept rows, ignored r
 
   // Every target ignored: loss 0 and zero gradient (a documented choice; PyTorch gives NaN).
   Tensor l2 = leaf({2, 3}, gen);
-  Tensor none = cross_entropy(l2, from_vector<int64_t>({-100, -100}, {2}));
+  Tensor none = cross_entropy(l2, from_vector<int64_t>({kIgnoreIndex, kIgnoreIndex}, {2}));
   CHECK(none.item() == 0.0);
   none.backward();
   for (double v : l2.grad().to_vector<double>()) CHECK(v == 0.0);
@@ -104,8 +104,8 @@ TEST_CASE("cross_entropy backward matches finite differences") {
     Shape shape;
     std::vector<int64_t> targets;
   };
-  for (const Case& c : {Case{{3, 5}, {0, 4, 2}}, Case{{2, 2, 3}, {2, -100, 0, 1}}, Case{{1, 1}, {0}},
-                        Case{{4, 7}, {6, 6, -100, 3}}}) {
+  for (const Case& c : {Case{{3, 5}, {0, 4, 2}}, Case{{2, 2, 3}, {2, kIgnoreIndex, 0, 1}}, Case{{1, 1}, {0}},
+                        Case{{4, 7}, {6, 6, kIgnoreIndex, 3}}}) {
     CAPTURE(shape_str(c.shape));
     Shape ts(c.shape.begin(), c.shape.end() - 1);
     Tensor targets = from_vector(c.targets, ts);
@@ -154,7 +154,7 @@ TEST_CASE("cross_entropy of bf16/f16 logits: the loss is f32, the gradient has t
     Tensor x = wide.to(dt).set_requires_grad(true);
     Tensor loss = cross_entropy(x, from_vector(t, {16}));
     CHECK(loss.dtype() == DType::f32);
-    const double ref = naive_cross_entropy(x.to(DType::f64), t, -100);
+    const double ref = naive_cross_entropy(x.to(DType::f64), t, kIgnoreIndex);
     CHECK(loss.item() == doctest::Approx(ref).epsilon(1e-6));
     loss.backward();
     REQUIRE(x.grad().defined());
