@@ -250,14 +250,7 @@ void dispatch(const char* op, DType dtype, int64_t D, F&& f) {
                          "among them (or run on the CPU)");
     }
   };
-  switch (dtype) {
-    case DType::f32: return with_d.template operator()<float>();
-    case DType::bf16: return with_d.template operator()<__nv_bfloat16>();
-    case DType::f16: return with_d.template operator()<__half>();
-    default:
-      throw DTypeError(op, std::string("CUDA attention computes in f32, bf16 or f16, got ") + dtype_name(dtype),
-                       "convert with .to(DType::f32) (or bf16/f16) first");
-  }
+  visit_cuda_float(dtype, op, with_d);  // the CUDA side's one dtype dispatch (core/cuda/convert.cuh)
 }
 
 // Dims for a call; checks what the kernels assume that the front end does not already promise.
