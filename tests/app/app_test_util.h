@@ -1,10 +1,9 @@
-// Helpers shared by the app tests: scratch directories, file writing, error expectations.
+// Helpers shared by the app tests: scratch directories (temp_dir.h), file writing, error expectations.
 #pragma once
 
 #include "temp_dir.h"
 
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,7 +11,6 @@
 #include <vector>
 
 namespace keel::test {
-
 
 inline void write_text(const std::filesystem::path& p, const std::string& s) {
   std::ofstream(p, std::ios::binary) << s;

@@ -1,9 +1,8 @@
-// Helpers shared by the data tests: paths to bundled assets and scratch directories.
+// Helpers shared by the data tests: paths to bundled assets, prepare options, and scratch
+// directories (temp_dir.h).
 #pragma once
 
 #include "temp_dir.h"
-
-#include <unistd.h>
 
 #include <filesystem>
 #include <string>
@@ -35,6 +34,5 @@ inline keel::data::PrepareOptions quiet_prepare(std::vector<std::filesystem::pat
   o.documents = {.min_chars = 2000, .max_chars = 20000};
   return o;
 }
-
 
 }  // namespace keel::test

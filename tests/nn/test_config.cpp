@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "nn/config.h"
-#include "test_util.h"
+#include "temp_dir.h"
 
 using namespace keel;
 using namespace keel::nn;
@@ -121,10 +121,10 @@ TEST_CASE("JSON round trip keeps every field, file round trip too") {
   CHECK(j["activation_function"] == "gelu_new");
   CHECK(j["tie_word_embeddings"] == true);
   CHECK(j["qk_norm"] == false);
-  testing::TempDir dir("config");
-  c.save(dir.path / "config.json");
-  CHECK(GPT2Config::load(dir.path / "config.json") == c);
-  CHECK_THROWS_AS(GPT2Config::load(dir.path / "missing.json"), IoError);
+  test::TempDir dir("config");
+  c.save(dir.path() / "config.json");
+  CHECK(GPT2Config::load(dir.path() / "config.json") == c);
+  CHECK_THROWS_AS(GPT2Config::load(dir.path() / "missing.json"), IoError);
 }
 
 TEST_CASE("a plain Hugging Face GPT-2 config reads as bias, tied, MHSA") {

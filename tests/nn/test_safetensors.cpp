@@ -7,7 +7,7 @@
 
 #include "core/factory.h"
 #include "nn/safetensors.h"
-#include "test_util.h"
+#include "temp_dir.h"
 
 using namespace keel;
 using namespace keel::nn;
@@ -28,8 +28,8 @@ std::string file_with(const std::string& header, size_t data_bytes) {
 }
 
 // Loads `bytes` from a file and returns the IoError's text ("" when none was thrown).
-std::string load_error(const testing::TempDir& dir, const std::string& bytes) {
-  fs::path p = dir.path / "bad.safetensors";
+std::string load_error(const test::TempDir& dir, const std::string& bytes) {
+  fs::path p = dir.path() / "bad.safetensors";
   write_bytes(p, bytes);
   try {
     load_safetensors(p);
@@ -46,7 +46,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 }  // namespace
 
 TEST_CASE("safetensors round trip: every dtype, views, scalars, empty tensors, metadata") {
-  testing::TempDir dir("st");
+  test::TempDir dir("st");
   Generator gen(1);
   Tensor f32 = randn({3, 4}, gen);
   NamedTensors in = {
@@ -60,7 +60,7 @@ TEST_CASE("safetensors round trip: every dtype, views, scalars, empty tensors, m
       {"h.scalar", scalar(2.5)},
       {"i.empty", zeros({0, 3})},
   };
-  fs::path p = dir.path / "x.safetensors";
+  fs::path p = dir.path() / "x.safetensors";
   save_safetensors(p, in, {{"format", "pt"}, {"step", "12"}});
   SafetensorsFile f = load_safetensors(p);
   CHECK(f.metadata == std::map<std::string, std::string>{{"format", "pt"}, {"step", "12"}});
@@ -77,12 +77,12 @@ TEST_CASE("safetensors round trip: every dtype, views, scalars, empty tensors, m
       CHECK(r.to_vector<int64_t>() == t.to_vector<int64_t>());
   }
   CHECK_FALSE(f.find("nope").defined());
-  for (const auto& e : fs::directory_iterator(dir.path)) CHECK(e.path().filename() == "x.safetensors");  // no temp left
+  for (const auto& e : fs::directory_iterator(dir.path())) CHECK(e.path().filename() == "x.safetensors");  // no temp left
 }
 
 TEST_CASE("safetensors layout: u64 header length, 8-aligned JSON header, offsets, raw data") {
-  testing::TempDir dir("st_layout");
-  fs::path p = dir.path / "y.safetensors";
+  test::TempDir dir("st_layout");
+  fs::path p = dir.path() / "y.safetensors";
   save_safetensors(p, {{"w", from_vector<float>({1.0f, 2.0f}, {2})}, {"v", from_vector<int64_t>({7}, {1})}});
   std::ifstream in(p, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), {});
@@ -102,18 +102,18 @@ TEST_CASE("safetensors layout: u64 header length, 8-aligned JSON header, offsets
 }
 
 TEST_CASE("safetensors writes refuse bad names and leave no file behind") {
-  testing::TempDir dir("st_wbad");
+  test::TempDir dir("st_wbad");
   Tensor t = zeros({2});
-  CHECK_THROWS_AS(save_safetensors(dir.path / "a.safetensors", {{"x", t}, {"x", t}}), ValueError);
-  CHECK_THROWS_AS(save_safetensors(dir.path / "a.safetensors", {{"__metadata__", t}}), ValueError);
-  CHECK_THROWS_AS(save_safetensors(dir.path / "a.safetensors", {{"", t}}), ValueError);
-  CHECK_THROWS_AS(save_safetensors(dir.path / "no_dir" / "a.safetensors", {{"x", t}}), IoError);
-  CHECK(fs::is_empty(dir.path));
+  CHECK_THROWS_AS(save_safetensors(dir.path() / "a.safetensors", {{"x", t}, {"x", t}}), ValueError);
+  CHECK_THROWS_AS(save_safetensors(dir.path() / "a.safetensors", {{"__metadata__", t}}), ValueError);
+  CHECK_THROWS_AS(save_safetensors(dir.path() / "a.safetensors", {{"", t}}), ValueError);
+  CHECK_THROWS_AS(save_safetensors(dir.path() / "no_dir" / "a.safetensors", {{"x", t}}), IoError);
+  CHECK(fs::is_empty(dir.path()));
 }
 
 TEST_CASE("safetensors reads reject every kind of bad file, naming the file and the tensor") {
-  testing::TempDir dir("st_bad");
-  CHECK_THROWS_AS(load_safetensors(dir.path / "missing.safetensors"), IoError);
+  test::TempDir dir("st_bad");
+  CHECK_THROWS_AS(load_safetensors(dir.path() / "missing.safetensors"), IoError);
   CHECK(contains(load_error(dir, ""), "shorter than the 8-byte"));
   CHECK(contains(load_error(dir, "abc"), "shorter than the 8-byte"));
   {
@@ -146,11 +146,11 @@ TEST_CASE("safetensors reads reject every kind of bad file, naming the file and 
   CHECK(contains(load_error(dir, file_with(R"({"__metadata__": {"k": 1}})", 0)), "not a string"));
   // A file cut short: the header promises more data than is there.
   CHECK(contains(load_error(dir, file_with(ok, 4)), "outside the data region"));
-  CHECK_THROWS_AS(load_safetensors(dir.path), IoError);  // a directory
+  CHECK_THROWS_AS(load_safetensors(dir.path()), IoError);  // a directory
 }
 
 TEST_CASE("safetensors: a deeply nested header is an error naming the file, not a stack overflow") {
-  testing::TempDir dir("st_deep");
+  test::TempDir dir("st_deep");
   const std::string deep = std::string(200000, '[') + std::string(200000, ']');
   CHECK(contains(load_error(dir, file_with(deep, 0)), "nested deeper"));
   // A bad shape quotes its size, never the (possibly huge, nested) value itself.

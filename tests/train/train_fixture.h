@@ -5,18 +5,20 @@
 
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 #include "apps/gpt2/train/train_config.h"
 #include "data/assets.h"
 #include "data/prepare.h"
+#include "temp_dir.h"
 
 namespace keel::testing {
 
+// ROOT/name, not yet created (a run directory the trainer makes), where ROOT is one scratch
+// directory per test process, removed when the process exits.
 inline std::filesystem::path scratch_dir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() / ("keel_train_" + std::to_string(::getpid())) / name;
+  static const test::TempDir root("train");
+  auto p = root / name;
   std::filesystem::remove_all(p);
-  std::filesystem::create_directories(p.parent_path());
   return p;
 }
 
