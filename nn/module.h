@@ -17,11 +17,10 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/named_tensors.h"
 #include "core/tensor.h"
 
 namespace keel::nn {
-
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 class Module {
  public:

@@ -14,7 +14,7 @@
 #include <map>
 #include <string>
 
-#include "nn/module.h"
+#include "core/named_tensors.h"
 
 namespace keel::nn {
 

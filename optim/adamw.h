@@ -20,17 +20,18 @@
 #include <string>
 #include <vector>
 
+#include "core/named_tensors.h"
 #include "core/tensor.h"
-#include "optim/params.h"
+#include "optim/defaults.h"
 
 namespace keel::optim {
 
 struct AdamWOptions {
-  double lr = 6e-4;
-  double beta1 = 0.9;
-  double beta2 = 0.95;  // GPT-2 / nanoGPT practice (PyTorch's default is 0.999)
-  double eps = 1e-8;
-  double weight_decay = 0.1;
+  double lr = kDefaultLr;
+  double beta1 = kDefaultBeta1;
+  double beta2 = kDefaultBeta2;
+  double eps = kDefaultEps;
+  double weight_decay = kDefaultWeightDecay;
   void validate() const;  // ConfigError on lr < 0, betas outside [0, 1), eps < 0, weight_decay < 0
 };
 

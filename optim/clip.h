@@ -3,8 +3,8 @@
 
 #include <vector>
 
+#include "core/named_tensors.h"
 #include "core/tensor.h"
-#include "optim/params.h"
 
 namespace keel::optim {
 

@@ -12,12 +12,11 @@
 #include <vector>
 
 #include "core/comm.h"
+#include "core/named_tensors.h"
 #include "core/tensor.h"
-#include "optim/params.h"
+#include "optim/defaults.h"
 
 namespace keel::optim {
-
-inline constexpr size_t kDefaultBucketBytes = size_t{25} << 20;
 
 // params: the same list, in the same order, with the same set of defined gradients on every
 // rank (a mismatch raises ConfigError on all ranks through the communicator's checks).

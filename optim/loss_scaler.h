@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/named_tensors.h"
 #include "core/tensor.h"
-#include "optim/params.h"
 
 namespace keel::optim {
 

@@ -9,13 +9,15 @@
 
 #include <cstdint>
 
+#include "optim/defaults.h"
+
 namespace keel::optim {
 
 struct CosineSchedule {
-  double lr = 6e-4;       // peak, reached at step `warmup`
-  double min_lr = 6e-5;   // floor, from max_steps on
-  int64_t warmup = 2000;
-  int64_t max_steps = 50000;
+  double lr = kDefaultLr;          // peak, reached at step `warmup`
+  double min_lr = kDefaultMinLr;   // floor, from max_steps on
+  int64_t warmup = kPaperWarmupSteps;
+  int64_t max_steps = kPaperMaxSteps;
 
   // ConfigError unless 0 <= min_lr <= lr, 0 <= warmup <= max_steps.
   void validate() const;

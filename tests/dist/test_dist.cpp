@@ -29,14 +29,12 @@ const std::string kMpirun = std::string(KEEL_MPIEXEC) + " --oversubscribe --bind
                             (::geteuid() == 0 ? " --allow-run-as-root" : "");
 
 struct Scratch {
-  fs::path dir = fs::temp_directory_path() / ("keel_dist_" + std::to_string(::getpid()));
+  keel::test::TempDir dir{"dist"};
   Scratch() {
-    fs::create_directories(dir);
     // Under AddressSanitizer: Open MPI's allocations outlive MPI_Finalize, which LeakSanitizer
     // would report as the ranks' leaks.
     ::setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1:allocator_may_return_null=1", 1);
   }
-  ~Scratch() { fs::remove_all(dir); }
 };
 Scratch& scratch() {
   static Scratch s;
@@ -85,7 +83,7 @@ std::vector<double> losses(const fs::path& run_dir) {
   return out;
 }
 
-nn::NamedTensors final_model(const fs::path& run_dir) {
+NamedTensors final_model(const fs::path& run_dir) {
   return nn::load_safetensors(run_dir / "checkpoints/step_00000010/model.safetensors").tensors;
 }
 

@@ -76,8 +76,8 @@ void remove_stale_temporaries(const fs::path& run_dir) {
   }
 }
 
-fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const nn::NamedTensors& model,
-                         const nn::NamedTensors& optimizer, const nlohmann::json& trainer, int64_t keep) {
+fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const NamedTensors& model,
+                         const NamedTensors& optimizer, const nlohmann::json& trainer, int64_t keep) {
   fs::path root = checkpoints_dir(run_dir);
   fs::create_directories(root);
   fs::path final_dir = root / fmt::format("step_{:08d}", step);

@@ -19,19 +19,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nn/module.h"
+#include "core/named_tensors.h"
 
 namespace keel::app {
 
 struct Checkpoint {
   std::filesystem::path dir;
-  nn::NamedTensors model, optimizer;
+  NamedTensors model, optimizer;
   nlohmann::json trainer;
 };
 
 // Writes checkpoint `step` and prunes older ones beyond `keep`. Returns its directory.
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step,
-                                      const nn::NamedTensors& model, const nn::NamedTensors& optimizer,
+                                      const NamedTensors& model, const NamedTensors& optimizer,
                                       const nlohmann::json& trainer, int64_t keep);
 
 // Deletes the checkpoint temporaries (".tmp-step_*", ".del-step_*") of processes that no longer run.

@@ -232,7 +232,7 @@ void Trainer::resume_from(const fs::path& ckpt) {
   } catch (const Error& e) {  // name the file: the tensor's name alone does not say which
     throw IoError("train", (ckpt / "model.safetensors").string() + ": " + e.message(), e.hint());
   }
-  nn::NamedTensors opt_state, scaler_state;
+  NamedTensors opt_state, scaler_state;
   // optimizer.safetensors holds AdamW's state and, under "scaler.", the loss scaler's.
   for (auto& [name, t] : c.optimizer) {
     if (name.rfind("scaler.", 0) == 0)
@@ -278,7 +278,7 @@ void Trainer::resume_from(const fs::path& ckpt) {
 void Trainer::checkpoint(int64_t next_step) {
   check_parameters_identical(*dist_.comm, model_->parameters(), next_step);
   // With ZeRO every rank takes part in gathering the whole state; rank 0 writes it.
-  nn::NamedTensors opt_state = zero_ ? zero_->state() : nn::NamedTensors{};
+  NamedTensors opt_state = zero_ ? zero_->state() : NamedTensors{};
   if (!dist_.root()) return;
   if (!zero_) opt_state = opt_->state();
   for (auto& [name, t] : scaler_->state()) opt_state.emplace_back("scaler." + name, t);
