@@ -52,7 +52,7 @@ Batch empty_batch(const LoaderOptions& o) {
   Batch b;
   b.batch_size = o.batch_size, b.seq_len = o.seq_len;
   b.inputs.assign(o.batch_size * o.seq_len, 0);
-  b.targets.assign(o.batch_size * o.seq_len, -1);
+  b.targets.assign(o.batch_size * o.seq_len, kIgnoreTarget);
   return b;
 }
 

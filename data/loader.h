@@ -14,7 +14,7 @@
 // Evaluation (EvalLoader): windows of T inputs at stride T, so the targets of all windows
 // together are every token of the split after the first, exactly once. Rank r takes every
 // R-th window; the last window may be short and missing rows are padding: padded targets are
-// -1 (ignore) and padded inputs 0. Every rank gets the same number of batches.
+// kIgnoreTarget and padded inputs 0. Every rank gets the same number of batches.
 #pragma once
 
 #include <cstdint>
@@ -26,16 +26,23 @@
 
 namespace keel::data {
 
+// The target of a padded position: -100, cross_entropy's ignore index (Hugging Face's and
+// PyTorch's), so a batch goes to the loss as it is. data/ does not see ops/; tests/train checks
+// that the two agree.
+inline constexpr int32_t kIgnoreTarget = -100;
+
 struct Batch {
   int64_t batch_size = 0, seq_len = 0;  // B, T
   std::vector<int32_t> inputs;          // B*T, row-major
-  std::vector<int32_t> targets;         // B*T, row-major; inputs shifted by one, -1 = ignore
-  int64_t valid_targets = 0;            // targets that are not -1
+  std::vector<int32_t> targets;         // B*T, row-major; inputs shifted by one, or kIgnoreTarget
+  int64_t valid_targets = 0;            // targets that are not kIgnoreTarget
 };
 
 struct LoaderOptions {
-  int64_t batch_size = 8;  // B, per rank
-  int64_t seq_len = 1024;  // T
+  // B and T have no default here: they are the run's (TrainConfig, the model's context), and a
+  // loader left at 0 is refused (ValueError).
+  int64_t batch_size = 0;  // B, per rank
+  int64_t seq_len = 0;     // T
   uint64_t seed = 0;
   int64_t rank = 0;
   int64_t world_size = 1;  // R

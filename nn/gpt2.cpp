@@ -65,7 +65,7 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets) {
 
   GPT2Output out;
   out.logits = lm_head->forward(ln_f.forward(x));
-  if (targets.defined()) out.loss = cross_entropy(out.logits, targets, -100);
+  if (targets.defined()) out.loss = cross_entropy(out.logits, targets);  // padded targets are its ignore index
   {
     NoGradGuard no_grad;
     const int64_t H = config_.n_head;

@@ -129,7 +129,8 @@ TEST_CASE("loader: evaluation covers every target exactly once, over all ranks")
         while (e.next(b)) {
           int64_t valid = 0;
           for (size_t i = 0; i < b.targets.size(); ++i) {
-            if (b.targets[i] < 0) continue;
+            if (b.targets[i] == kIgnoreTarget) continue;
+            REQUIRE(b.targets[i] >= 0);
             ++seen[b.targets[i]];
             ++valid;
             CHECK(b.inputs[i] == b.targets[i] - 1);
@@ -143,4 +144,20 @@ TEST_CASE("loader: evaluation covers every target exactly once, over all ranks")
       for (int32_t i = 1; i < n; ++i) CHECK_MESSAGE(seen[i] == 1, "n=" << n << " R=" << R << " i=" << i);
     }
   }
+}
+
+TEST_CASE("loader: padded evaluation positions have target -100 (Hugging Face's ignore index) and input 0") {
+  static_assert(kIgnoreTarget == -100);
+  // 12 tokens at T = 8: window 0 has 8 targets, window 1 only 3 (tokens 9..11), then padding.
+  EvalLoader e(counting_split(12), opts(2, 8, 0));
+  Batch b;
+  REQUIRE(e.next(b));
+  CHECK(b.valid_targets == 11);
+  for (int64_t t = 0; t < 8; ++t) CHECK(b.targets[t] == t + 1);
+  for (int64_t t = 0; t < 3; ++t) CHECK(b.targets[8 + t] == 9 + t);
+  for (int64_t t = 3; t < 8; ++t) {
+    CHECK(b.targets[8 + t] == -100);
+    CHECK(b.inputs[8 + t] == 0);
+  }
+  CHECK_FALSE(e.next(b));
 }

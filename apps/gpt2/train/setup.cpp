@@ -92,11 +92,8 @@ double peak_flops(Device device, DType dtype) {
 }
 
 std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device) {
-  std::vector<int32_t> targets = b.targets;
-  for (int32_t& t : targets)
-    if (t < 0) t = -100;
   return {from_vector(b.inputs, {b.batch_size, b.seq_len}).to(device),
-          from_vector(targets, {b.batch_size, b.seq_len}).to(device)};
+          from_vector(b.targets, {b.batch_size, b.seq_len}).to(device)};
 }
 
 }  // namespace keel::app

@@ -33,8 +33,8 @@ double peak_flops(Device device, DType dtype);
 // GPU, a MIG slice or f64 gives 0: no MFU rather than a wrong one.
 double peak_flops_of(const std::string& device_name, DType dtype);
 
-// ids (B, T) and targets (B, T) of a loader batch, on the device. The loader marks padding
-// with -1; cross_entropy's ignore index is -100.
+// ids (B, T) and targets (B, T) of a loader batch, on the device. Padded targets are already
+// cross_entropy's ignore index (data::kIgnoreTarget).
 std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device);
 
 }  // namespace keel::app
