@@ -1,5 +1,6 @@
 #include "nn/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -11,19 +12,27 @@ namespace keel::nn {
 using json = nlohmann::ordered_json;
 
 const char* attention_kind_name(AttentionKind k) {
-  switch (k) {
-    case AttentionKind::mhsa: return "mhsa";
-    case AttentionKind::ls: return "ls";
-    case AttentionKind::qk_norm: return "qk_norm";
-    case AttentionKind::softcap: return "softcap";
-  }
-  return "?";
+  for (const auto& [kind, name] : kAttentionKinds)
+    if (kind == k) return name;
+  return "?";  // only for a value cast from an integer outside the enum
 }
 
 AttentionKind parse_attention_kind(const std::string& s) {
-  for (AttentionKind k : {AttentionKind::mhsa, AttentionKind::ls, AttentionKind::qk_norm, AttentionKind::softcap})
-    if (s == attention_kind_name(k)) return k;
-  throw ConfigError("GPT2Config", "unknown attention variant '" + s + "'", "use one of mhsa, ls, qk_norm, softcap");
+  for (const auto& [kind, name] : kAttentionKinds)
+    if (s == name) return kind;
+  throw ConfigError("GPT2Config", "unknown attention variant '" + s + "'", "use one of " + attention_kind_names());
+}
+
+std::string attention_kind_names(const std::string& separator) {
+  std::string out;
+  for (const auto& [kind, name] : kAttentionKinds) out += (out.empty() ? "" : separator) + name;
+  return out;
+}
+
+void GPT2Config::fill_ls_shape() {
+  if (attention != AttentionKind::ls) return;
+  if (ls_local_heads == 0) ls_local_heads = std::max<int64_t>(1, n_head - 1);
+  if (ls_window == 0) ls_window = kPaperLsWindow;
 }
 
 int64_t GPT2Config::head_dim() const { return n_head > 0 ? n_embd / n_head : 0; }
@@ -85,7 +94,7 @@ GPT2Config GPT2Config::preset(const std::string& name) {
   if (name == "paper") {
     c.n_layer = 6, c.n_head = 6, c.n_embd = 192, c.block_size = 2048, c.vocab_size = 10000;
     c.bias = false, c.tie_embeddings = false;
-    c.attention = AttentionKind::ls, c.ls_local_heads = 5, c.ls_window = 50;
+    c.attention = AttentionKind::ls, c.ls_local_heads = 5, c.ls_window = kPaperLsWindow;
     return c;
   }
   if (name == "tiny") {

@@ -4,10 +4,11 @@
 // JSON keys (HF): model_type "gpt2", architectures, n_layer, n_head, n_embd, n_positions (= n_ctx),
 // vocab_size, layer_norm_epsilon, activation_function "gelu_new", resid_pdrop / embd_pdrop /
 // attn_pdrop, initializer_range, n_inner (null). keel-only: bias, tie_word_embeddings (HF knows it
-// too), attention ("mhsa" | "ls" | "qk_norm" | "softcap"), ls_local_heads, ls_window, qk_norm,
+// too), attention (a name of kAttentionKinds below), ls_local_heads, ls_window, qk_norm,
 // attn_softcap. A plain HF GPT-2 config (no keel keys) reads as bias, tied, MHSA.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -15,9 +16,27 @@
 
 namespace keel::nn {
 
+// The attention variants. kAttentionKinds is the one table of their names: config.json, the
+// CLI's flags, their help and error messages, reports and the model all go through it, so a new
+// variant is one enum value and one row here.
 enum class AttentionKind { mhsa, ls, qk_norm, softcap };
-const char* attention_kind_name(AttentionKind k);       // "mhsa", "ls", "qk_norm", "softcap"
-AttentionKind parse_attention_kind(const std::string& s);  // ConfigError on anything else
+struct AttentionKindName {
+  AttentionKind kind;
+  const char* name;
+};
+inline constexpr std::array<AttentionKindName, 4> kAttentionKinds{{
+    {AttentionKind::mhsa, "mhsa"},        // standard multi-head self-attention
+    {AttentionKind::ls, "ls"},            // LS-attention: local heads (window) + global heads
+    {AttentionKind::qk_norm, "qk_norm"},  // MHSA with LayerNorm on each head's q and k
+    {AttentionKind::softcap, "softcap"},  // MHSA with logits -> c * tanh(logits / c)
+}};
+const char* attention_kind_name(AttentionKind k);
+AttentionKind parse_attention_kind(const std::string& s);  // ConfigError naming the variants
+// Every name joined for help and hints: attention_kind_names(" | ") = "mhsa | ls | qk_norm | softcap".
+std::string attention_kind_names(const std::string& separator = ", ");
+
+// The paper's LS-attention window: a local head sees its last 50 keys (of 2048), itself included.
+inline constexpr int64_t kPaperLsWindow = 50;
 
 struct GPT2Config {
   int64_t n_layer = 12;
@@ -37,6 +56,10 @@ struct GPT2Config {
   int64_t ls_local_heads = 0;  // LS: heads [0, ls_local_heads) are local, the rest global
   int64_t ls_window = 0;       // LS: a local head sees its last ls_window keys, itself included
   double softcap = 50.0;       // softcap: logits -> c * tanh(logits / c) (Gemma 2's attention value)
+
+  // LS-attention asked for without its shape (ls_local_heads or ls_window 0) gets the paper's:
+  // every head but one local, window kPaperLsWindow. Other variants are left as they are.
+  void fill_ls_shape();
 
   int64_t head_dim() const;  // n_embd / n_head (validate() checks it divides)
   // The per-head windows of AttentionSpec: 0 = full causal, w = last w keys; local heads first.

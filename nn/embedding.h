@@ -8,8 +8,9 @@ namespace keel::nn {
 
 class Embedding : public Module {
  public:
-  // weight (num, dim) ~ N(0, std^2), GPT-2's initialisation for wte and wpe alike.
-  Embedding(int64_t num, int64_t dim, Generator& gen, double std = 0.02);
+  // weight (num, dim) ~ N(0, std^2), GPT-2's initialisation for wte and wpe alike (std is
+  // GPT2Config::init_std).
+  Embedding(int64_t num, int64_t dim, Generator& gen, double std);
 
   // ids (...) i32/i64 in [0, num) -> (..., dim)
   Tensor forward(const Tensor& ids) const;

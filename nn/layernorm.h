@@ -8,7 +8,7 @@ namespace keel::nn {
 
 class LayerNorm : public Module {
  public:
-  LayerNorm(int64_t dim, bool bias, double eps = 1e-5);
+  LayerNorm(int64_t dim, bool bias, double eps);  // eps: the model's (GPT2Config::layer_norm_epsilon)
 
   // x (..., C) -> (..., C)
   Tensor forward(const Tensor& x) const;

@@ -9,8 +9,8 @@ namespace keel::nn {
 
 class Linear : public Module {
  public:
-  // weight ~ N(0, std^2), bias zero (GPT-2's initialisation).
-  Linear(int64_t in, int64_t out, bool bias, Generator& gen, double std = 0.02);
+  // weight ~ N(0, std^2), bias zero (GPT-2's initialisation; std is GPT2Config::init_std).
+  Linear(int64_t in, int64_t out, bool bias, Generator& gen, double std);
   // A bias-free layer whose weight is an existing parameter (weight tying): no new tensor.
   explicit Linear(const Tensor& shared_weight);
 

@@ -93,8 +93,8 @@ TEST_CASE("SIGINT stops a run with a checkpoint and --resume finishes it identic
   CHECK(train_losses(c.run_dir) == train_losses(full.run_dir));
 }
 
-TEST_CASE("every attention variant trains: mhsa, ls, qk_norm, softcap") {
-  for (const char* v : {"mhsa", "ls", "qk_norm", "softcap"}) {
+TEST_CASE("every attention variant of nn::kAttentionKinds trains") {
+  for (const auto& [kind, v] : nn::kAttentionKinds) {
     TrainConfig c = testing::tiny_config(std::string("variant_") + v);
     c.attention = v;
     c.ls_window = 8;

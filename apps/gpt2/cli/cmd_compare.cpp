@@ -11,6 +11,7 @@
 #include "apps/gpt2/cli/train_flags.h"
 #include "apps/gpt2/report/report.h"
 #include "apps/gpt2/train/trainer.h"
+#include "nn/config.h"
 
 namespace fs = std::filesystem;
 
@@ -30,6 +31,13 @@ void run_compare(CLI::App& cmd, const TrainConfig& flags, const std::string& con
   if (out.empty()) throw ConfigError("compare", "--out is required", "e.g. --out runs/compare");
   std::vector<std::string> names = split_list(variants);
   if (names.empty()) throw ConfigError("compare", "--variants is empty", "e.g. --variants mhsa,ls");
+  for (const std::string& v : names) {  // all checked before the first run starts
+    try {
+      nn::parse_attention_kind(v);
+    } catch (const ConfigError& e) {
+      throw ConfigError("compare", "--variants: " + e.message(), e.hint());
+    }
+  }
   TrainConfig base = resolve_train_config(cmd, flags, config_file);
   std::vector<std::string> dirs;
   for (const std::string& v : names) {
@@ -76,7 +84,7 @@ void add_compare_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "compare", "Train one run per attention variant under the same budget; print a table, write report.html");
   cmd->add_option("--out", *out, "directory for the runs (OUT/<variant>) and OUT/report.html");
-  cmd->add_option("--variants", *variants, "comma-separated attention variants: mhsa, ls, qk_norm, softcap");
+  cmd->add_option("--variants", *variants, "comma-separated attention variants: " + nn::attention_kind_names());
   cmd->add_option("--include", *include,
                   "comma-separated run directories trained elsewhere to add to the table and report");
   add_train_flags(*cmd, flags.get(), config_file.get());

@@ -2,8 +2,9 @@
 // self-contained HTML report (inline SVG charts, no scripts or external resources) that
 // `gpt2 compare` writes for MHSA against LS-attention and the baselines.
 //
-// A run directory holds config.json (a JSON object; "name" labels the run, e.g. "mhsa", "ls",
-// "qk_norm", "softcap"; the directory name when absent) and metrics.jsonl (see metrics.h).
+// A run directory holds config.json (a JSON object; "name" labels the run: by default the
+// attention variant's name from nn::kAttentionKinds, or the preset's when the run kept the preset's
+// variant; the directory name when absent) and metrics.jsonl (see metrics.h).
 #pragma once
 
 #include <cstdint>

@@ -42,9 +42,7 @@ nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size) {
   if (!cfg.attention.empty()) m.attention = nn::parse_attention_kind(cfg.attention);
   if (cfg.ls_local_heads >= 0) m.ls_local_heads = cfg.ls_local_heads;
   if (cfg.ls_window > 0) m.ls_window = cfg.ls_window;
-  if (m.attention == nn::AttentionKind::ls && m.ls_local_heads == 0)
-    m.ls_local_heads = std::max<int64_t>(1, m.n_head - 1);  // the paper's shape: one global head
-  if (m.attention == nn::AttentionKind::ls && m.ls_window == 0) m.ls_window = 50;
+  m.fill_ls_shape();  // a preset without an LS shape (gpt2-124m) gets the paper's
   m.softcap = cfg.softcap;
   m.dropout = cfg.dropout;
   m.validate();

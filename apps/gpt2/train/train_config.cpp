@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -14,10 +15,16 @@ namespace keel::app {
 namespace {
 // One table drives JSON reading, writing and flag registration, so a field cannot be added to
 // one and forgotten in another.
+std::string preset_names(const std::string& separator) {
+  std::string out;
+  for (const std::string& p : nn::GPT2Config::preset_names()) out += (out.empty() ? "" : separator) + p;
+  return out;
+}
+
 template <typename F>
 void for_each_field(TrainConfig& c, F&& f) {
-  f("preset", c.preset, "model preset: tiny | paper | gpt2-124m");
-  f("attention", c.attention, "attention: mhsa | ls | qk_norm | softcap (default: the preset's)");
+  f("preset", c.preset, "model preset: " + preset_names(" | "));
+  f("attention", c.attention, "attention: " + nn::attention_kind_names(" | ") + " (default: the preset's)");
   f("n_layer", c.n_layer, "layers (0 = the preset's)");
   f("n_head", c.n_head, "heads per layer (0 = the preset's)");
   f("n_embd", c.n_embd, "model width C (0 = the preset's)");
@@ -63,14 +70,14 @@ void for_each_field(TrainConfig& c, F&& f) {
 nlohmann::json TrainConfig::to_json() const {
   nlohmann::json j;
   TrainConfig copy = *this;
-  for_each_field(copy, [&](const char* key, auto& value, const char*) { j[key] = value; });
+  for_each_field(copy, [&](const char* key, auto& value, const std::string&) { j[key] = value; });
   return j;
 }
 
 void TrainConfig::merge_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw ConfigError("config", source + ": expected a JSON object");
   std::set<std::string> known;
-  for_each_field(*this, [&](const char* key, auto& value, const char*) {
+  for_each_field(*this, [&](const char* key, auto& value, const std::string&) {
     known.insert(key);
     if (!j.contains(key)) return;
     using T = std::decay_t<decltype(value)>;
@@ -98,7 +105,7 @@ void TrainConfig::merge_json(const nlohmann::json& j, const std::string& source)
 
 void add_train_flags(CLI::App& cmd, TrainConfig* cfg, std::string* config_file) {
   cmd.add_option("--config", *config_file, "JSON file with any of the fields below (flags override it)");
-  for_each_field(*cfg, [&](const char* key, auto& value, const char* help) {
+  for_each_field(*cfg, [&](const char* key, auto& value, const std::string& help) {
     std::string flag = std::string("--") + key;
     for (char& ch : flag)
       if (ch == '_') ch = '-';
@@ -129,11 +136,13 @@ void TrainConfig::validate() const {
   auto need = [](bool ok, const std::string& field, const std::string& what, const std::string& hint = {}) {
     if (!ok) throw ConfigError("train", fmt::format("--{}: {}", field, what), hint);
   };
-  need(preset == "tiny" || preset == "paper" || preset == "gpt2-124m", "preset",
-       "unknown preset '" + preset + "'", "use tiny, paper or gpt2-124m");
-  need(attention.empty() || attention == "mhsa" || attention == "ls" || attention == "qk_norm" ||
-           attention == "softcap",
-       "attention", "unknown variant '" + attention + "'", "use mhsa, ls, qk_norm or softcap");
+  const auto presets = nn::GPT2Config::preset_names();
+  need(std::find(presets.begin(), presets.end(), preset) != presets.end(), "preset",
+       "unknown preset '" + preset + "'", "use one of " + preset_names(", "));
+  bool known_attention = attention.empty();
+  for (const auto& [kind, name] : nn::kAttentionKinds) known_attention = known_attention || attention == name;
+  need(known_attention, "attention", "unknown variant '" + attention + "'",
+       "use one of " + nn::attention_kind_names());
   // Upper bounds far above any real run: larger values are typos (or hostile) and would only
   // overflow sizes, allocate for minutes or never finish.
   constexpr int64_t kMaxSize = 1 << 20, kMaxSteps = int64_t{1} << 40;
@@ -193,6 +202,16 @@ nlohmann::json identity_of(const TrainConfig& cfg) {
                           "keep_checkpoints", "on_nonfinite", "spike_factor", "device", "data", "dist_backend",
                           "bucket_mb", "nproc", "zero", "reduce_dtype"})
     j.erase(key);
+  // A variant's own knobs change nothing in the others' models: an MHSA run that recorded the
+  // softcap default of its day (30 before it became nn's 50) resumes under today's default.
+  nn::AttentionKind kind;
+  try {
+    kind = cfg.attention.empty() ? nn::GPT2Config::preset(cfg.preset).attention : nn::parse_attention_kind(cfg.attention);
+  } catch (const ConfigError&) {
+    return j;  // an unknown preset or variant (a hand-edited config.json): every field counts
+  }
+  if (kind != nn::AttentionKind::softcap) j.erase("softcap");
+  if (kind != nn::AttentionKind::ls) j.erase("ls_local_heads"), j.erase("ls_window");
   return j;
 }
 
@@ -202,6 +221,18 @@ nlohmann::json launch_identity_of(const TrainConfig& cfg) {
   j["reduce_dtype"] = cfg.reduce_dtype;
   j["bucket_mb"] = cfg.bucket_mb;
   return j;
+}
+
+std::string differing_fields(const nlohmann::json& saved, const nlohmann::json& now) {
+  std::set<std::string> keys;
+  for (const auto& [k, _] : saved.items()) keys.insert(k);
+  for (const auto& [k, _] : now.items()) keys.insert(k);
+  std::string out;
+  auto show = [](const nlohmann::json& j, const std::string& k) { return j.contains(k) ? j[k].dump() : "absent"; };
+  for (const std::string& k : keys)
+    if (show(saved, k) != show(now, k))
+      out += fmt::format("{}{}: {} saved, {} now", out.empty() ? "" : "; ", k, show(saved, k), show(now, k));
+  return out;
 }
 
 }  // namespace keel::app

@@ -2,12 +2,18 @@
 // the precision and the run's bookkeeping. `gpt2 train` fills it from an optional JSON config
 // file and then from flags (flags win), validates it, and writes the resolved result to
 // RUN_DIR/config.json, so a run directory always says exactly how it was made.
+//
+// Defaults that the model or the optimizer also has come from there (nn::GPT2Config,
+// optim/defaults.h), so each is written once; test_train_config checks that they agree.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "nn/config.h"
+#include "optim/defaults.h"
 
 namespace CLI {
 class App;
@@ -17,13 +23,13 @@ namespace keel::app {
 
 struct TrainConfig {
   // --- model (a preset, then overrides; 0 / empty = the preset's value) ---
-  std::string preset = "tiny";  // tiny | paper | gpt2-124m
-  std::string attention;        // mhsa | ls | qk_norm | softcap ("" = the preset's)
+  std::string preset = "tiny";  // a name of nn::GPT2Config::preset_names()
+  std::string attention;        // a name of nn::kAttentionKinds ("" = the preset's)
   int64_t n_layer = 0, n_head = 0, n_embd = 0;
   int64_t ls_local_heads = -1, ls_window = 0;  // -1 / 0 = the preset's
   int64_t bias = -1, tie_embeddings = -1;       // 1 / 0, or -1 = the preset's
-  double softcap = 30.0;
-  double dropout = 0.0;
+  double softcap = nn::GPT2Config{}.softcap;
+  double dropout = nn::GPT2Config{}.dropout;
   std::string init_from;  // a Hugging Face GPT-2 directory to start from
 
   // --- data ---
@@ -31,8 +37,9 @@ struct TrainConfig {
   int64_t batch_size = 8, seq_len = 0, grad_accum = 1;  // seq_len 0 = the model's context
 
   // --- optimisation ---
-  int64_t max_steps = 200, warmup_steps = 20;
-  double lr = 6e-4, min_lr = 6e-5, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
+  int64_t max_steps = 200, warmup_steps = 20;  // a short demo run (the paper's: optim/defaults.h)
+  double lr = optim::kDefaultLr, min_lr = optim::kDefaultMinLr, weight_decay = optim::kDefaultWeightDecay;
+  double beta1 = optim::kDefaultBeta1, beta2 = optim::kDefaultBeta2, grad_clip = optim::kDefaultGradClip;
 
   // --- precision and device ---
   std::string dtype = "f32";    // f32 | bf16 | f16
@@ -49,7 +56,7 @@ struct TrainConfig {
 
   // --- data parallelism (docs/distributed.md) ---
   std::string dist_backend = "auto";  // auto | local | mpi | nccl
-  double bucket_mb = 25;              // gradient all-reduce bucket size
+  double bucket_mb = double(optim::kDefaultBucketBytes >> 20);  // gradient all-reduce bucket size
   int64_t nproc = 0;                  // > 0: start this many local ranks (under mpirun)
   int64_t zero = 0;                   // ZeRO stage: 0 (replicated optimizer state) or 1 (sharded)
   std::string reduce_dtype = "f32";   // dtype gradients travel in: f32 | bf16
@@ -65,10 +72,13 @@ struct TrainConfig {
 void add_train_flags(CLI::App& cmd, TrainConfig* cfg, std::string* config_file);
 
 // The fields whose change makes a resumed run a different run (model, data, optimiser,
-// precision, seed). Resuming with any of them changed is refused.
+// precision, seed). Resuming with any of them changed is refused. The knobs of an attention
+// variant (softcap, ls_*) count only for a run of that variant.
 nlohmann::json identity_of(const TrainConfig& cfg);
 // identity_of plus what every rank of one launch must agree on so that they issue the same
 // collectives (--zero, --reduce-dtype, --bucket-mb), which a resume may change.
 nlohmann::json launch_identity_of(const TrainConfig& cfg);
+// "softcap: 30.0 saved, 50.0 now; seed: ...": the keys whose values differ between two identities.
+std::string differing_fields(const nlohmann::json& saved, const nlohmann::json& now);
 
 }  // namespace keel::app

@@ -152,7 +152,8 @@ void Trainer::setup() {
       return j;
     };
     if (id(saved) != id(cfg_))
-      throw ConfigError("train", "--resume: the configuration differs from the one in " + config_path.string(),
+      throw ConfigError("train", "--resume: the configuration differs from the one in " + config_path.string() +
+                                     " (" + differing_fields(id(saved), id(cfg_)) + ")",
                         "resume with the same model, data, optimiser, dtype and seed flags (or none: "
                         "`gpt2 train --resume --run-dir DIR --data DIR` with --config " + config_path.string() + ")");
   } else if (latest) {
@@ -180,7 +181,8 @@ void Trainer::setup() {
   broadcast_parameters(*dist_.comm, model_->parameters());
   Generator& dropout_rng = model_->dropout_generator();
   dropout_rng.set_state(dropout_seed_for_rank(dropout_rng.seed(), dist_.rank()), dropout_rng.offset());
-  const optim::AdamWOptions adamw{cfg_.lr, cfg_.beta1, cfg_.beta2, 1e-8, cfg_.weight_decay};
+  const optim::AdamWOptions adamw{.lr = cfg_.lr, .beta1 = cfg_.beta1, .beta2 = cfg_.beta2,
+                                  .weight_decay = cfg_.weight_decay};
   const DType reduce_dtype = parse_dtype(cfg_.reduce_dtype);
   if (cfg_.zero == 1)
     zero_ = std::make_unique<optim::ZeroAdamW>(dist_.comm, model_->named_parameters(), adamw, reduce_dtype,
