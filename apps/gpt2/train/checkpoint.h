@@ -1,9 +1,14 @@
 // Checkpoints of a training run:
 //
 //   RUN_DIR/checkpoints/step_00000100/model.safetensors      weights, Hugging Face names, keel layout
-//                                    /optimizer.safetensors  AdamW moments, masters, step counts
+//                                    /optimizer.safetensors  AdamW moments, masters, step counts;
+//                                                            the loss scaler's state ("scaler.*")
 //                                    /trainer.json           step, loader position, dropout RNG,
-//                                                            loss scale, the run's identity
+//                                                            recent losses (spike detection),
+//                                                            elapsed seconds, the run's identity
+//
+// The identity (identity_of in train_config.h) is recorded for a reader; resume checks the
+// flags against RUN_DIR/config.json instead.
 //
 // A checkpoint directory is written under a temporary name, every file fsync'd, and renamed
 // into place, so a crash leaves either the previous checkpoints or a complete new one, never a

@@ -2,9 +2,13 @@
 //
 // One optimizer step, as a student would trace it (trainer.cpp, train_step):
 //   for each of grad_accum micro-batches: ids/targets from the loader -> model.forward ->
-//     (loss * loss_scale / grad_accum).backward(), gradients adding up in the parameters;
-//   unscale (f16), global-norm clip, a NaN/inf check, AdamW with the schedule's lr;
-//   log loss, lr, grad norm, max attention logit per layer and head, tokens/s, MFU, memory.
+//     (loss * loss_scale / grad_accum).backward(), gradients adding up in the parameters
+//     (with several ranks, the last micro-batch's backward starts the gradient all-reduce);
+//   unscale (f16), global-norm clip, a NaN/inf check, AdamW with the schedule's lr (a step
+//     with a NaN/inf is not applied: f16 backs off its loss scale and goes on, f32/bf16 stop
+//     or skip as --on-nonfinite says);
+//   log loss, lr, grad norm, max attention logit per layer and head, tokens/s, MFU, memory;
+//   every --ckpt-every steps a checkpoint, then every --val-every steps a validation.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +35,8 @@ struct TrainResult {
 };
 
 // Runs (or with cfg.resume continues) a training run. ConfigError/IoError for bad input;
-// TrainingDiverged (a ValueError) when a NaN/inf appears and cfg.on_nonfinite is "stop".
+// ValueError ("training diverged") when a NaN/inf appears in f32/bf16 and cfg.on_nonfinite is
+// "stop".
 TrainResult train(const TrainConfig& cfg);
 
 }  // namespace keel::app
