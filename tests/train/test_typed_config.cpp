@@ -121,7 +121,7 @@ TEST_CASE("ignore index: the loader's padding reaches cross_entropy as its ignor
   CHECK(all == doctest::Approx(valid).epsilon(1e-6));
 }
 
-TEST_CASE("softcap default moved from 30 to 50: old runs resume; a softcap run says what differs") {
+TEST_CASE("softcap default moved from 30 to 50: old runs resume, and a softcap run says what differs") {
   // A run made before the change recorded "softcap": 30.0 in its config.json.
   auto make_old_run = [](const std::string& name, const std::string& attention) {
     TrainConfig c = testing::tiny_config(name);

@@ -13,14 +13,15 @@
 namespace keel::app {
 
 namespace {
-// One table drives JSON reading, writing and flag registration, so a field cannot be added to
-// one and forgotten in another.
+// nn's preset names joined for help and hints.
 std::string preset_names(const std::string& separator) {
   std::string out;
   for (const std::string& p : nn::GPT2Config::preset_names()) out += (out.empty() ? "" : separator) + p;
   return out;
 }
 
+// One table drives JSON reading, writing and flag registration, so a field cannot be added to
+// one and forgotten in another.
 template <typename F>
 void for_each_field(TrainConfig& c, F&& f) {
   f("preset", c.preset, "model preset: " + preset_names(" | "));

@@ -4,7 +4,8 @@
 // RUN_DIR/config.json, so a run directory always says exactly how it was made.
 //
 // Defaults that the model or the optimizer also has come from there (nn::GPT2Config,
-// optim/defaults.h), so each is written once; test_train_config checks that they agree.
+// optim/defaults.h), so each is written once; tests/train/test_typed_config.cpp checks
+// that they agree.
 #pragma once
 
 #include <cstdint>
