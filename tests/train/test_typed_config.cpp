@@ -106,7 +106,7 @@ TEST_CASE("one default per knob: a default TrainConfig is each preset as nn defi
 
 TEST_CASE("ignore index: the loader's padding reaches cross_entropy as its ignore index") {
   // Hugging Face's -100. ops/ and data/ do not see each other; this test sees both.
-  static_assert(data::kIgnoreTarget == -100);
+  static_assert(data::kIgnoreTarget == kIgnoreIndex && kIgnoreIndex == -100);
   data::Batch b;
   b.batch_size = 1, b.seq_len = 4;
   b.inputs = {1, 2, 3, 0};
