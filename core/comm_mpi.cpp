@@ -37,6 +37,8 @@ std::shared_ptr<Communicator> make_mpi_communicator() {
                     "install Open MPI (apt-get install libopenmpi-dev openmpi-bin, as .ci/setup does) and "
                     "rebuild keel");
 }
+// The shutdown paths below run while the process is exiting or aborting: they check state
+// instead of throwing, since there is nobody left to report an error to.
 void mpi_finalize() {}
 void mpi_abort(int) {}
 
@@ -53,13 +55,16 @@ double timeout_s() {
   return t > 0 ? t : 30.0;
 }
 
-void check_mpi(int rc, const char* what) {
+// Every MPI call goes through KEEL_CHECK_MPI, so a failure names the call's file and line.
+void check_mpi(int rc, const char* what, const char* file, int line) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  throw ConfigError("mpi", std::string(what) + " failed: " + std::string(msg, len));
+  throw ConfigError("mpi", std::string(what) + " failed (" + file + ":" + std::to_string(line) +
+                               "): " + std::string(msg, len));
 }
+#define KEEL_CHECK_MPI(call, what) check_mpi((call), (what), __FILE__, __LINE__)
 
 // The type a tensor is reduced in: f32, f64, i32, i64 as they are; f16 widened to f32; bf16
 // widened for max, and for sums kept in bf16 on the wire (half the bytes: what
@@ -110,7 +115,7 @@ void wait_for(MPI_Request& req, int rank, const char* op) {
   auto start = std::chrono::steady_clock::now();
   const double limit = timeout_s();
   for (int spins = 0;; ++spins) {
-    check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), op);
+    KEEL_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE), op);
     if (done) return;
     if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     if ((spins & 1023) == 0 &&
@@ -165,7 +170,7 @@ class MpiWork final : public Communicator::Work {
   bool test() override {
     if (finished_) return true;
     int done = 0;
-    check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "all_reduce_mean");
+    KEEL_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "all_reduce_mean");
     if (done) finish();
     return finished_;
   }
@@ -184,10 +189,10 @@ class MpiWork final : public Communicator::Work {
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator() {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_);
-    check_mpi(MPI_Op_create(&nan_max_op, 1, &max_op_), "MPI_Op_create");
-    check_mpi(MPI_Op_create(&bf16_sum_op, 1, &bf16_sum_), "MPI_Op_create");
+    KEEL_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+    KEEL_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_), "MPI_Comm_size");
+    KEEL_CHECK_MPI(MPI_Op_create(&nan_max_op, 1, &max_op_), "MPI_Op_create");
+    KEEL_CHECK_MPI(MPI_Op_create(&bf16_sum_op, 1, &bf16_sum_), "MPI_Op_create");
   }
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
@@ -206,7 +211,7 @@ class MpiCommunicator final : public Communicator {
       throw DTypeError("all_reduce_mean", std::string("a mean needs a floating tensor, got ") + dtype_name(t.dtype()));
     Tensor buf = staged(t, reduce_dtype(t.dtype(), true));
     auto w = std::make_unique<MpiWork>(t, buf, rank_, world_);
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), sum_op(buf),
+    KEEL_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), sum_op(buf),
                              MPI_COMM_WORLD, &w->req),
               "MPI_Iallreduce");
     return w;
@@ -217,7 +222,7 @@ class MpiCommunicator final : public Communicator {
       throw ValueError("broadcast", "root " + std::to_string(root) + " is outside [0, " + std::to_string(world_) + ")");
     Tensor buf = staged(t, t.dtype());
     MPI_Request req;
-    check_mpi(MPI_Ibcast(buf.raw_data(), int(buf.numel() * dtype_size(buf.dtype())), MPI_BYTE, root, MPI_COMM_WORLD,
+    KEEL_CHECK_MPI(MPI_Ibcast(buf.raw_data(), int(buf.numel() * dtype_size(buf.dtype())), MPI_BYTE, root, MPI_COMM_WORLD,
                          &req),
               "MPI_Ibcast");
     wait_for(req, rank_, "broadcast");
@@ -233,7 +238,7 @@ class MpiCommunicator final : public Communicator {
     Tensor dst = staged(out, out.dtype());
     const int bytes = int(src.numel() * dtype_size(src.dtype()));
     MPI_Request req;
-    check_mpi(MPI_Iallgather(src.raw_data(), bytes, MPI_BYTE, dst.raw_data(), bytes, MPI_BYTE, MPI_COMM_WORLD, &req),
+    KEEL_CHECK_MPI(MPI_Iallgather(src.raw_data(), bytes, MPI_BYTE, dst.raw_data(), bytes, MPI_BYTE, MPI_COMM_WORLD, &req),
               "MPI_Iallgather");
     wait_for(req, rank_, "all_gather");
     write_back(out, dst);
@@ -250,7 +255,7 @@ class MpiCommunicator final : public Communicator {
     Tensor src = staged(in, rd);
     Tensor dst = empty(out.shape(), {rd, Device::cpu()});
     MPI_Request req;
-    check_mpi(MPI_Ireduce_scatter_block(src.raw_data(), dst.raw_data(), int(n), mpi_type(rd), sum_op(src),
+    KEEL_CHECK_MPI(MPI_Ireduce_scatter_block(src.raw_data(), dst.raw_data(), int(n), mpi_type(rd), sum_op(src),
                                         MPI_COMM_WORLD, &req),
               "MPI_Ireduce_scatter_block");
     wait_for(req, rank_, "reduce_scatter_sum");
@@ -259,7 +264,7 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override {
     MPI_Request req;
-    check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
+    KEEL_CHECK_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
     wait_for(req, rank_, "barrier");
   }
 
@@ -270,7 +275,7 @@ class MpiCommunicator final : public Communicator {
     Tensor buf = staged(t, reduce_dtype(t.dtype(), sum));
     if (sum) op = sum_op(buf);
     MPI_Request req;
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), op,
+    KEEL_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), op,
                              MPI_COMM_WORLD, &req),
               name);
     wait_for(req, rank_, name);
@@ -288,17 +293,19 @@ std::shared_ptr<Communicator> make_mpi_communicator() {
   static std::shared_ptr<Communicator> comm;
   if (comm) return comm;
   int initialized = 0;
-  MPI_Initialized(&initialized);
+  KEEL_CHECK_MPI(MPI_Initialized(&initialized), "MPI_Initialized");
   if (!initialized) {
     int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    KEEL_CHECK_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     // Errors come back as codes (turned into exceptions) rather than killing the process.
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    KEEL_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   }
   comm = std::make_shared<MpiCommunicator>();
   return comm;
 }
 
+// The shutdown paths below run while the process is exiting or aborting: they check state
+// instead of throwing, since there is nobody left to report an error to.
 void mpi_finalize() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
