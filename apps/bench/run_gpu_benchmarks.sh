@@ -3,7 +3,7 @@
 # See docs/gpu-benchmarks.md for what each number means and the targets.
 #
 # On a GPU machine that has keel's build dependencies, one machine does both steps below:
-#   bash apps/bench/run_gpu_benchmarks.sh stage && OUT=runs/gpu-bench bash apps/bench/run_gpu_benchmarks.sh
+#   bash apps/bench/run_gpu_benchmarks.sh stage && bash apps/bench/run_gpu_benchmarks.sh --out runs/gpu-bench
 # Where the GPU machine lacks them (a cluster node with only the CUDA driver, toolkit and
 # PyTorch), use two steps on two machines:
 #
@@ -15,7 +15,7 @@
 #      to copy to the GPU machine).
 #
 #   2. On the GPU machine, in a copy of the repository with build/gpu-stage copied in:
-#        bash apps/bench/run_gpu_benchmarks.sh
+#        bash apps/bench/run_gpu_benchmarks.sh [--out DIR]
 #      runs, each part under its own time limit inside a total budget (BENCH_BUDGET_S, 540 s):
 #        bench_ops             keel matmul/linear vs bare cuBLAS            -> log.txt
 #        bench_attention       keel attention fwd, fwd+bwd                  -> $OUT/attention_keel.jsonl
@@ -34,7 +34,7 @@
 #   TRAIN_STEPS=50        keel training steps per run; the first TRAIN_SKIP=10 are not summarised
 #   BENCH_BUDGET_S=540    total seconds; a part gets at most what is left less a reserve
 #   KEEL_STAGE=DIR        where the staged binaries are (default build/gpu-stage)
-#   OUT=DIR               the output folder for the results (default runs/gpu-bench)
+#   OUT=DIR               the output folder for the results, as --out DIR (default runs/gpu-bench)
 #   PYTHON=python3        the Python that has torch
 set -u -o pipefail
 
@@ -85,6 +85,13 @@ fi
 # ---------------------------------------------------------------------------------------------
 # run: on the machine with the GPU.
 # ---------------------------------------------------------------------------------------------
+if [[ "${1:-}" == "--out" ]]; then
+  [[ -n "${2:-}" ]] || { echo "run_gpu_benchmarks.sh: --out needs a folder" >&2; exit 2; }
+  OUT=$2
+elif [[ -n "${1:-}" ]]; then
+  echo "run_gpu_benchmarks.sh: unknown argument '$1' (use: stage | --out DIR)" >&2
+  exit 2
+fi
 OUT=${OUT:-$ROOT/runs/gpu-bench}
 mkdir -p "$OUT"
 WORK=${KEEL_BENCH_WORK:-/tmp/keel-gpu-bench}  # datasets and run directories (checkpoints): not in $OUT
