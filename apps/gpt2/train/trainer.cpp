@@ -402,7 +402,9 @@ void Trainer::validate_now() {
 }
 
 TrainResult Trainer::run() {
-  setup();
+  // Handlers before setup: setup writes the run's files, and a Ctrl-C (or the launcher's
+  // forwarded SIGUSR1) that lands before the handlers would kill the rank instead of letting it
+  // finish its first step, checkpoint once and exit 0 like the others.
   g_stop = false;
   auto old_int = std::signal(SIGINT, on_signal);
   auto old_term = std::signal(SIGTERM, on_signal);
@@ -415,6 +417,7 @@ TrainResult Trainer::run() {
       std::signal(SIGUSR1, u);
     }
   } restore{old_int, old_term, old_usr1};
+  setup();
 
   for (; step_ < cfg_.max_steps; ++step_) {
     const double lr = schedule_.lr_at(step_);
