@@ -34,6 +34,21 @@ std::string error_of(const std::function<void()>& f) {
   }
   return "";
 }
+// A run as made before the softcap default moved: trained 4 steps, its newest checkpoint (step 4)
+// removed so a resume has work to do, and "softcap": 30.0 recorded in its config.json.
+TrainConfig make_old_run(const std::string& name, const std::string& attention) {
+  TrainConfig c = testing::tiny_config(name);
+  c.attention = attention;
+  c.max_steps = 4, c.ckpt_every = 2, c.keep_checkpoints = 5, c.val_every = 0;
+  train(c);
+  fs::remove_all(fs::path(c.run_dir) / "checkpoints" / "step_00000004");
+  const fs::path p = fs::path(c.run_dir) / "config.json";
+  nlohmann::json j = io::read_json_file(p, "test");
+  j["train"]["softcap"] = 30.0;
+  io::write_file_atomic(p, j.dump(2) + "\n", "test");
+  c.resume = true;
+  return c;
+}
 }  // namespace
 
 TEST_CASE("attention variants: one table of names, each name parsed back to its variant") {
@@ -122,20 +137,6 @@ TEST_CASE("ignore index: the loader's padding reaches cross_entropy as its ignor
 }
 
 TEST_CASE("softcap default moved from 30 to 50: old runs resume, and a softcap run says what differs") {
-  // A run made before the change recorded "softcap": 30.0 in its config.json.
-  auto make_old_run = [](const std::string& name, const std::string& attention) {
-    TrainConfig c = testing::tiny_config(name);
-    c.attention = attention;
-    c.max_steps = 4, c.ckpt_every = 2, c.keep_checkpoints = 5, c.val_every = 0;
-    train(c);
-    fs::remove_all(fs::path(c.run_dir) / "checkpoints" / "step_00000004");
-    const fs::path p = fs::path(c.run_dir) / "config.json";
-    nlohmann::json j = io::read_json_file(p, "test");
-    j["train"]["softcap"] = 30.0;
-    io::write_file_atomic(p, j.dump(2) + "\n", "test");
-    c.resume = true;
-    return c;
-  };
   TrainConfig mhsa = make_old_run("old_mhsa", "mhsa");
   CHECK(mhsa.softcap == 50.0);
   CHECK(train(mhsa).steps == 4);  // the cap is no part of an MHSA model
@@ -150,15 +151,8 @@ TEST_CASE("softcap default moved from 30 to 50: old runs resume, and a softcap r
 
 #ifdef KEEL_GPT2_BIN
 TEST_CASE("softcap default: `gpt2 train --resume --run-dir` continues an old softcap run with its own cap") {
-  TrainConfig c = testing::tiny_config("old_softcap_cli");
-  c.attention = "softcap";
-  c.max_steps = 4, c.ckpt_every = 2, c.keep_checkpoints = 5, c.val_every = 0;
-  train(c);
-  fs::remove_all(fs::path(c.run_dir) / "checkpoints" / "step_00000004");
+  const TrainConfig c = make_old_run("old_softcap_cli", "softcap");
   const fs::path p = fs::path(c.run_dir) / "config.json";
-  nlohmann::json j = io::read_json_file(p, "test");
-  j["train"]["softcap"] = 30.0;
-  io::write_file_atomic(p, j.dump(2) + "\n", "test");
   const std::string cmd = std::string(KEEL_GPT2_BIN) + " train --resume --run-dir '" + c.run_dir + "' 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   REQUIRE(pipe);
