@@ -7,6 +7,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/kernels.h"
+#include "core/cuda/launch.cuh"
 
 namespace keel::cuda {
 
@@ -104,7 +105,7 @@ void copy_strided(Tensor& dst, const Tensor& src) {
     visit_cuda_dtype(src.dtype(), [&]<typename S>() {
       auto* d = static_cast<D*>(dst.storage()->data());
       auto* p = static_cast<const S*>(src.storage()->data());
-      copy_kernel<D, S><<<blocks_for(n), kThreads, 0, s>>>(d, dl, p, sl, n);
+      launch_kernel(copy_kernel<D, S>, blocks_for(n), kThreads, 0, s, d, dl, p, sl, n);
       KEEL_CHECK_LAUNCH();
     });
   });
@@ -119,7 +120,7 @@ void add_inplace(Tensor& dst, const Tensor& src) {
   int dev = dst.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
   visit_cuda_dtype(dst.dtype(), [&]<typename T>() {
-    add_inplace_kernel<T><<<blocks_for(n), kThreads, 0, detail::stream(dev)>>>(
+    launch_kernel(add_inplace_kernel<T>, blocks_for(n), kThreads, 0, detail::stream(dev),
         static_cast<T*>(dst.raw_data()), static_cast<const T*>(src.raw_data()), n);
     KEEL_CHECK_LAUNCH();
   });
@@ -131,7 +132,7 @@ void fill(Tensor& t, double value) {
   int dev = t.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
   visit_cuda_dtype(t.dtype(), [&]<typename T>() {
-    fill_kernel<T><<<blocks_for(n), kThreads, 0, detail::stream(dev)>>>(static_cast<T*>(t.raw_data()),
+    launch_kernel(fill_kernel<T>, blocks_for(n), kThreads, 0, detail::stream(dev), static_cast<T*>(t.raw_data()),
                                                                         from_double<T>(value), n);
     KEEL_CHECK_LAUNCH();
   });

@@ -132,7 +132,7 @@ void launch_map1(const Tensor& x, Tensor& y, Fn fn) {
   T* py = ptr<T>(y);
   int64_t head = plan::vector_head(n, sizeof(T), {px, py});
   int blocks = grid_for((n - head) / Pack<T>::N + 1, kThreads, w.device);
-  map1_kernel<T><<<blocks, kThreads, 0, w.stream>>>(px, py, n, head, fn);
+  launch_kernel(map1_kernel<T>, blocks, kThreads, 0, w.stream, px, py, n, head, fn);
   KEEL_CHECK_LAUNCH();
 }
 
@@ -145,7 +145,7 @@ void launch_map2(const Tensor& a, const Tensor& b, Tensor& out, Fn fn) {
   T* po = ptr<T>(out);
   int64_t head = plan::vector_head(n, sizeof(T), {pa, pb, po});
   int blocks = grid_for((n - head) / Pack<T>::N + 1, kThreads, w.device);
-  map2_kernel<T><<<blocks, kThreads, 0, w.stream>>>(pa, pb, po, n, head, fn);
+  launch_kernel(map2_kernel<T>, blocks, kThreads, 0, w.stream, pa, pb, po, n, head, fn);
   KEEL_CHECK_LAUNCH();
 }
 }  // namespace
@@ -178,9 +178,9 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
     T* po = ptr<T>(out);
     constexpr int64_t k32 = int64_t(1) << 31;  // keeps i + grid stride below 2^32 too
     if (!negative && n < k32 && max_offset(s.shape, s.strides[0]) < k32 && max_offset(s.shape, s.strides[1]) < k32)
-      binary_strided_kernel<T, uint32_t><<<blocks, kThreads, 0, w.stream>>>(pa, pb, po, l, uint32_t(n), fn);
+      launch_kernel(binary_strided_kernel<T, uint32_t>, blocks, kThreads, 0, w.stream, pa, pb, po, l, uint32_t(n), fn);
     else
-      binary_strided_kernel<T, int64_t><<<blocks, kThreads, 0, w.stream>>>(pa, pb, po, l, n, fn);
+      launch_kernel(binary_strided_kernel<T, int64_t>, blocks, kThreads, 0, w.stream, pa, pb, po, l, n, fn);
     KEEL_CHECK_LAUNCH();
   });
 }

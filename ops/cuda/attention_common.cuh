@@ -20,6 +20,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/convert.cuh"
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/attention_tiles.h"
 
@@ -232,7 +233,7 @@ __device__ __forceinline__ float warp_max_pair(float x) { return fmaxf(x, __shfl
 template <typename Kernel, typename... Args>
 void launch(Kernel kernel, dim3 grid, int smem_bytes, int device, Args... args) {
   KEEL_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  kernel<<<grid, kThreads, smem_bytes, detail::stream(device)>>>(args...);
+  launch_kernel(kernel, grid, kThreads, smem_bytes, detail::stream(device), args...);
   KEEL_CHECK_LAUNCH();
 }
 

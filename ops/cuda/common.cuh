@@ -14,6 +14,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/convert.cuh"
+#include "core/cuda/launch.cuh"
 #include "core/cuda/runtime.h"
 #include "core/factory.h"
 #include "core/tensor.h"

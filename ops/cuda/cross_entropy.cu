@@ -99,12 +99,12 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
       Where w = where(logits);
       if (N > 0 && V > 0) {
         const int blocks = static_cast<int>(std::min<int64_t>(N, int64_t(sm_count(w.device)) * 32));
-        ce_forward_kernel<T, I><<<blocks, row_threads(V, sizeof(T)), 0, w.stream>>>(
+        launch_kernel(ce_forward_kernel<T, I>, blocks, row_threads(V, sizeof(T)), 0, w.stream,
             ptr<const T>(logits), ptr<const I>(targets), N, V, ignore_index, ptr<float>(lse), ptr<float>(row_loss));
         KEEL_CHECK_LAUNCH();
       }
       using L = std::conditional_t<std::is_same_v<T, double>, double, float>;
-      ce_mean_kernel<L><<<1, 1024, 0, w.stream>>>(ptr<const float>(row_loss), N, count, ptr<L>(loss));
+      launch_kernel(ce_mean_kernel<L>, 1, 1024, 0, w.stream, ptr<const float>(row_loss), N, count, ptr<L>(loss));
       KEEL_CHECK_LAUNCH();
     });
   });
@@ -126,7 +126,7 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
       T* pd = ptr<T>(dx);
       const bool vec = (reinterpret_cast<uintptr_t>(pl) & 15u) == (reinterpret_cast<uintptr_t>(pd) & 15u);
       const int blocks = static_cast<int>(std::min<int64_t>(N, int64_t(sm_count(w.device)) * 32));
-      ce_backward_kernel<T, I><<<blocks, row_threads(V, sizeof(T)), 0, w.stream>>>(
+      launch_kernel(ce_backward_kernel<T, I>, blocks, row_threads(V, sizeof(T)), 0, w.stream,
           pl, ptr<const I>(targets), ptr<const float>(lse), ptr<const float>(g), N, V, ignore_index,
           count > 0 ? 1.0f / static_cast<float>(count) : 0.0f, vec, pd);
       KEEL_CHECK_LAUNCH();

@@ -35,7 +35,7 @@ void dropout_mask(Tensor& mask, uint64_t key, uint64_t base, float p, double kee
     Where w = where(mask);
     // keep_scale rounds to f32 first, as the CPU's static_cast<float>(1.0 / (1.0 - p)).
     const T keep = from_f32<T>(static_cast<float>(keep_scale));
-    dropout_mask_kernel<T><<<grid_for((n + 3) / 4, kThreads, w.device), kThreads, 0, w.stream>>>(ptr<T>(mask), n, key,
+    launch_kernel(dropout_mask_kernel<T>, grid_for((n + 3) / 4, kThreads, w.device), kThreads, 0, w.stream, ptr<T>(mask), n, key,
                                                                                                  base, p, keep);
     KEEL_CHECK_LAUNCH();
   });

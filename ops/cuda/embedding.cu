@@ -68,9 +68,9 @@ void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) {
       const int64_t items = vec ? N * C / Pack<T>::N : N * C;
       const int blocks = grid_for(items, kThreads, w.device);
       if (vec)
-        embedding_forward_kernel<T, I, true><<<blocks, kThreads, 0, w.stream>>>(pw, ptr<const I>(ids), po, N, C);
+        launch_kernel(embedding_forward_kernel<T, I, true>, blocks, kThreads, 0, w.stream, pw, ptr<const I>(ids), po, N, C);
       else
-        embedding_forward_kernel<T, I, false><<<blocks, kThreads, 0, w.stream>>>(pw, ptr<const I>(ids), po, N, C);
+        launch_kernel(embedding_forward_kernel<T, I, false>, blocks, kThreads, 0, w.stream, pw, ptr<const I>(ids), po, N, C);
       KEEL_CHECK_LAUNCH();
     });
   });
@@ -106,7 +106,7 @@ void embedding_backward(const Tensor& g, const Tensor& ids_host, Tensor& gw) {
     Where w = where(gw);
     const int threads = C >= 256 ? 256 : (C >= 128 ? 128 : (C >= 64 ? 64 : 32));
     const int blocks = static_cast<int>(std::min<int64_t>(U, int64_t(sm_count(w.device)) * 32));
-    embedding_backward_kernel<T><<<blocks, threads, 0, w.stream>>>(ptr<const T>(gc), ptr<const int64_t>(dgroups), U,
+    launch_kernel(embedding_backward_kernel<T>, blocks, threads, 0, w.stream, ptr<const T>(gc), ptr<const int64_t>(dgroups), U,
                                                                    C, ptr<T>(gw));
     KEEL_CHECK_LAUNCH();
   });

@@ -65,9 +65,9 @@ Tensor run(const Tensor& x, const Tensor& bias, const Tensor& g, int64_t C, cons
     // One pointer list for the alignment test: absent operands stand in as the output.
     const bool vec = C % V == 0 && plan::vector_head(n, sizeof(T), {px, pb ? pb : po, pg ? pg : po, po}) == 0;
     if (vec)
-      gelu_kernel<T, true><<<grid_for(n / V, kThreads, w.device), kThreads, 0, w.stream>>>(px, pb, pg, po, n, C, fn);
+      launch_kernel(gelu_kernel<T, true>, grid_for(n / V, kThreads, w.device), kThreads, 0, w.stream, px, pb, pg, po, n, C, fn);
     else
-      gelu_kernel<T, false><<<grid_for(n, kThreads, w.device), kThreads, 0, w.stream>>>(px, pb, pg, po, n, C, fn);
+      launch_kernel(gelu_kernel<T, false>, grid_for(n, kThreads, w.device), kThreads, 0, w.stream, px, pb, pg, po, n, C, fn);
     KEEL_CHECK_LAUNCH();
   });
   return out;

@@ -191,10 +191,10 @@ Tensor layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bi
     const int blocks = row_blocks(N, w.device);
     const float e = static_cast<float>(eps);
     if (vec)
-      layernorm_forward_kernel<T, true><<<blocks, 32 * kRowsPerBlock, 0, w.stream>>>(px, pw, pb, py, ptr<float>(mean),
+      launch_kernel(layernorm_forward_kernel<T, true>, blocks, 32 * kRowsPerBlock, 0, w.stream, px, pw, pb, py, ptr<float>(mean),
                                                                                      ptr<float>(rstd), N, C, e);
     else
-      layernorm_forward_kernel<T, false><<<blocks, 32 * kRowsPerBlock, 0, w.stream>>>(px, pw, pb, py, ptr<float>(mean),
+      launch_kernel(layernorm_forward_kernel<T, false>, blocks, 32 * kRowsPerBlock, 0, w.stream, px, pw, pb, py, ptr<float>(mean),
                                                                                       ptr<float>(rstd), N, C, e);
     KEEL_CHECK_LAUNCH();
   });
@@ -222,9 +222,9 @@ void layernorm_backward(const Tensor& grad, const Tensor& x, const Tensor& weigh
       const bool vec = (C * sizeof(T)) % 16 == 0 && plan::vector_head(C, sizeof(T), {pg, px, pw, pd}) == 0;
       const int blocks = row_blocks(N, w.device);
       if (vec)
-        layernorm_dx_kernel<T, true><<<blocks, 32 * kRowsPerBlock, 0, w.stream>>>(pg, px, pw, pm, pr, pd, N, C);
+        launch_kernel(layernorm_dx_kernel<T, true>, blocks, 32 * kRowsPerBlock, 0, w.stream, pg, px, pw, pm, pr, pd, N, C);
       else
-        layernorm_dx_kernel<T, false><<<blocks, 32 * kRowsPerBlock, 0, w.stream>>>(pg, px, pw, pm, pr, pd, N, C);
+        launch_kernel(layernorm_dx_kernel<T, false>, blocks, 32 * kRowsPerBlock, 0, w.stream, pg, px, pw, pm, pr, pd, N, C);
       KEEL_CHECK_LAUNCH();
     }
     if (!need_weight && !need_bias) return;
@@ -235,10 +235,10 @@ void layernorm_backward(const Tensor& grad, const Tensor& x, const Tensor& weigh
     chunks = std::max<int64_t>(1, (N + rows_per_chunk - 1) / rows_per_chunk);
     Tensor partial = empty({2, chunks, C}, {DType::f32, dev});
     const int blocks = static_cast<int>(std::min<int64_t>(chunks * tiles, int64_t(sm_count(w.device)) * 32));
-    layernorm_params_partial_kernel<T><<<blocks, dim3(32, 8), 0, w.stream>>>(pg, px, pm, pr, ptr<float>(partial), N, C,
+    launch_kernel(layernorm_params_partial_kernel<T>, blocks, dim3(32, 8), 0, w.stream, pg, px, pm, pr, ptr<float>(partial), N, C,
                                                                              chunks, rows_per_chunk);
     KEEL_CHECK_LAUNCH();
-    layernorm_params_final_kernel<T><<<grid_for(C, kThreads, w.device), kThreads, 0, w.stream>>>(
+    launch_kernel(layernorm_params_final_kernel<T>, grid_for(C, kThreads, w.device), kThreads, 0, w.stream,
         ptr<const float>(partial), chunks, C, need_weight ? ptr<T>(dweight) : nullptr,
         need_bias ? ptr<T>(dbias) : nullptr);
     KEEL_CHECK_LAUNCH();

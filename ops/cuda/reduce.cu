@@ -155,18 +155,18 @@ void reduce_impl(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tenso
     splits = static_cast<int>((n + chunk - 1) / chunk);
     const int blocks = static_cast<int>(std::min<int64_t>(outer * splits, int64_t(sm_count(w.device)) * 32));
     if (splits == 1) {
-      row_reduce_kernel<T, T, kMax><<<blocks, threads, 0, w.stream>>>(px, nullptr, outer, n, 1, n, po, pi);
+      launch_kernel(row_reduce_kernel<T, T, kMax>, blocks, threads, 0, w.stream, px, nullptr, outer, n, 1, n, po, pi);
       KEEL_CHECK_LAUNCH();
       return;
     }
     Tensor pv = empty({outer, splits}, {DType::f32, dev});
     Tensor pidx = kMax ? empty({outer, splits}, {DType::i64, dev}) : Tensor();
     int64_t* ppi = kMax ? ptr<int64_t>(pidx) : nullptr;
-    row_reduce_kernel<T, float, kMax><<<blocks, threads, 0, w.stream>>>(px, nullptr, outer, n, splits, chunk,
+    launch_kernel(row_reduce_kernel<T, float, kMax>, blocks, threads, 0, w.stream, px, nullptr, outer, n, splits, chunk,
                                                                         ptr<float>(pv), ppi);
     KEEL_CHECK_LAUNCH();
     const int blocks2 = static_cast<int>(std::min<int64_t>(outer, int64_t(sm_count(w.device)) * 32));
-    row_reduce_kernel<float, T, kMax><<<blocks2, 32, 0, w.stream>>>(ptr<const float>(pv), ppi, outer, splits, 1,
+    launch_kernel(row_reduce_kernel<float, T, kMax>, blocks2, 32, 0, w.stream, ptr<const float>(pv), ppi, outer, splits, 1,
                                                                     splits, po, pi);
     KEEL_CHECK_LAUNCH();
     return;
@@ -179,7 +179,7 @@ void reduce_impl(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tenso
   const int64_t cap = int64_t(sm_count(w.device)) * 32;
   if (splits == 1) {
     const int blocks = static_cast<int>(std::min(outer * tiles, cap));
-    col_reduce_kernel<T, T, kMax><<<blocks, threads, 0, w.stream>>>(px, nullptr, outer, n, inner, 1, n, po, pi);
+    launch_kernel(col_reduce_kernel<T, T, kMax>, blocks, threads, 0, w.stream, px, nullptr, outer, n, inner, 1, n, po, pi);
     KEEL_CHECK_LAUNCH();
     return;
   }
@@ -187,11 +187,11 @@ void reduce_impl(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tenso
   Tensor pidx = kMax ? empty({outer, splits, inner}, {DType::i64, dev}) : Tensor();
   int64_t* ppi = kMax ? ptr<int64_t>(pidx) : nullptr;
   const int blocks = static_cast<int>(std::min(outer * splits * tiles, cap));
-  col_reduce_kernel<T, float, kMax><<<blocks, threads, 0, w.stream>>>(px, nullptr, outer, n, inner, splits, chunk,
+  launch_kernel(col_reduce_kernel<T, float, kMax>, blocks, threads, 0, w.stream, px, nullptr, outer, n, inner, splits, chunk,
                                                                       ptr<float>(pv), ppi);
   KEEL_CHECK_LAUNCH();
   const int blocks2 = static_cast<int>(std::min(outer * tiles, cap));
-  col_reduce_kernel<float, T, kMax><<<blocks2, threads, 0, w.stream>>>(ptr<const float>(pv), ppi, outer, splits,
+  launch_kernel(col_reduce_kernel<float, T, kMax>, blocks2, threads, 0, w.stream, ptr<const float>(pv), ppi, outer, splits,
                                                                        inner, 1, splits, po, pi);
   KEEL_CHECK_LAUNCH();
 }
@@ -222,7 +222,7 @@ void scatter_max_grad(const Tensor& g, const Tensor& idx, int64_t outer, int64_t
   Tensor gc = g.detach().contiguous(), ic = idx.contiguous();
   visit_float(gx.dtype(), "max backward", [&]<typename T>() {
     Where w = where(gx);
-    scatter_max_kernel<T><<<grid_for(total, kThreads, w.device), kThreads, 0, w.stream>>>(
+    launch_kernel(scatter_max_kernel<T>, grid_for(total, kThreads, w.device), kThreads, 0, w.stream,
         ptr<const T>(gc), ptr<const int64_t>(ic), n, inner, total, ptr<T>(gx));
     KEEL_CHECK_LAUNCH();
   });

@@ -113,10 +113,10 @@ Tensor softmax_forward(const Tensor& x, int64_t dim, bool log) {
     const int64_t cap = int64_t(sm_count(w.device)) * 32;
     if (r.inner == 1) {
       const int blocks = static_cast<int>(std::min(r.outer, cap));
-      softmax_rows_kernel<T><<<blocks, row_threads(r.n, sizeof(T)), 0, w.stream>>>(px, py, r.outer, r.n,
+      launch_kernel(softmax_rows_kernel<T>, blocks, row_threads(r.n, sizeof(T)), 0, w.stream, px, py, r.outer, r.n,
                                                                                    same_alignment(px, py), log);
     } else {
-      softmax_strided_kernel<T><<<grid_for(r.outer * r.inner, kThreads, w.device), kThreads, 0, w.stream>>>(
+      launch_kernel(softmax_strided_kernel<T>, grid_for(r.outer * r.inner, kThreads, w.device), kThreads, 0, w.stream,
           px, py, r.outer, r.n, r.inner, log);
     }
     KEEL_CHECK_LAUNCH();
@@ -138,10 +138,10 @@ Tensor softmax_backward(const Tensor& y, const Tensor& grad, int64_t dim, bool l
     if (r.inner == 1) {
       const int blocks = static_cast<int>(std::min(r.outer, cap));
       const bool vec = same_alignment(py, pg) && same_alignment(py, pd);
-      softmax_rows_backward_kernel<T><<<blocks, row_threads(r.n, sizeof(T)), 0, w.stream>>>(py, pg, pd, r.outer, r.n,
+      launch_kernel(softmax_rows_backward_kernel<T>, blocks, row_threads(r.n, sizeof(T)), 0, w.stream, py, pg, pd, r.outer, r.n,
                                                                                             vec, log);
     } else {
-      softmax_strided_backward_kernel<T><<<grid_for(r.outer * r.inner, kThreads, w.device), kThreads, 0, w.stream>>>(
+      launch_kernel(softmax_strided_backward_kernel<T>, grid_for(r.outer * r.inner, kThreads, w.device), kThreads, 0, w.stream,
           py, pg, pd, r.outer, r.n, r.inner, log);
     }
     KEEL_CHECK_LAUNCH();

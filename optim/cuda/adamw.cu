@@ -10,6 +10,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/convert.cuh"
+#include "core/cuda/launch.cuh"
 #include "optim/adamw_math.h"
 #include "optim/cuda/adamw.h"
 
@@ -79,7 +80,7 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor&
   ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(param.dtype(), "adamw_step", [&]<typename P>() {
     ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(grad.dtype(), "adamw_step", [&]<typename G>() {
       using C = std::conditional_t<std::is_same_v<P, double>, double, float>;
-      adamw_kernel<P, G, C><<<blocks_for(n), kThreads, 0, stream>>>(
+      launch_kernel(adamw_kernel<P, G, C>, blocks_for(n), kThreads, 0, stream,
           static_cast<P*>(param.raw_data()), static_cast<const G*>(grad.raw_data()), static_cast<C*>(m.raw_data()),
           static_cast<C*>(v.raw_data()), master_ptr, n, AdamWCoeffs<C>(s));
       KEEL_CHECK_LAUNCH();

@@ -1,0 +1,34 @@
+// Every kernel launch in keel goes through launch_kernel(), so that the same .cu source runs on
+// a GPU (nvcc: the usual <<<grid, block, shared bytes, stream>>>) and on the emulated device
+// (preset `emu`: the kernel is a host function and core/cuda/emu runs one host fiber per CUDA
+// thread). This is the only place that knows which of the two builds it is in.
+//
+//   launch_kernel(kernel, grid, block, dynamic_shared_bytes, stream, args...)
+//
+// Check the launch with KEEL_CHECK_LAUNCH() afterwards, as after a <<<>>> launch: a bad
+// configuration (too many threads, too much shared memory) is reported through
+// cudaGetLastError() in both builds.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <utility>
+
+#ifdef KEEL_CUDA_EMULATED
+#include "core/cuda/emu/launch.h"
+#endif
+
+namespace keel::cuda {
+
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                   Args&&... args) {
+#ifdef KEEL_CUDA_EMULATED
+  emu::launch(kernel, grid, block, shared_bytes, stream, std::forward<Args>(args)...);
+#else
+  kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
+#endif
+}
+
+}  // namespace keel::cuda
