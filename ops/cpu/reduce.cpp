@@ -3,10 +3,12 @@
 #include "ops/cpu/reduce.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace keel::cpu {
 
-// x (outer, n, inner) contiguous -> out (outer, inner), and for max the argmax (outer, inner) i64.
+// x (outer, n, inner) contiguous -> out (outer, inner), and for max the argmax (outer, inner) i64
+// (NaN wins, then the first maximum).
 void reduce_dim(Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
                 Tensor* argmax) {
   visit_dtype<CpuFloat>(x.dtype(), "reduce", [&]<typename T>() {
@@ -22,9 +24,14 @@ void reduce_dim(Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t 
           for (int64_t j = 0; j < n; ++j) acc += row[j * inner];
           po[o * inner + i] = static_cast<T>(acc);
         } else {
+          // PyTorch's rule: a NaN beats every number, so the max of a row holding one is NaN
+          // and the argmax is the first NaN (the scan stops there); otherwise the first maximum
+          // wins (strict >). A plain > alone would skip NaNs that are not at the start.
           int64_t best = 0;
-          for (int64_t j = 1; j < n; ++j)
-            if (row[j * inner] > row[best * inner]) best = j;  // strict: the first maximum wins
+          for (int64_t j = 1; j < n && !std::isnan(row[best * inner]); ++j) {
+            const T v = row[j * inner];
+            if (std::isnan(v) || v > row[best * inner]) best = j;
+          }
           po[o * inner + i] = row[best * inner];
           if (pi) pi[o * inner + i] = best;
         }

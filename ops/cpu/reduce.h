@@ -10,7 +10,9 @@
 namespace keel::cpu {
 
 // x (outer, n, inner) contiguous -> out (outer, inner) in x's dtype; for max also the argmax
-// (outer, inner) i64, the first maximum winning. Sums accumulate in f64 on the CPU, f32 on CUDA.
+// (outer, inner) i64. As in PyTorch, a NaN beats every number (the max of a row with a NaN is
+// NaN, its argmax the first NaN); otherwise the first maximum wins. Sums accumulate in f64 on
+// the CPU, f32 on CUDA.
 void reduce_dim(Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
                 Tensor* argmax = nullptr);
 // g (outer, inner), idx (outer, inner) i64 -> gx (outer, n, inner) = g at the argmax, else 0.

@@ -10,8 +10,10 @@
 //    along the row, block reduction at the end;
 //  - inner > 1: one block per (outer, split, 32 columns): 32 x 8 threads, a warp's 32 lanes
 //    read 32 consecutive columns (coalesced), the 8 warps take every 8th row of the split.
-// Max ties go to the smallest index, as on the CPU. A row of NaNs only (the CPU returns index
-// 0 there) returns index 0 and NaN.
+// Max follows PyTorch and the CPU kernel: a NaN beats every number, so a row holding a NaN has
+// max NaN and argmax its first NaN; otherwise ties go to the smallest index. The merge order of
+// threads, splits and warps cannot change the answer, because beats() is a strict total order
+// on (value, index) pairs.
 #include <limits>
 
 #include "core/cuda/kernels.h"
@@ -29,8 +31,15 @@ struct Best {
   float v;
   int64_t i;
 };
-// a beats b: larger value, or the same value earlier (the first maximum wins).
-__device__ __forceinline__ bool beats(Best a, Best b) { return a.v > b.v || (a.v == b.v && a.i < b.i); }
+// a beats b: a NaN beats any number (PyTorch's max propagates NaN), then the larger value, and
+// between equal values or two NaNs the smaller index (the first maximum, or first NaN, wins).
+// Comparisons alone would drop NaNs: NaN > x and NaN == x are both false. (v != v holds for NaN
+// only; written so rather than isnan() to need nothing from the math headers of either build.)
+__device__ __forceinline__ bool beats(Best a, Best b) {
+  const bool a_nan = a.v != a.v, b_nan = b.v != b.v;
+  if (a_nan || b_nan) return a_nan && (!b_nan || a.i < b.i);
+  return a.v > b.v || (a.v == b.v && a.i < b.i);
+}
 __device__ __forceinline__ Best pick(Best a, Best b) { return beats(b, a) ? b : a; }
 
 __device__ __forceinline__ Best warp_best(Best b) {
@@ -60,6 +69,8 @@ __global__ void row_reduce_kernel(const In* __restrict__ x, const int64_t* __res
       acc = block_sum(acc, scratch);
       if (threadIdx.x == 0) out[b] = from_f32<Out>(acc);
     } else {
+      // Every element beats this start (a -inf element by its smaller index, a NaN by being
+      // NaN), so kNoIndex survives only in threads given no element, which lose the merge.
       Best best{-INFINITY, kNoIndex};
       for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
         best = pick(best, Best{to_f32(row[j]), in_idx ? in_idx[r * n + j] : j});
@@ -71,7 +82,6 @@ __global__ void row_reduce_kernel(const In* __restrict__ x, const int64_t* __res
       if (threadIdx.x == 0) {
         for (int k = 1; k < int(blockDim.x >> 5); ++k) best = pick(best, Best{best_v[k], best_i[k]});
         // the warp_best result above is warp 0's; merged with the others in warp order
-        if (best.i == kNoIndex) best.i = 0;  // nothing beat -inf: NaNs only, the CPU's index 0
         out[b] = from_f32<Out>(best.v);
         out_idx[b] = best.i;
       }
@@ -110,7 +120,6 @@ __global__ void col_reduce_kernel(const In* __restrict__ x, const int64_t* __res
       const int64_t dst = (o * splits + s) * inner + i;
       if constexpr (kMax) {
         for (int k = 1; k < int(blockDim.y); ++k) best = pick(best, Best{sv[k][threadIdx.x], si[k][threadIdx.x]});
-        if (best.i == kNoIndex) best.i = 0;
         out[dst] = from_f32<Out>(best.v);
         out_idx[dst] = best.i;
       } else {

@@ -11,12 +11,14 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "core/random.h"
 #include "cuda_compare.h"
 #include "cuda_test.h"
+#include "max_nan_rows.h"
 #include "ops/arith.h"
 #include "ops/cross_entropy.h"
 #include "ops/cuda/plan.h"
@@ -170,6 +172,57 @@ TEST_CASE("cuda sum mean max argmax over each dim, split and unsplit paths") {
   Tensor tied = from_vector<float>({1, 3, 3, 2, 3, 0}, {2, 3}).to(kGpu);
   CHECK(argmax(tied, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 1});
   CHECK(argmax(tied, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 0, 0});
+}
+
+TEST_CASE("cuda max and argmax follow the CPU on NaN and ties, on every kernel path") {
+  KEEL_REQUIRE_CUDA();
+  using keel::testing::kNanRowKinds;
+  struct Layout {
+    int64_t outer, n, inner;
+    int64_t first_kind = 0;
+  };
+  // x (outer, n, inner) reduced over dim 1 (ops/cuda/reduce.cu picks the path from the shape):
+  //  - inner 1, n = 50: row kernel, one block per row (n < 2048: never split);
+  //  - inner 1, n = 20000, outer 1: row kernel split over blocks (choose_splits wants 4 blocks
+  //    per SM from one row and allows n / 2048 = 9 splits: at least 4 on any device), then
+  //    the second pass over the f32 partials and their candidate indices; one tensor per
+  //    kind so each kind takes this path whatever the SM count. Outer 9 as well: split on a
+  //    large GPU, not on a small one;
+  //  - inner 9 or 40, n = 50: column kernel, unsplit (n < 128 allows one split);
+  //  - inner 9 or 40, n = 20000, outer 1: column kernel split over 1 or 2 tiles of 32
+  //    columns (4 blocks per SM wanted from 1 or 2 tiles, n / 64 = 312 splits allowed: at
+  //    least 2 splits on any device).
+  // Kinds (tests/ops/max_nan_rows.h): NaN only, NaN first, in the middle, last, two NaNs in
+  // different splits, a tie of the maximum across splits, -inf only, -inf then NaN.
+  std::vector<Layout> layouts = {{kNanRowKinds, 50, 1}, {kNanRowKinds, 20000, 1}, {2, 50, kNanRowKinds},
+                                 {1, 50, 40},           {1, 20000, kNanRowKinds}, {1, 20000, 40}};
+  for (int64_t k = 0; k < kNanRowKinds; ++k) layouts.push_back({1, 20000, 1, k});
+  for (DType dt : kDtypes)
+    for (const Layout& l : layouts) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(l.outer);
+      CAPTURE(l.n);
+      CAPTURE(l.inner);
+      CAPTURE(l.first_kind);
+      Pair p = make(keel::testing::nan_rows_tensor(l.outer, l.n, l.inner, 140, l.first_kind), dt, false);
+      // The CPU's answer on the same rounded values is the reference (test_reduce.cpp checks it
+      // against the rule written out in max_nan_rows.h).
+      const keel::testing::MaxRef cpu{max(p.ref, 1).to_vector<double>(), argmax(p.ref, 1).to_vector<int64_t>()};
+      poison({bytes_of({l.outer, l.inner}, dt), bytes_of({l.outer, l.inner}, DType::i64)});
+      Tensor values = max(p.dev, 1);
+      CHECK(values.dtype() == dt);
+      keel::testing::check_max_equals(values, argmax(p.dev, 1), cpu);
+    }
+  // The gradient goes to the first NaN, as on the CPU.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t d : {0, 1}) {
+    Tensor host = d == 0 ? from_vector<float>({1, 7, nan, 2, 3, nan}, {3, 2}) : from_vector<float>({1, nan, 3, nan}, {1, 4});
+    Tensor x = host.to(kGpu).detach().set_requires_grad(true), xr = host.detach().set_requires_grad(true);
+    Tensor m = max(x, d), mr = max(xr, d);
+    m.backward(ones_like(m));
+    mr.backward(ones_like(mr));
+    CHECK(x.grad().to_vector<float>() == xr.grad().to_vector<float>());
+  }
 }
 
 TEST_CASE("cuda embedding forward and deterministic backward with repeated ids") {

@@ -1,7 +1,11 @@
 // Reductions: sum, mean, max, argmax.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "gradcheck.h"
+#include "max_nan_rows.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
 
@@ -38,6 +42,37 @@ TEST_CASE("reduction gradients match finite differences") {
 TEST_CASE("max sends the gradient to the first maximum only") {
   Tensor x = from_vector<double>({1, 3, 3, 2}, {4}, {DType::f64, Device::cpu(), true});
   max(x, 0).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0});
+}
+
+TEST_CASE("max and argmax follow PyTorch on NaN: the first NaN wins, else the first maximum") {
+  using namespace keel::testing;
+  struct Layout {
+    int64_t outer, n, inner;
+  };
+  // Reduced over dim 1: contiguous rows (inner 1), columns (inner > 1), a few long slices.
+  const Layout layouts[] = {{kNanRowKinds, 8, 1}, {1, 50, kNanRowKinds}, {3, 20, 5}, {2, 1000, kNanRowKinds}};
+  for (DType dt : {DType::f32, DType::f64})
+    for (const Layout& l : layouts)
+      for (bool keep : {false, true}) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(l.outer);
+        CAPTURE(l.n);
+        CAPTURE(l.inner);
+        Tensor x = nan_rows_tensor(l.outer, l.n, l.inner, 40).to(dt);
+        const MaxRef ref = max_reference(x);
+        check_max_equals(max(x, 1, keep), argmax(x, 1, keep), ref);
+        // The same slices through a strided view: x^T (inner, n, outer) reduced over dim 1
+        // gives (inner, outer), the reference transposed.
+        Tensor xt = transpose(x, 0, 2);
+        check_max_equals(transpose(max(xt, 1), 0, 1).contiguous(), transpose(argmax(xt, 1), 0, 1).contiguous(), ref);
+      }
+  // The gradient goes where argmax points: the first NaN.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor x = from_vector<double>({1, nan, 3, nan}, {4}, {DType::f64, Device::cpu(), true});
+  Tensor m = max(x, 0);
+  CHECK(std::isnan(m.item()));
+  m.backward();
   CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0});
 }
 
