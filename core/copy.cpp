@@ -1,6 +1,7 @@
 #include "core/copy.h"
 
 #include <cstring>
+#include <type_traits>
 
 #include "core/cuda/kernels.h"
 #include "core/cuda/runtime.h"
@@ -9,11 +10,18 @@
 namespace keel {
 
 namespace {
-// Host-side conversion through double keeps every value of every supported dtype exact
-// except the narrowing you asked for (f32 -> bf16 rounds, f64 -> i64 truncates).
+// One element S -> D, as the CUDA copy (core/cuda/kernels.cu) converts it. Integer to integer
+// is direct: double holds integers only up to 2^53, so an i64 above that would change, and
+// narrowing i64 -> i32 keeps the low 32 bits (C++20's rule, PyTorch's result) where a
+// double -> i32 conversion of an out-of-range value is undefined. Anything with a floating side
+// goes through double, which keeps every value exact except the narrowing you asked for
+// (f32 -> bf16 rounds, f64 -> i64 truncates).
 template <typename D, typename S>
 D convert(S s) {
-  return static_cast<D>(static_cast<double>(s));
+  if constexpr (std::is_integral_v<D> && std::is_integral_v<S>)
+    return static_cast<D>(s);
+  else
+    return static_cast<D>(static_cast<double>(s));
 }
 
 void copy_cpu(Tensor& dst, const Tensor& src) {

@@ -1,5 +1,8 @@
 // Core's own device kernels: strided copy with dtype conversion, fill, and += for gradient
 // accumulation. Grid-stride loops over elements; one thread per element per iteration.
+// A copy takes the cheapest path its operands allow: bytes (cudaMemcpyAsync) when the dtype and
+// the layout match, a flat conversion when both are contiguous, and only otherwise the strided
+// kernel, which pays a div/mod per dimension per element to find its offsets.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -33,6 +36,17 @@ Layout layout_of(const Tensor& t, const char* op) {
   return l;
 }
 
+// A contiguous tensor of n elements as a one-dimensional layout: one div/mod per element instead
+// of one per dimension.
+Layout flat_layout(int64_t n, int64_t offset) {
+  Layout l{};
+  l.ndim = 1;
+  l.shape[0] = n, l.strides[0] = 1;
+  l.offset = offset;
+  return l;
+}
+
+// linear index (row-major over l.shape) -> the element's offset in storage.
 __device__ int64_t element_offset(const Layout& l, int64_t linear) {
   int64_t off = l.offset;
   for (int d = l.ndim - 1; d >= 0; --d) {
@@ -42,7 +56,8 @@ __device__ int64_t element_offset(const Layout& l, int64_t linear) {
   return off;
 }
 
-// Every conversion goes through float or double: half types only convert to and from float.
+// Conversions with a floating side go through double, which holds every f32, f64 and i32
+// value; half types convert only to and from float.
 template <typename T> __host__ __device__ double to_double(T v) { return static_cast<double>(v); }
 template <> __host__ __device__ double to_double(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <> __host__ __device__ double to_double(__half v) { return __half2float(v); }
@@ -50,18 +65,42 @@ template <typename T> __host__ __device__ T from_double(double v) { return stati
 template <> __host__ __device__ __nv_bfloat16 from_double(double v) { return __float2bfloat16(static_cast<float>(v)); }
 template <> __host__ __device__ __half from_double(double v) { return __float2half(static_cast<float>(v)); }
 
+// One element S -> D, as the CPU's copy (core/copy.cpp) converts it. Integer to integer is
+// direct: double holds integers only up to 2^53, so an i64 id or offset above that would
+// change, and narrowing i64 -> i32 keeps the low 32 bits (C++20's rule, PyTorch's result)
+// instead of a float-to-int conversion of an out-of-range value.
+template <typename D, typename S>
+__host__ __device__ D convert(S v) {
+  if constexpr (std::is_same_v<D, S>)
+    return v;
+  else if constexpr (std::is_integral_v<D> && std::is_integral_v<S>)
+    return static_cast<D>(v);
+  else
+    return from_double<D>(to_double(v));
+}
+
+// dst (n) <- src (n), each laid out by its Layout (any strides, up to 8 dims), converted.
 template <typename D, typename S>
 __global__ void copy_kernel(D* dst, Layout dl, const S* src, Layout sl, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[element_offset(dl, i)] = from_double<D>(to_double(src[element_offset(sl, i)]));
+    dst[element_offset(dl, i)] = convert<D>(src[element_offset(sl, i)]);
 }
 
+// dst (n) <- src (n), both contiguous (pointers at their first element), converted.
+template <typename D, typename S>
+__global__ void convert_kernel(D* __restrict__ dst, const S* __restrict__ src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = convert<D>(src[i]);
+}
+
+// dst (n) += src (n), contiguous.
 template <typename T>
 __global__ void add_inplace_kernel(T* dst, const T* src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = from_double<T>(to_double(dst[i]) + to_double(src[i]));
 }
 
+// dst (n) <- value, contiguous.
 template <typename T>
 __global__ void fill_kernel(T* dst, T value, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -93,19 +132,34 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
 }
 }  // namespace
 
+// dst (any) <- src (dst's shape), any strides and dtypes, on one device.
 void copy_strided(Tensor& dst, const Tensor& src) {
   check_same_device(dst, src, "copy_strided");
   int64_t n = dst.numel();
   if (n == 0) return;
-  Layout dl = layout_of(dst, "copy_strided"), sl = layout_of(src, "copy_strided");
+  const bool packed = dst.is_contiguous() && src.is_contiguous();
+  // A contiguous side needs no per-dimension index arithmetic in the strided kernel either.
+  Layout dl = dst.is_contiguous() ? flat_layout(n, dst.offset()) : layout_of(dst, "copy_strided");
+  Layout sl = src.is_contiguous() ? flat_layout(n, src.offset()) : layout_of(src, "copy_strided");
   int dev = dst.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
   cudaStream_t s = detail::stream(dev);
+  if (packed && dst.dtype() == src.dtype()) {  // the same bytes in the same order
+    if (dst.raw_data() == src.raw_data()) return;  // a tensor onto itself (memcpy forbids the overlap)
+    KEEL_CHECK_CUDA(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), static_cast<size_t>(n) * dtype_size(dst.dtype()),
+                                    cudaMemcpyDeviceToDevice, s));
+    return;
+  }
   visit_cuda_dtype(dst.dtype(), [&]<typename D>() {
     visit_cuda_dtype(src.dtype(), [&]<typename S>() {
-      auto* d = static_cast<D*>(dst.storage()->data());
-      auto* p = static_cast<const S*>(src.storage()->data());
-      launch_kernel(copy_kernel<D, S>, blocks_for(n), kThreads, 0, s, d, dl, p, sl, n);
+      if (packed) {
+        launch_kernel(convert_kernel<D, S>, blocks_for(n), kThreads, 0, s, static_cast<D*>(dst.raw_data()),
+                      static_cast<const S*>(src.raw_data()), n);
+      } else {
+        auto* d = static_cast<D*>(dst.storage()->data());
+        auto* p = static_cast<const S*>(src.storage()->data());
+        launch_kernel(copy_kernel<D, S>, blocks_for(n), kThreads, 0, s, d, dl, p, sl, n);
+      }
       KEEL_CHECK_LAUNCH();
     });
   });

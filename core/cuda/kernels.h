@@ -7,7 +7,10 @@
 
 namespace keel::cuda {
 
-// dst <- src, any strides (up to 8 dims), converting between any two dtypes.
+// dst (any) <- src (dst's shape), any strides (up to 8 dims for a non-contiguous side),
+// converting between any two dtypes as the CPU copy does: integer to integer directly (i64
+// exact, narrowing keeps the low bits), anything else through double (half types via float).
+// Matching dtypes and contiguous layouts copy bytes.
 void copy_strided(Tensor& dst, const Tensor& src);
 // dst += src; both contiguous, same shape and floating dtype.
 void add_inplace(Tensor& dst, const Tensor& src);

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "core/autograd.h"
 #include "core/copy.h"
@@ -85,6 +87,50 @@ TEST_CASE("device casts and strided copies match the CPU, on poisoned outputs") 
   Tensor ht = h.as_strided({5, 9, 7}, {1, 5, 45}, 0);
   Tensor dt = d.as_strided({5, 9, 7}, {1, 5, 45}, 0);
   CHECK(dt.contiguous().to_vector<float>() == ht.contiguous().to_vector<float>());
+}
+
+TEST_CASE("device copies keep every i64 bit and convert integers without a detour through double") {
+  KEEL_REQUIRE_CUDA();
+  const Device gpu = Device::cuda(0);
+  constexpr int64_t big = (int64_t{1} << 53) + 1;  // the first integer a double cannot hold
+  const std::vector<int64_t> v = {big, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min(), -big,
+                                  (int64_t{1} << 32) + 5, -1, 0, int64_t{1} << 31};
+  std::vector<int64_t> vt;  // v as (2, 4) transposed to (4, 2)
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 2; ++j) vt.push_back(v[j * 4 + i]);
+  std::vector<int32_t> low, low_t;  // i64 -> i32 keeps the low 32 bits (C++20, PyTorch)
+  for (int64_t x : v) low.push_back(static_cast<int32_t>(x));
+  for (int64_t x : vt) low_t.push_back(static_cast<int32_t>(x));
+
+  // Host -> device lands through a same-dtype device copy (the byte path); device -> device
+  // clone is the byte path again; an offset view of whole rows is contiguous: bytes too.
+  Tensor a = from_vector<int64_t>(v, {2, 4}).to(gpu);
+  CHECK(a.to_vector<int64_t>() == v);
+  CHECK(a.clone().to_vector<int64_t>() == v);
+  CHECK(a.as_strided({1, 4}, {4, 1}, 4).contiguous().clone().to_vector<int64_t>() ==
+        std::vector<int64_t>(v.begin() + 4, v.end()));
+  // Strided, same dtype: the strided kernel, i64 -> i64 with no conversion.
+  Tensor t = a.as_strided({4, 2}, {1, 4}, 0);
+  CHECK(t.contiguous().to_vector<int64_t>() == vt);
+  Tensor dst = zeros({2, 4}, {DType::i64, gpu}).as_strided({4, 2}, {1, 4}, 0);
+  copy_(dst, t.contiguous());  // packed -> strided destination
+  CHECK(dst.to_vector<int64_t>() == vt);
+  // i64 -> i32, contiguous (the flat conversion kernel) and strided (the strided kernel).
+  CHECK(a.to(DType::i32).to_vector<int32_t>() == low);
+  CHECK(t.to(DType::i32).to_vector<int32_t>() == low_t);
+  // i32 -> i64 and back, exact.
+  const std::vector<int32_t> w = {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), -1, 7};
+  Tensor w32 = from_vector<int32_t>(w, {4}).to(gpu);
+  CHECK(w32.to(DType::i64).to_vector<int64_t>() == std::vector<int64_t>(w.begin(), w.end()));
+  CHECK(w32.to(DType::i64).to(DType::i32).to_vector<int32_t>() == w);
+  // Floating <-> integer still go through double, as on the CPU: truncation toward zero.
+  Tensor f = from_vector<double>({2.9, -2.9, 1e15 + 0.5}, {3}).to(gpu);
+  CHECK(f.to(DType::i64).to_vector<int64_t>() == std::vector<int64_t>{2, -2, 1000000000000000});
+  // A scalar, and a copy of a tensor onto itself.
+  Tensor s = from_vector<int64_t>({big}, {}).to(gpu);
+  CHECK(s.clone().to_vector<int64_t>() == std::vector<int64_t>{big});
+  copy_(a, a);
+  CHECK(a.to_vector<int64_t>() == v);
 }
 
 TEST_CASE("fill and += on the device, the engine accumulates device gradients") {

@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "core/copy.h"
 #include "core/factory.h"
@@ -48,6 +50,35 @@ TEST_CASE("dtype conversions round as documented") {
   CHECK(b[2] == doctest::Approx(3.140625f));  // bf16 keeps 8 bits of mantissa
   auto i = from_vector<float>({1.9f, -1.9f}, {2}).to(DType::i64).to_vector<int64_t>();
   CHECK(i == std::vector<int64_t>{1, -1});  // truncation toward zero, as C++ and PyTorch do
+}
+
+TEST_CASE("integer copies are exact: i64 above 2^53 survives, i64 -> i32 keeps the low 32 bits") {
+  constexpr int64_t big = (int64_t{1} << 53) + 1;  // the first integer a double cannot hold
+  const std::vector<int64_t> v = {big,       std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min(),
+                                  -big,      (int64_t{1} << 32) + 5,              -1,
+                                  0,         int64_t{1} << 31};
+  Tensor a = from_vector<int64_t>(v, {2, 4});
+  // a transposed (4, 2): element (i, j) is v[j * 4 + i].
+  std::vector<int64_t> vt;
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 2; ++j) vt.push_back(v[j * 4 + i]);
+  Tensor t = a.as_strided({4, 2}, {1, 4}, 0);
+  CHECK(t.contiguous().to_vector<int64_t>() == vt);  // strided -> packed, same dtype
+  Tensor dst = zeros({2, 4}, {DType::i64}).as_strided({4, 2}, {1, 4}, 0);
+  copy_(dst, t.contiguous());                          // packed -> strided
+  CHECK(dst.to_vector<int64_t>() == vt);
+
+  std::vector<int32_t> low, low_t;
+  for (int64_t x : v) low.push_back(static_cast<int32_t>(x));  // C++20: modulo 2^32
+  for (int64_t x : vt) low_t.push_back(static_cast<int32_t>(x));
+  CHECK(low[0] == 1);
+  CHECK(low[1] == -1);
+  CHECK(low[4] == 5);
+  CHECK(a.to(DType::i32).to_vector<int32_t>() == low);
+  CHECK(t.to(DType::i32).to_vector<int32_t>() == low_t);
+
+  const std::vector<int32_t> w = {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), -1, 7};
+  CHECK(from_vector<int32_t>(w, {4}).to(DType::i64).to_vector<int64_t>() == std::vector<int64_t>(w.begin(), w.end()));
 }
 
 TEST_CASE("f16 conversion matches IEEE for every half value") {
