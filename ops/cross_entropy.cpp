@@ -42,6 +42,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                              detail::describe("logits", logits) + ", " + detail::describe("targets", targets),
                      "logits (..., V) go with targets (...)");
   int64_t V = logits.size(-1), N = numel_of(rows);
+  // No class to score: logsumexp over nothing is -inf, so no loss means anything (PyTorch raises
+  // too). Refused here for both devices, so the kernels may assume V >= 1.
+  if (V == 0)
+    throw ShapeError(op, "logits have an empty class dimension: " + detail::describe("logits", logits),
+                     "logits (..., V) need V >= 1 classes");
   // The CPU kernels compute in f32/f64: bf16/f16 logits are widened (the CUDA kernels read
   // them as they are and compute in f32).
   const bool half = logits.dtype() == DType::bf16 || logits.dtype() == DType::f16;

@@ -22,7 +22,7 @@ inline constexpr int64_t kIgnoreIndex = -100;
 // Rows whose target is ignore_index contribute nothing and get a zero gradient. When every
 // target is ignored the loss is 0 with a zero gradient (PyTorch gives NaN): a batch made only
 // of padding then leaves the model unchanged instead of turning its weights into NaN.
-// A target outside [0, V) that is not ignore_index raises IndexError.
+// A target outside [0, V) that is not ignore_index raises IndexError; V = 0 raises ShapeError.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = kIgnoreIndex);
 
 }  // namespace keel

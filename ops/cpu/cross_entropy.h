@@ -8,7 +8,7 @@
 
 namespace keel::cpu {
 
-// logits (N, V), targets (N) i32/i64, contiguous -> loss [] (f32; f64 for f64 logits); lse (N)
+// logits (N, V) with V >= 1, targets (N) i32/i64, contiguous -> loss [] (f32; f64 for f64 logits); lse (N)
 // and the number of non-ignored rows `count` are filled in. A target outside [0, V) that is not
 // ignore_index raises IndexError (CUDA checks on the host, so it waits for the device).
 Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& lse,

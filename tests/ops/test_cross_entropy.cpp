@@ -140,6 +140,15 @@ TEST_CASE("cross_entropy rejects bad inputs") {
   // (bf16/f16 logits are accepted on the CPU: widened to f32, see the mixed-precision case.)
   CHECK_THROWS_AS(cross_entropy(logits, empty({0}, {DType::i64, Device::cuda(0)})), DeviceError);
   CHECK_THROWS_AS(cross_entropy(logits, Tensor()), ValueError);
+  // No classes (V = 0): refused even when every target is ignored, and when there are no rows.
+  std::string v0 = message_of([&] { cross_entropy(zeros({3, 0}), full({3}, -100.0, {DType::i64})); });
+  CHECK(v0.find("ShapeError") != std::string::npos);
+  CHECK(v0.find("empty class dimension") != std::string::npos);
+  CHECK_THROWS_AS(cross_entropy(zeros({2, 0}), from_vector<int64_t>({0, 1}, {2})), ShapeError);
+  CHECK_THROWS_AS(cross_entropy(zeros({0, 0}), zeros({0}, {DType::i64})), ShapeError);
+  CHECK_THROWS_AS(cross_entropy(zeros({0}, {DType::f64}), zeros({}, {DType::i32})), ShapeError);
+  // No rows but some classes is a mean over nothing: 0, as when every row is ignored.
+  CHECK(cross_entropy(zeros({0, 5}), zeros({0}, {DType::i64})).item() == 0.0);
 }
 
 TEST_CASE("cross_entropy of bf16/f16 logits: the loss is f32, the gradient has the logits' dtype") {

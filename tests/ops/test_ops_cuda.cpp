@@ -363,6 +363,14 @@ TEST_CASE("cuda cross_entropy at V 50257 with ignored rows") {
   loss.backward();
   for (float v : l.grad().to_vector<float>()) CHECK(v == 0.0f);
   CHECK_THROWS_AS(cross_entropy(l, from_vector<int64_t>({0, 10, 1}, {3}).to(kGpu)), IndexError);
+  // No classes (V = 0): the CPU's ShapeError, before any kernel could read an unwritten row
+  // loss; no rows but some classes: 0.
+  for (DType dt : kDtypes) {
+    CAPTURE(dtype_name(dt));
+    CHECK_THROWS_AS(cross_entropy(empty({3, 0}, {dt, kGpu}), all_ignored), ShapeError);
+    CHECK_THROWS_AS(cross_entropy(empty({0, 0}, {dt, kGpu}), empty({0}, {DType::i64, kGpu})), ShapeError);
+    CHECK(cross_entropy(empty({0, 7}, {dt, kGpu}), empty({0}, {DType::i32, kGpu})).item() == 0.0);
+  }
 }
 
 TEST_CASE("cuda matmul batched broadcast and transposed operands") {
