@@ -1,13 +1,10 @@
-// CPU kernels of GELU (tanh form), elementwise over flat contiguous buffers, and the fused
-// bias + GELU composed from them (the CUDA side fuses it into one pass; here it is the reference).
+// CPU kernels of GELU (tanh form), elementwise over flat contiguous buffers.
 #include "ops/cpu/gelu.h"
 
 #include <cmath>
 #include <numbers>
 
 #include "core/factory.h"
-#include "ops/cpu/arith.h"
-#include "ops/cpu/reduce.h"
 
 namespace keel::cpu {
 
@@ -54,31 +51,6 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x) {
       pd[i] = pg[i] * d;
     }
   });
-  return dx;
-}
-
-namespace {
-// x (R, C), bias (C) -> x + bias (R, C) contiguous
-Tensor add_bias(const Tensor& x, const Tensor& bias) {
-  Tensor out = empty(x.shape(), {x.dtype()});
-  binary(BinaryOp::add, x, bias, out);
-  return out;
-}
-}  // namespace
-
-// x (R, C), bias (C) -> gelu(x + bias) (R, C)
-Tensor bias_gelu_forward(const Tensor& x, const Tensor& bias) {
-  return gelu_forward(add_bias(x, bias)).as_strided(x.shape(), contiguous_strides(x.shape()), 0);
-}
-
-// grad, x (R, C), bias (C) -> dx (R, C); dbias (C) = dx summed over the rows when need_bias
-Tensor bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, bool need_bias, Tensor& dbias) {
-  Tensor dx = gelu_backward(grad, add_bias(x, bias)).as_strided(x.shape(), contiguous_strides(x.shape()), 0);
-  if (need_bias) {
-    const int64_t C = x.size(-1), R = C > 0 ? x.numel() / C : 0;
-    dbias = empty({C}, {x.dtype()});
-    reduce_dim(Reduce::sum, dx, 1, R, C, dbias);
-  }
   return dx;
 }
 

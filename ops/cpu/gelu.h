@@ -12,10 +12,5 @@ namespace keel::cpu {
 Tensor gelu_forward(const Tensor& x);
 // grad, x (N) contiguous -> dx (N) = grad * gelu'(x)
 Tensor gelu_backward(const Tensor& grad, const Tensor& x);
-// Fused bias + GELU for an MLP: x (R, C), bias (C) contiguous -> gelu(x + bias) (R, C).
-Tensor bias_gelu_forward(const Tensor& x, const Tensor& bias);
-// grad, x (R, C), bias (C) contiguous -> dx (R, C) = grad * gelu'(x + bias); dbias (C) = dx
-// summed over the rows, when need_bias.
-Tensor bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, bool need_bias, Tensor& dbias);
 
 }  // namespace keel::cpu

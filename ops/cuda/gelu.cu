@@ -1,8 +1,7 @@
-// GELU (tanh form) on the device, forward and backward, and a fused bias + GELU for the MLP.
+// GELU (tanh form) on the device, forward and backward.
 // Flat grid-stride loops with 16-byte packs; the formulas are the CPU kernel's, in f32.
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gelu.h"
-#include "ops/cuda/reduce.h"
 
 namespace keel::cuda {
 
@@ -26,48 +25,45 @@ struct GeluGradFn {
   }
 };
 
-// out (N) = fn(x + bias[i % C], g) over N = R * C elements; bias and g may be null (0).
-// kVec: every 16-byte pack lies in one row (C a multiple of the pack) and all bases aligned.
+// out (N) = fn(x, g) over N elements; g may be null (0).
+// kVec: N is a multiple of the 16-byte pack and every base is 16-byte aligned.
 template <typename T, bool kVec, typename Fn>
-__global__ void gelu_kernel(const T* __restrict__ x, const T* __restrict__ bias, const T* __restrict__ g,
-                            T* __restrict__ out, int64_t n, int64_t C, Fn fn) {
+__global__ void gelu_kernel(const T* __restrict__ x, const T* __restrict__ g, T* __restrict__ out, int64_t n, Fn fn) {
   constexpr int V = kVec ? Pack<T>::N : 1;
   const int64_t nth = int64_t(gridDim.x) * blockDim.x;
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n / V; k += nth) {
     const int64_t i = k * V;
     if constexpr (kVec) {
-      Pack<T> px = load_pack(x + i), pb, pg, po;
-      if (bias) pb = load_pack(bias + i % C);
+      Pack<T> px = load_pack(x + i), pg, po;
       if (g) pg = load_pack(g + i);
 #pragma unroll
-      for (int j = 0; j < V; ++j)
-        po.v[j] = from_f32<T>(fn(to_f32(px.v[j]) + (bias ? to_f32(pb.v[j]) : 0.0f), g ? to_f32(pg.v[j]) : 0.0f));
+      for (int j = 0; j < V; ++j) po.v[j] = from_f32<T>(fn(to_f32(px.v[j]), g ? to_f32(pg.v[j]) : 0.0f));
       store_pack(out + i, po);
     } else {
-      out[i] = from_f32<T>(fn(to_f32(x[i]) + (bias ? to_f32(bias[i % C]) : 0.0f), g ? to_f32(g[i]) : 0.0f));
+      out[i] = from_f32<T>(fn(to_f32(x[i]), g ? to_f32(g[i]) : 0.0f));
     }
   }
 }
 
-// x (R, C) [+ bias (C)], g (R, C) or undefined -> (R, C); C = n for no bias.
+// x (N), g (N) or undefined -> (N)
 template <typename Fn>
-Tensor run(const Tensor& x, const Tensor& bias, const Tensor& g, int64_t C, const char* op, Fn fn) {
+Tensor run(const Tensor& x, const Tensor& g, const char* op, Fn fn) {
   require_device(x, op);
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
   const int64_t n = x.numel();
   if (n == 0) return out;
   visit_float(x.dtype(), op, [&]<typename T>() {
     Where w = where(x);
-    const T *px = ptr<const T>(x), *pb = bias.defined() ? ptr<const T>(bias) : nullptr;
+    const T* px = ptr<const T>(x);
     const T* pg = g.defined() ? ptr<const T>(g) : nullptr;
     T* po = ptr<T>(out);
     constexpr int V = Pack<T>::N;
-    // One pointer list for the alignment test: absent operands stand in as the output.
-    const bool vec = C % V == 0 && plan::vector_head(n, sizeof(T), {px, pb ? pb : po, pg ? pg : po, po}) == 0;
+    // One pointer list for the alignment test: an absent g stands in as the output.
+    const bool vec = n % V == 0 && plan::vector_head(n, sizeof(T), {px, pg ? pg : po, po}) == 0;
     if (vec)
-      launch_kernel(gelu_kernel<T, true>, grid_for(n / V, kThreads, w.device), kThreads, 0, w.stream, px, pb, pg, po, n, C, fn);
+      launch_kernel(gelu_kernel<T, true, Fn>, grid_for(n / V, kThreads, w.device), kThreads, 0, w.stream, px, pg, po, n, fn);
     else
-      launch_kernel(gelu_kernel<T, false>, grid_for(n, kThreads, w.device), kThreads, 0, w.stream, px, pb, pg, po, n, C, fn);
+      launch_kernel(gelu_kernel<T, false, Fn>, grid_for(n, kThreads, w.device), kThreads, 0, w.stream, px, pg, po, n, fn);
     KEEL_CHECK_LAUNCH();
   });
   return out;
@@ -75,27 +71,9 @@ Tensor run(const Tensor& x, const Tensor& bias, const Tensor& g, int64_t C, cons
 }  // namespace
 
 // x (N) -> (N)
-Tensor gelu_forward(const Tensor& x) { return run(x, Tensor(), Tensor(), x.numel(), "gelu", GeluFn{}); }
+Tensor gelu_forward(const Tensor& x) { return run(x, Tensor(), "gelu", GeluFn{}); }
 
 // grad, x (N) -> dx (N)
-Tensor gelu_backward(const Tensor& grad, const Tensor& x) {
-  return run(x, Tensor(), grad, x.numel(), "gelu backward", GeluGradFn{});
-}
-
-// x (R, C), bias (C) -> gelu(x + bias) (R, C)
-Tensor bias_gelu_forward(const Tensor& x, const Tensor& bias) {
-  return run(x, bias, Tensor(), x.size(-1), "bias_gelu", GeluFn{});
-}
-
-// grad, x (R, C), bias (C) -> dx (R, C); dbias (C) = dx summed over the rows when need_bias
-Tensor bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias, bool need_bias, Tensor& dbias) {
-  Tensor dx = run(x, bias, grad, x.size(-1), "bias_gelu backward", GeluGradFn{});
-  if (need_bias) {
-    const int64_t C = x.size(-1), R = C > 0 ? x.numel() / C : 0;
-    dbias = empty({C}, {x.dtype(), x.device()});
-    cuda::reduce_dim(Reduce::sum, dx, 1, R, C, dbias);
-  }
-  return dx;
-}
+Tensor gelu_backward(const Tensor& grad, const Tensor& x) { return run(x, grad, "gelu backward", GeluGradFn{}); }
 
 }  // namespace keel::cuda

@@ -48,8 +48,6 @@ void embedding_backward(const Tensor&, const Tensor&, Tensor&) { no_cuda("embedd
 
 Tensor gelu_forward(const Tensor&) { no_cuda("gelu"); }
 Tensor gelu_backward(const Tensor&, const Tensor&) { no_cuda("gelu backward"); }
-Tensor bias_gelu_forward(const Tensor&, const Tensor&) { no_cuda("bias_gelu"); }
-Tensor bias_gelu_backward(const Tensor&, const Tensor&, const Tensor&, bool, Tensor&) { no_cuda("bias_gelu backward"); }
 
 Tensor layernorm_forward(const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&) {
   no_cuda("layernorm");

@@ -48,8 +48,6 @@ SAME_SIGNATURE(embedding_forward);
 SAME_SIGNATURE(embedding_backward);
 SAME_SIGNATURE(gelu_forward);
 SAME_SIGNATURE(gelu_backward);
-SAME_SIGNATURE(bias_gelu_forward);
-SAME_SIGNATURE(bias_gelu_backward);
 SAME_SIGNATURE(layernorm_forward);
 SAME_SIGNATURE(layernorm_backward);
 SAME_SIGNATURE(matmul);
@@ -99,8 +97,6 @@ TEST_CASE("without CUDA, every CUDA kernel of ops raises DeviceError with the wa
   check_no_cuda("embedding_backward", [&] { cuda::embedding_backward(t, t, o); });
   check_no_cuda("gelu_forward", [&] { cuda::gelu_forward(t); });
   check_no_cuda("gelu_backward", [&] { cuda::gelu_backward(t, t); });
-  check_no_cuda("bias_gelu_forward", [&] { cuda::bias_gelu_forward(t, t); });
-  check_no_cuda("bias_gelu_backward", [&] { cuda::bias_gelu_backward(t, t, t, true, m); });
   check_no_cuda("layernorm_forward", [&] { cuda::layernorm_forward(t, t, t, 1e-5, m, r); });
   check_no_cuda("layernorm_backward", [&] { cuda::layernorm_backward(t, t, t, t, t, true, true, true, o, m, r); });
   check_no_cuda("matmul", [&] { cuda::matmul(t, t); });

@@ -31,7 +31,6 @@
 #include "ops/shape.h"
 #include "ops/softmax.h"
 #include "core/cuda/runtime.h"
-#include "ops/cuda/gelu.h"
 
 using namespace keel;
 
@@ -294,27 +293,18 @@ TEST_CASE("cuda layernorm forward and backward, vector and scalar rows") {
       }
 }
 
-TEST_CASE("cuda gelu forward and backward, and the fused bias gelu") {
+TEST_CASE("cuda gelu forward and backward") {
   KEEL_REQUIRE_CUDA();
+  // {1} and {3, 1031}: the scalar path (n not a multiple of the 16-byte pack); {8, 3072}: packs.
   for (DType dt : kDtypes)
     for (const Shape& s : {Shape{1}, Shape{3, 1031}, Shape{8, 3072}}) {
       CAPTURE(dtype_name(dt));
       CAPTURE(shape_str(s));
       compare([](const std::vector<Tensor>& t) { return gelu(t[0]); }, {rnd(s, 60, 0.0, 2.0)}, dt);
     }
+  // A strided view (the front end packs it) whose 1024 columns per row suit the packs.
   for (DType dt : kDtypes)
-    for (int64_t C : {int64_t(3072), int64_t(13)}) {
-      CAPTURE(dtype_name(dt));
-      CAPTURE(C);
-      Pair x = make(rnd({9, C}, 61), dt, false), b = make(rnd({C}, 62), dt, false), g = make(rnd({9, C}, 63), dt, false);
-      Tensor pre = add(x.ref, b.ref).detach().set_requires_grad(true);
-      Tensor y_ref = gelu(pre);
-      y_ref.backward(g.ref);
-      CHECK_CLOSE(cuda::bias_gelu_forward(x.dev, b.dev), y_ref, dt);
-      Tensor db;
-      CHECK_CLOSE(cuda::bias_gelu_backward(g.dev, x.dev, b.dev, true, db), pre.grad(), dt);
-      CHECK_CLOSE(db, sum(pre.grad(), 0), dt);
-    }
+    compare([](const std::vector<Tensor>& t) { return gelu(slice(t[0], 1, 1, 1025)); }, {rnd({4, 1025}, 61, 0.0, 2.0)}, dt);
 }
 
 TEST_CASE("cuda softmax and log_softmax over the last and inner dims") {
