@@ -9,16 +9,13 @@
 // the last ulp from the host's; nothing on the device draws normals through this header.)
 // tests/core/test_random.cpp checks the rounds against Random123's known-answer vector.
 //
-// Plain C++ when not compiled by nvcc.
+// Plain C++ when not compiled by nvcc. KEEL_HD is core/host_device.h's, the one definition, so this
+// header and the others using it (ops/attention_band.h, optim/adamw_math.h) go in any order.
 #pragma once
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define KEEL_HD __host__ __device__ __forceinline__
-#else
-#define KEEL_HD inline
-#endif
+#include "core/host_device.h"
 
 namespace keel::philox {
 
@@ -27,7 +24,7 @@ struct Block {
 };
 
 // One Philox-4x32-10 block for (counter, key) (Salmon et al., SC'11).
-KEEL_HD Block philox4x32(uint64_t counter, uint64_t key) {
+KEEL_HD inline Block philox4x32(uint64_t counter, uint64_t key) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;  // round multipliers
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;  // key schedule (golden ratio, sqrt 3)
   uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
@@ -51,14 +48,13 @@ KEEL_HD Block philox4x32(uint64_t counter, uint64_t key) {
 }
 
 // A 32-bit word -> a float in (0, 1]: never 0, so log() in Box-Muller stays finite.
-KEEL_HD float to_unit(uint32_t x) { return (static_cast<float>(x >> 8) + 1.0f) * (1.0f / 16777216.0f); }
+KEEL_HD inline float to_unit(uint32_t x) { return (static_cast<float>(x >> 8) + 1.0f) * (1.0f / 16777216.0f); }
 
 // Element i of the stream (key, base): counter base + i/4, lane i%4.
-KEEL_HD float uniform(uint64_t key, uint64_t base, uint64_t i) {
+KEEL_HD inline float uniform(uint64_t key, uint64_t base, uint64_t i) {
   Block r = philox4x32(base + i / 4, key);
   return to_unit(r.x[i % 4]);
 }
 
 }  // namespace keel::philox
 
-#undef KEEL_HD
