@@ -12,7 +12,8 @@
 #   cuda tests          every CUDA test case passes, none skipped
 #   sanitizer:TOOL:BIN  compute-sanitizer memcheck, racecheck, synccheck and initcheck over the
 #                       CUDA op, attention and optimizer tests at reduced sizes
-#                       (KEEL_TEST_REDUCED=1 makes the tests pick small shapes)
+#                       (KEEL_TEST_REDUCED=1 makes the tests pick small shapes), one run per
+#                       test case, each within KEEL_SANITIZER_TIMEOUT seconds (default 600)
 #   e2e:a f32           20 steps of `gpt2 train` in f32 on CUDA and on the CPU, same model,
 #                       init and data: per-step loss within 1e-4 relative
 #   e2e:b bf16, f16     the same on CUDA in bf16 / f16 against the CPU's f32: loss within 2e-2
@@ -81,21 +82,57 @@ skipped=$(grep -c 'Skipped' "$logs/ctest.log")
 report "cuda tests" "$rc" "$ran cases, $skipped skipped, log $logs/ctest.log"
 
 # --- compute-sanitizer ---------------------------------------------------------------------
+# One sanitizer run per test case, each with its own time limit: racecheck and initcheck slow
+# kernels by 10-1000x, so a whole binary under them does not fit any limit that would still
+# catch a hung case, and a timeout then hid the verdict on every case after it. One line per
+# tool and binary still; the failing cases are named, and each case has its own log.
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-sanitizer_timeout=${KEEL_SANITIZER_TIMEOUT:-150}  # seconds per run: 8 runs must fit the check's budget
-for tool in memcheck racecheck synccheck initcheck; do
-  for bin in ops/test_ops optim/test_optim; do
-    name="sanitizer:$tool:$(basename "$bin")"
-    log="$logs/$tool-$(basename "$bin").log"
-    if [ ! -x "$sanitizer" ]; then report "$name" 1 "compute-sanitizer not found"; continue; fi
-    KEEL_TEST_REDUCED=1 timeout "$sanitizer_timeout" "$sanitizer" --tool "$tool" --error-exitcode 99 \
-      "$build/tests/$bin" --test-case='*cuda*' >"$log" 2>&1
+case_timeout=${KEEL_SANITIZER_TIMEOUT:-600}  # seconds per test case under one tool
+
+# The CUDA test cases of a doctest binary, one name per line (listing runs none of them).
+cuda_cases() {
+  "$1" --list-test-cases --test-case='*cuda*' 2>/dev/null | awk '/^=====/ { sep++; next } sep == 1 { print }'
+}
+
+# sanitize TOOL BIN: every CUDA case of tests/BIN under `compute-sanitizer --tool TOOL`.
+sanitize() {
+  local tool=$1 bin=$2 name dir exe i=0 rc tc filter log
+  name="sanitizer:$tool:$(basename "$bin")"
+  dir="$logs/$tool-$(basename "$bin")"
+  exe=$build/tests/$bin
+  if [ ! -x "$sanitizer" ]; then report "$name" 1 "compute-sanitizer not found"; return; fi
+  local -a cases=() bad=()
+  mapfile -t cases < <(cuda_cases "$exe")
+  if [ "${#cases[@]}" -eq 0 ]; then report "$name" 1 "$exe lists no CUDA test cases"; return; fi
+  mkdir -p "$dir"
+  for tc in "${cases[@]}"; do
+    i=$((i + 1))
+    log="$dir/case-$i.log"
+    printf '%s\t%s\n' "$i" "$tc" >>"$dir/cases.txt"
+    # doctest splits --test-case at commas; '?' matches the comma (and any one character).
+    filter=${tc//,/?}
+    KEEL_TEST_REDUCED=1 timeout --kill-after=30 "$case_timeout" "$sanitizer" --tool "$tool" --error-exitcode 99 \
+      "$exe" --test-case="$filter" >"$log" 2>&1
     rc=$?
-    note="log $log"
-    [ "$rc" -eq 124 ] && note="timed out after $sanitizer_timeout s, $note"
-    grep -q 'ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0 hazards' "$log" || rc=1
-    report "$name" "$rc" "$note"
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+      bad+=("$tc: timed out after $case_timeout s")
+    elif [ "$rc" -ne 0 ] || ! grep -q 'ERROR SUMMARY: 0 errors\|RACECHECK SUMMARY: 0 hazards' "$log"; then
+      bad+=("$tc: exit $rc")
+    elif ! grep -Eq 'test cases: *1 \| *1 passed' "$log" || grep -q 'KEEL_SKIP' "$log"; then
+      bad+=("$tc: did not run as one passing case")  # a filter that matched nothing, or a skip
+    fi
   done
+  if [ "${#bad[@]}" -eq 0 ]; then
+    report "$name" 0 "${#cases[@]} cases, logs in $dir"
+  else
+    local joined more=""
+    joined=$(printf '%s; ' "${bad[@]:0:5}")  # the first few keep the line readable
+    [ "${#bad[@]}" -gt 5 ] && more=" and $((${#bad[@]} - 5)) more"
+    report "$name" 1 "${#bad[@]} of ${#cases[@]} cases failed: ${joined%; }$more; logs in $dir (case-N.log, names in cases.txt)"
+  fi
+}
+for tool in memcheck racecheck synccheck initcheck; do
+  for bin in ops/test_ops optim/test_optim; do sanitize "$tool" "$bin"; done
 done
 
 # --- end to end ----------------------------------------------------------------------------
