@@ -19,6 +19,15 @@
 #include "core/cuda/emu/launch.h"
 #endif
 
+// A kernel's dynamic shared memory (sized by the launch's third argument) as `type* name`,
+// aligned to `align` bytes: under nvcc the usual extern __shared__ array.
+#ifdef KEEL_CUDA_EMULATED
+#define KEEL_DYNAMIC_SHARED(type, name, align) \
+  type* const name = reinterpret_cast<type*>(::keel::emu::dynamic_shared(align))
+#else
+#define KEEL_DYNAMIC_SHARED(type, name, align) extern __shared__ __align__(align) type name[]
+#endif
+
 namespace keel::cuda {
 
 template <typename... Params, typename... Args>

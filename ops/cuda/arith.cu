@@ -132,7 +132,7 @@ void launch_map1(const Tensor& x, Tensor& y, Fn fn) {
   T* py = ptr<T>(y);
   int64_t head = plan::vector_head(n, sizeof(T), {px, py});
   int blocks = grid_for((n - head) / Pack<T>::N + 1, kThreads, w.device);
-  launch_kernel(map1_kernel<T>, blocks, kThreads, 0, w.stream, px, py, n, head, fn);
+  launch_kernel(map1_kernel<T, Fn>, blocks, kThreads, 0, w.stream, px, py, n, head, fn);
   KEEL_CHECK_LAUNCH();
 }
 
@@ -145,7 +145,7 @@ void launch_map2(const Tensor& a, const Tensor& b, Tensor& out, Fn fn) {
   T* po = ptr<T>(out);
   int64_t head = plan::vector_head(n, sizeof(T), {pa, pb, po});
   int blocks = grid_for((n - head) / Pack<T>::N + 1, kThreads, w.device);
-  launch_kernel(map2_kernel<T>, blocks, kThreads, 0, w.stream, pa, pb, po, n, head, fn);
+  launch_kernel(map2_kernel<T, Fn>, blocks, kThreads, 0, w.stream, pa, pb, po, n, head, fn);
   KEEL_CHECK_LAUNCH();
 }
 }  // namespace

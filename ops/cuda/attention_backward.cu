@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads)
   using Bw = Bwd<T, D>;
   constexpr typename Bw::Layout L = Bw::layout();
   constexpr int kOwn = Bw::kOwn, kStr = Bw::kStr, ldT = Bw::ldT, ldS = Bw::ldS, ldP = Bw::ldP, ldO = Bw::ldO;
-  extern __shared__ __align__(128) unsigned char smem[];
+  KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
   T* Ks = reinterpret_cast<T*>(smem + L.own);
   T* Vs = reinterpret_cast<T*>(smem + L.own2);
   T* Qs = reinterpret_cast<T*>(smem + L.str);
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads)
   using Bw = Bwd<T, D>;
   constexpr typename Bw::Layout L = Bw::layout();
   constexpr int kOwn = Bw::kOwn, kStr = Bw::kStr, ldT = Bw::ldT, ldS = Bw::ldS, ldP = Bw::ldP, ldO = Bw::ldO;
-  extern __shared__ __align__(128) unsigned char smem[];
+  KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
   T* Qs = reinterpret_cast<T*>(smem + L.own);
   T* dOs = reinterpret_cast<T*>(smem + L.own2);
   T* Ks = reinterpret_cast<T*>(smem + L.str);

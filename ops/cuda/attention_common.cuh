@@ -232,7 +232,8 @@ __device__ __forceinline__ float warp_max_pair(float x) { return fmaxf(x, __shfl
 // device; cheap enough to repeat per launch) and launches it on the device's compute stream.
 template <typename Kernel, typename... Args>
 void launch(Kernel kernel, dim3 grid, int smem_bytes, int device, Args... args) {
-  KEEL_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  KEEL_CHECK_CUDA(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       smem_bytes));
   launch_kernel(kernel, grid, kThreads, smem_bytes, detail::stream(device), args...);
   KEEL_CHECK_LAUNCH();
 }

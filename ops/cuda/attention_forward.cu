@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads)
   using F = Fwd<T, D>;
   constexpr typename F::Layout L = F::layout();
   constexpr int kBr = F::kBr, kBc = F::kBc, ldT = F::ldT, ldS = F::ldS, ldP = F::ldP, ldO = F::ldO;
-  extern __shared__ __align__(128) unsigned char smem[];
+  KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
   T* Qs = reinterpret_cast<T*>(smem + L.q);
   T* Ks = reinterpret_cast<T*>(smem + L.k);
   T* Vs = reinterpret_cast<T*>(smem + L.v);

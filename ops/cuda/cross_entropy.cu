@@ -103,8 +103,9 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
             ptr<const T>(logits), ptr<const I>(targets), N, V, ignore_index, ptr<float>(lse), ptr<float>(row_loss));
         KEEL_CHECK_LAUNCH();
       }
-      using L = std::conditional_t<std::is_same_v<T, double>, double, float>;
-      launch_kernel(ce_mean_kernel<L>, 1, 1024, 0, w.stream, ptr<const float>(row_loss), N, count, ptr<L>(loss));
+      // The loss is f32 for every storage type the CUDA kernels take (visit_float has no f64).
+      launch_kernel(ce_mean_kernel<float>, 1, 1024, 0, w.stream, ptr<const float>(row_loss), N, count,
+                    ptr<float>(loss));
       KEEL_CHECK_LAUNCH();
     });
   });

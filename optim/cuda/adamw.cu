@@ -80,7 +80,7 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor&
   ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(param.dtype(), "adamw_step", [&]<typename P>() {
     ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(grad.dtype(), "adamw_step", [&]<typename G>() {
       using C = std::conditional_t<std::is_same_v<P, double>, double, float>;
-      launch_kernel(adamw_kernel<P, G, C>, blocks_for(n), kThreads, 0, stream,
+      keel::cuda::launch_kernel(adamw_kernel<P, G, C>, blocks_for(n), kThreads, 0, stream,
           static_cast<P*>(param.raw_data()), static_cast<const G*>(grad.raw_data()), static_cast<C*>(m.raw_data()),
           static_cast<C*>(v.raw_data()), master_ptr, n, AdamWCoeffs<C>(s));
       KEEL_CHECK_LAUNCH();

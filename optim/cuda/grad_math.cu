@@ -31,7 +31,7 @@ __device__ double block_sum(double x) {
   __shared__ double buf[kThreads];
   buf[threadIdx.x] = x;
   __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
+  for (unsigned s = kThreads / 2; s > 0; s >>= 1) {
     if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
     __syncthreads();
   }
@@ -82,10 +82,10 @@ double sum_of_squares(const Tensor& t) {
   Tensor partial = empty({kBlocks + 1}, {DType::f64, t.device()});  // kBlocks partials, then the total
   double* p = static_cast<double*>(partial.raw_data());
   ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(t.dtype(), "sum_of_squares", [&]<typename T>() {
-    launch_kernel(sumsq_partial<T>, kBlocks, kThreads, 0, stream, static_cast<const T*>(t.raw_data()), n, p);
+    keel::cuda::launch_kernel(sumsq_partial<T>, kBlocks, kThreads, 0, stream, static_cast<const T*>(t.raw_data()), n, p);
     KEEL_CHECK_LAUNCH();
   });
-  launch_kernel(sum_final, 1, kThreads, 0, stream, p, kBlocks, p + kBlocks);
+  keel::cuda::launch_kernel(sum_final, 1, kThreads, 0, stream, p, kBlocks, p + kBlocks);
   KEEL_CHECK_LAUNCH();
   double out = 0;
   ::keel::cuda::memcpy_device_to_host(&out, p + kBlocks, sizeof(double), dev);
@@ -103,7 +103,7 @@ void scale_inplace(Tensor& t, double s) {
   int blocks = static_cast<int>(b < 65535 ? b : 65535);
   ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(t.dtype(), "scale_inplace", [&]<typename T>() {
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    launch_kernel(scale_kernel<T, C>, blocks, kThreads, 0, stream, static_cast<T*>(t.raw_data()), n, static_cast<C>(s));
+    keel::cuda::launch_kernel(scale_kernel<T, C>, blocks, kThreads, 0, stream, static_cast<T*>(t.raw_data()), n, static_cast<C>(s));
     KEEL_CHECK_LAUNCH();
   });
 }

@@ -74,7 +74,7 @@ fi
 
 # --- every CUDA test -----------------------------------------------------------------------
 # Case names say CUDA (or cuda); a skip here means the GPU was not used, which is a failure.
-(cd "$build" && ctest -R '[Cc][Uu][Dd][Aa]' -j 4 --output-on-failure) >"$logs/ctest.log" 2>&1
+(cd "$build" && ctest -L cuda -j 4 --output-on-failure) >"$logs/ctest.log" 2>&1
 rc=$?
 ran=$(grep -c ' Test *#' "$logs/ctest.log")
 skipped=$(grep -c 'Skipped' "$logs/ctest.log")
@@ -91,7 +91,7 @@ case_timeout=${KEEL_SANITIZER_TIMEOUT:-600}  # seconds per test case under one t
 
 # The CUDA test cases of a doctest binary, one name per line (listing runs none of them).
 cuda_cases() {
-  "$1" --list-test-cases --test-case='*cuda*' 2>/dev/null | awk '/^=====/ { sep++; next } sep == 1 { print }'
+  "$1" --list-test-cases 2>/dev/null | awk '/^=====/ { sep++; next } sep == 1 { print }'
 }
 
 # sanitize TOOL BIN: every CUDA case of tests/BIN under `compute-sanitizer --tool TOOL`.
@@ -132,7 +132,7 @@ sanitize() {
   fi
 }
 for tool in memcheck racecheck synccheck initcheck; do
-  for bin in ops/test_ops optim/test_optim; do sanitize "$tool" "$bin"; done
+  for bin in ops/test_ops_cuda optim/test_optim_cuda core/test_core_cuda; do sanitize "$tool" "$bin"; done
 done
 
 # --- end to end ----------------------------------------------------------------------------

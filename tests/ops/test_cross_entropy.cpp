@@ -159,7 +159,7 @@ TEST_CASE("cross_entropy of bf16/f16 logits: the loss is f32, the gradient has t
   std::vector<int64_t> t(16);
   for (size_t r = 0; r < t.size(); ++r) t[r] = static_cast<int64_t>((r * 5) % 37);
   for (DType dt : {DType::bf16, DType::f16}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     Tensor x = wide.to(dt).set_requires_grad(true);
     Tensor loss = cross_entropy(x, from_vector(t, {16}));
     CHECK(loss.dtype() == DType::f32);

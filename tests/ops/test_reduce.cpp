@@ -55,7 +55,7 @@ TEST_CASE("max and argmax follow PyTorch on NaN: the first NaN wins, else the fi
   for (DType dt : {DType::f32, DType::f64})
     for (const Layout& l : layouts)
       for (bool keep : {false, true}) {
-        CAPTURE(dtype_name(dt));
+        CAPTURE(std::string(dtype_name(dt)));
         CAPTURE(l.outer);
         CAPTURE(l.n);
         CAPTURE(l.inner);

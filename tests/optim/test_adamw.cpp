@@ -66,7 +66,7 @@ std::map<std::string, Tensor> as_map(const NamedTensors& n) { return {n.begin(),
 TEST_CASE("AdamW matches the f64 reference over several steps, decay hits matrices only") {
   Generator gen(3);
   for (DType dt : {DType::f64, DType::f32}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     Tensor w = randn({3, 4}, gen, {dt}), b = randn({4}, gen, {dt}), e = randn({5, 2}, gen, {dt});
     AdamWOptions o;
     o.weight_decay = 0.1;
@@ -131,7 +131,7 @@ TEST_CASE("AdamW skips parameters without a gradient, their bias correction star
 
 TEST_CASE("bf16 and f16 parameters: f32 master follows the reference, the parameter is the rounded master") {
   for (DType dt : {DType::bf16, DType::f16}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     Generator gen(5);
     Tensor w = randn({4, 8}, gen, {dt});
     AdamWOptions o{.lr = 1e-2};
@@ -243,7 +243,7 @@ TEST_CASE("bf16/f16 parameters accumulate gradients in f32 after zero_grad (grad
   // 8 micro-batches: a gradient of 1, then 7 of 2^-12. A bf16/f16 sum stays at 1 (2^-12 is
   // below half an ulp of 1 in both); the f32 buffer holds 1 + 7 * 2^-12 exactly.
   for (DType dt : {DType::bf16, DType::f16}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     Tensor w = from_vector<float>({1.0f, -2.0f}, {2}).to(dt).set_requires_grad(true);
     AdamW opt({{"w", w}}, {.lr = 0.0, .weight_decay = 0.0});
     for (int round = 0; round < 2; ++round) {  // the buffer is reused and re-zeroed

@@ -23,7 +23,7 @@ double rel_err(const Tensor& a, const Tensor& b) { return cudatest::worst_row_re
 TEST_CASE("CUDA AdamW matches the CPU AdamW for every parameter dtype") {
   KEEL_REQUIRE_CUDA();
   for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     Generator gen(11);
     Tensor w_cpu = randn({64, 33}, gen, {dt}), b_cpu = randn({33}, gen, {dt});
     Tensor w_gpu = w_cpu.to(Device::cuda()), b_gpu = b_cpu.to(Device::cuda());
@@ -52,7 +52,7 @@ TEST_CASE("CUDA AdamW matches the CPU AdamW for every parameter dtype") {
 TEST_CASE("CUDA clipping and unscaling match the CPU, non-finite gradients included") {
   KEEL_REQUIRE_CUDA();
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     Generator gen(12);
     Tensor p_cpu = zeros({1000, 37}, {dt}), p_gpu = zeros({1000, 37}, {dt, Device::cuda()});
     Tensor g = randn({1000, 37}, gen, {dt});

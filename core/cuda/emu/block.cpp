@@ -1,0 +1,375 @@
+// The block scheduler: fibers as CUDA threads, barriers, warp collectives and the CUDA rules.
+//
+// This file is compiled without ThreadSanitizer instrumentation in the emu-tsan build: the
+// scheduler's own bookkeeping is invisible to TSan, and it tells TSan about exactly the
+// happens-before edges CUDA guarantees (a barrier orders everything before it in every
+// participating thread before everything after it), so a kernel that forgets a barrier between
+// one thread's shared-memory write and another's read is reported as a data race.
+#include "core/cuda/emu/block.h"
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/cuda/emu/fiber.h"
+#include "core/error.h"
+
+#if defined(KEEL_EMU_TSAN)
+#include <sanitizer/tsan_interface.h>
+#define KEEL_TSAN_RELEASE(addr) __tsan_release(const_cast<void*>(static_cast<const volatile void*>(addr)))
+#define KEEL_TSAN_ACQUIRE(addr) __tsan_acquire(const_cast<void*>(static_cast<const volatile void*>(addr)))
+#else
+#define KEEL_TSAN_RELEASE(addr) ((void)(addr))
+#define KEEL_TSAN_ACQUIRE(addr) ((void)(addr))
+#endif
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+namespace keel::emu {
+
+namespace {
+
+constexpr int kMaxThreads = 1024;
+
+enum class State : uint8_t { not_started, runnable, at_barrier, in_collective, done };
+
+struct Thread {
+  Fiber fiber;
+  uint3 idx{};
+  State state = State::not_started;
+  const void* in = nullptr;  // operands while waiting in a warp collective
+  void* out = nullptr;
+};
+
+// A collective some lanes of a warp have reached and others not yet.
+struct Pending {
+  Collective kind;
+  unsigned mask = 0, arrived = 0;
+  std::source_location where;
+  CombineFn combine = nullptr;
+  const void* state = nullptr;
+};
+
+struct Warp {
+  std::vector<Pending> pending;
+  std::array<char, 2> sync_token{};  // TSan addresses of __syncwarp, by generation parity
+  unsigned syncwarp_generation = 0;
+};
+
+struct Block {
+  std::unique_ptr<Thread[]> threads{new Thread[kMaxThreads]};
+  std::array<Warp, kMaxThreads / 32> warps;
+  int n = 0;          // threads in this block
+  int running = -1;   // index of the fiber on the CPU, -1 for the scheduler
+  int at_barrier = 0, finished = 0;
+  std::source_location barrier_where;
+  unsigned barrier_generation = 0;
+  std::array<char, 2> barrier_token{};  // TSan addresses of __syncthreads, by generation parity
+  char start_token = 0, end_token = 0;  // TSan: launch -> threads, threads -> after the block
+  std::deque<int> ready;
+  std::exception_ptr error;
+  std::vector<unsigned char> shared_storage;  // dynamic shared memory of the running block
+  unsigned char* shared = nullptr;
+  size_t shared_bytes = 0;
+  void (*body)(const void*) = nullptr;
+  const void* ctx = nullptr;
+};
+
+thread_local Block* t_block = nullptr;  // the block running on this host thread, if any
+
+Block& block() {
+  if (!t_block) throw CudaError("emulated CUDA", "a device function was called outside a kernel");
+  return *t_block;
+}
+
+std::string dim_str(uint3 d) { return fmt::format("({},{},{})", d.x, d.y, d.z); }
+std::string where_str(const std::source_location& w) { return fmt::format("{}:{}", w.file_name(), w.line()); }
+
+// "threads 3, 4 and 96..127": indices of a block's threads that satisfy pred.
+template <typename Pred>
+std::string thread_list(const Block& b, Pred pred) {
+  std::string out;
+  int count = 0;
+  for (int i = 0; i < b.n;) {
+    if (!pred(i)) {
+      ++i;
+      continue;
+    }
+    int j = i;
+    while (j + 1 < b.n && pred(j + 1)) ++j;
+    out += (count++ ? ", " : "") + (i == j ? std::to_string(i) : fmt::format("{}..{}", i, j));
+    i = j + 1;
+  }
+  return out.empty() ? "none" : out;
+}
+
+[[noreturn]] void fail(const Block& b, const std::string& what, const std::string& hint = {}) {
+  throw CudaError("emulated CUDA",
+                  fmt::format("{} (block {} of grid {}, {} threads per block)", what, dim_str(blockIdx), dim_str(gridDim),
+                              b.n),
+                  hint);
+}
+
+int current_index(const Block& b) {
+  if (b.running < 0) throw CudaError("emulated CUDA", "a device function was called outside a kernel");
+  return b.running;
+}
+
+// Suspends the running fiber until the scheduler resumes it; restores the built-ins after.
+void wait_here(Block& b) {
+  const int me = b.running;
+  b.threads[me].fiber.yield();
+  // Resumed: the scheduler already set the built-ins and b.running for us.
+}
+
+void fiber_entry(void* arg) {
+  Block& b = *static_cast<Block*>(arg);
+  const int me = b.running;
+  KEEL_TSAN_ACQUIRE(&b.start_token);
+  try {
+    b.body(b.ctx);
+    Thread& t = b.threads[me];
+    // A thread that leaves while others wait for it would hang a GPU.
+    if (b.at_barrier > 0)
+      fail(b, fmt::format("thread {} exited while {} other threads of its block wait at __syncthreads ({}) for it",
+                          dim_str(t.idx), b.at_barrier, where_str(b.barrier_where)),
+           "every thread of a block must reach each __syncthreads: return only after the last barrier, or make "
+           "the whole block return together");
+    const int lane = me % 32;
+    for (const Pending& p : b.warps[me / 32].pending)
+      if (p.mask >> lane & 1u)
+        fail(b, fmt::format("thread {} (lane {}) exited while lanes of mask {:#010x} wait for it in {} ({})",
+                            dim_str(t.idx), lane, p.mask, collective_name(p.kind), where_str(p.where)),
+             "every lane named in a *_sync mask must call the same function");
+    t.state = State::done;
+    ++b.finished;
+    KEEL_TSAN_RELEASE(&b.end_token);
+  } catch (...) {
+    b.error = std::current_exception();
+  }
+  for (;;) b.threads[me].fiber.yield();  // never resumed again
+}
+
+void resume(Block& b, int i) {
+  Thread& t = b.threads[i];
+  threadIdx = t.idx;
+  b.running = i;
+  if (t.state == State::not_started) {
+    t.state = State::runnable;
+    t.fiber.start(fiber_entry, &b);
+  }
+  t.fiber.resume();
+  b.running = -1;
+}
+
+std::string describe_deadlock(const Block& b) {
+  std::string s = fmt::format("the threads of the block wait for each other forever: {} at __syncthreads",
+                              thread_list(b, [&](int i) { return b.threads[i].state == State::at_barrier; }));
+  if (b.at_barrier) s += fmt::format(" ({})", where_str(b.barrier_where));
+  for (int w = 0; w * 32 < b.n; ++w)
+    for (const Pending& p : b.warps[w].pending)
+      s += fmt::format("; warp {} lanes {:#010x} of mask {:#010x} in {} ({})", w, p.arrived, p.mask,
+                       collective_name(p.kind), where_str(p.where));
+  return s;
+}
+
+void run_block(Block& b) {
+  for (int w = 0; w * 32 < b.n; ++w) b.warps[w].pending.clear();
+  b.at_barrier = b.finished = 0;
+  b.error = nullptr;
+  b.ready.clear();
+  for (int i = 0; i < b.n; ++i) {
+    Thread& t = b.threads[i];
+    t.state = State::not_started;
+    t.idx = {unsigned(i % blockDim.x), unsigned(i / blockDim.x % blockDim.y), unsigned(i / (blockDim.x * blockDim.y))};
+    b.ready.push_back(i);
+  }
+  if (b.shared_bytes) std::memset(b.shared, 0xff, b.shared_bytes);  // NaN: unwritten shared memory shows
+  KEEL_TSAN_RELEASE(&b.start_token);
+  while (!b.ready.empty() && !b.error) {
+    const int i = b.ready.front();
+    b.ready.pop_front();
+    resume(b, i);
+  }
+  if (!b.error && b.finished != b.n) {
+    try {
+      fail(b, describe_deadlock(b));
+    } catch (...) {
+      b.error = std::current_exception();
+    }
+  }
+  KEEL_TSAN_ACQUIRE(&b.end_token);
+  if (b.error) std::rethrow_exception(b.error);
+}
+
+}  // namespace
+
+const char* collective_name(Collective kind) {
+  switch (kind) {
+    case Collective::syncwarp: return "__syncwarp";
+    case Collective::shfl: return "__shfl_sync";
+    case Collective::shfl_up: return "__shfl_up_sync";
+    case Collective::shfl_down: return "__shfl_down_sync";
+    case Collective::shfl_xor: return "__shfl_xor_sync";
+    case Collective::vote: return "a warp vote (__ballot_sync / __any_sync / __all_sync)";
+    case Collective::mma: return "wmma::mma_sync";
+  }
+  return "?";
+}
+
+bool in_kernel() { return t_block && t_block->running >= 0; }
+
+void run_grid(dim3 grid, dim3 block_dim, size_t dynamic_shared_bytes, void (*body)(const void*), const void* ctx) {
+  thread_local std::unique_ptr<Block> pool;
+  if (t_block) throw CudaError("emulated CUDA", "a kernel launched another kernel from device code",
+                               "keel's emulator does not support dynamic parallelism");
+  if (!pool) pool = std::make_unique<Block>();
+  Block& b = *pool;
+  b.n = static_cast<int>(block_dim.x * block_dim.y * block_dim.z);
+  b.body = body;
+  b.ctx = ctx;
+  b.shared_bytes = dynamic_shared_bytes;
+  // Fresh storage per launch, sized exactly, so AddressSanitizer sees an overrun of it.
+  std::vector<unsigned char>(dynamic_shared_bytes + 128).swap(b.shared_storage);
+  b.shared = b.shared_storage.data() + (128 - reinterpret_cast<uintptr_t>(b.shared_storage.data()) % 128) % 128;
+  blockDim = block_dim;
+  gridDim = grid;
+  t_block = &b;
+  struct Reset {
+    ~Reset() { t_block = nullptr; }
+  } reset;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx = {x, y, z};
+        run_block(b);
+      }
+}
+
+unsigned char* dynamic_shared(size_t align) {
+  Block& b = block();
+  if (reinterpret_cast<uintptr_t>(b.shared) % align != 0)
+    throw CudaError("emulated CUDA", fmt::format("dynamic shared memory cannot be aligned to {} bytes", align));
+  return b.shared;
+}
+
+void sync_block(const std::source_location& where) {
+  Block& b = block();
+  const int me = current_index(b);
+  if (b.finished > 0)
+    fail(b, fmt::format("__syncthreads ({}) reached by thread {} after threads {} of its block exited",
+                        where_str(where), dim_str(b.threads[me].idx),
+                        thread_list(b, [&](int i) { return b.threads[i].state == State::done; })),
+         "every thread of a block must reach each __syncthreads: do not return early from a kernel that "
+         "synchronises, or make the whole block return together");
+  if (b.at_barrier == 0) b.barrier_where = where;
+  const unsigned gen = b.barrier_generation;
+  KEEL_TSAN_RELEASE(&b.barrier_token[gen & 1]);
+  if (++b.at_barrier == b.n) {  // the last to arrive releases the others and goes on
+    b.at_barrier = 0;
+    ++b.barrier_generation;
+    for (int i = 0; i < b.n; ++i)
+      if (i != me && b.threads[i].state == State::at_barrier) {
+        b.threads[i].state = State::runnable;
+        b.ready.push_back(i);
+      }
+  } else {
+    b.threads[me].state = State::at_barrier;
+    wait_here(b);
+  }
+  KEEL_TSAN_ACQUIRE(&b.barrier_token[gen & 1]);
+}
+
+int lane_id() { return current_index(block()) % 32; }
+
+unsigned active_lanes() {
+  Block& b = block();
+  const int me = current_index(b), w0 = me / 32 * 32;
+  unsigned m = 0;
+  for (int l = 0; l < 32 && w0 + l < b.n; ++l)
+    if (b.threads[w0 + l].state != State::done) m |= 1u << l;
+  return m;
+}
+
+void warp_collective(Collective kind, unsigned mask, const void* in, void* out, CombineFn combine, const void* state,
+                     const std::source_location& where) {
+  Block& b = block();
+  const int me = current_index(b), lane = me % 32, w0 = me - lane;
+  Warp& warp = b.warps[me / 32];
+  Thread& self = b.threads[me];
+  if (!(mask >> lane & 1u))
+    fail(b, fmt::format("{} ({}) called by lane {} of warp {} with mask {:#010x}, which does not name the caller",
+                        collective_name(kind), where_str(where), lane, me / 32, mask),
+         "the mask must include the calling lane");
+  for (int l = 0; l < 32; ++l) {
+    if (!(mask >> l & 1u)) continue;
+    if (w0 + l >= b.n)
+      fail(b, fmt::format("{} ({}) with mask {:#010x} names lane {} of warp {}, which does not exist",
+                          collective_name(kind), where_str(where), mask, l, me / 32),
+           "a block whose size is not a multiple of 32 has a partial last warp: mask it with __activemask() or "
+           "the lanes that exist");
+    if (b.threads[w0 + l].state == State::done)
+      fail(b, fmt::format("{} ({}) with mask {:#010x} names lane {} of warp {}, which has exited",
+                          collective_name(kind), where_str(where), mask, l, me / 32),
+           "every lane named in the mask must call the same function");
+  }
+  Pending* p = nullptr;
+  for (Pending& q : warp.pending) {
+    if (q.mask == mask) {
+      p = &q;
+    } else if (q.mask & mask) {
+      fail(b, fmt::format("lanes of warp {} wait in {} ({}) with mask {:#010x} while lane {} calls {} ({}) with "
+                          "the overlapping mask {:#010x}",
+                          me / 32, collective_name(q.kind), where_str(q.where), q.mask, lane, collective_name(kind),
+                          where_str(where), mask));
+    }
+  }
+  if (!p) {
+    warp.pending.push_back({kind, mask, 0, where, combine, state});
+    p = &warp.pending.back();
+  } else if (p->kind != kind) {
+    fail(b, fmt::format("lanes of warp {} with mask {:#010x} are in different warp-synchronous calls: {} ({}) and {} "
+                        "({})",
+                        me / 32, mask, collective_name(p->kind), where_str(p->where), collective_name(kind),
+                        where_str(where)),
+         "all lanes named in a mask must make the same call");
+  }
+  self.in = in;
+  self.out = out;
+  p->arrived |= 1u << lane;
+  const bool is_sync = kind == Collective::syncwarp;
+  const unsigned gen = warp.syncwarp_generation;
+  if (is_sync) KEEL_TSAN_RELEASE(&warp.sync_token[gen & 1]);
+  if (p->arrived == mask) {  // the last lane: compute every lane's result, wake the others
+    const void* ins[32] = {};
+    void* outs[32] = {};
+    for (int l = 0; l < 32; ++l)
+      if (mask >> l & 1u) ins[l] = b.threads[w0 + l].in, outs[l] = b.threads[w0 + l].out;
+    const CombineFn fn = p->combine;
+    const void* st = p->state;
+    *p = warp.pending.back();
+    warp.pending.pop_back();
+    if (is_sync) ++warp.syncwarp_generation;
+    if (fn) fn(st, ins, outs, mask);
+    for (int l = 0; l < 32; ++l)
+      if ((mask >> l & 1u) && l != lane) {
+        b.threads[w0 + l].state = State::runnable;
+        b.ready.push_back(w0 + l);
+      }
+  } else {
+    self.state = State::in_collective;
+    wait_here(b);
+  }
+  if (is_sync) KEEL_TSAN_ACQUIRE(&warp.sync_token[gen & 1]);
+}
+
+}  // namespace keel::emu

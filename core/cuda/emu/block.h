@@ -1,0 +1,63 @@
+// The emulated GPU's execution model: a grid runs block after block on the launching host
+// thread; the threads of a block are fibers (fiber.h) that the block's scheduler interleaves.
+//
+// What makes this CUDA and not just a loop over threads is where threads wait for each other:
+//  - __syncthreads: every thread of the block must arrive; then all go on.
+//  - warp collectives (__syncwarp, the __shfl_*_sync family, votes, wmma::mma_sync): the lanes
+//    named in the mask must all arrive at the same collective; the last to arrive computes the
+//    result for every lane.
+// The CUDA rules are checked as the threads run, and a break is an EmulationError naming the
+// rule, the call site, the block and the threads involved: a barrier that only part of a block
+// reaches, a thread that exits while others wait for it, a mask that names an exited or absent
+// lane, lanes waiting in different collectives. A real GPU would hang or return garbage.
+//
+// Everything here is called from the device functions in device_functions.h and wmma.h, and
+// from launch.h; kernels never call it directly.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <source_location>
+#include <string>
+
+// CUDA's built-in variables. Each emulated thread sees its own: the scheduler sets them
+// whenever it switches to a fiber.
+extern thread_local uint3 threadIdx;
+extern thread_local uint3 blockIdx;
+extern thread_local dim3 blockDim;
+extern thread_local dim3 gridDim;
+
+namespace keel::emu {
+
+// Runs body(ctx) once per thread of every block of `grid`; block dimensions and dynamic shared
+// memory as launched (the launch configuration was checked by the caller). Rethrows the first
+// error raised in any thread, after abandoning the block.
+void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, void (*body)(const void* ctx), const void* ctx);
+
+// This block's dynamic shared memory (the launch's third argument), aligned to `align`.
+unsigned char* dynamic_shared(size_t align);
+
+// Waits for the whole block (__syncthreads).
+void sync_block(const std::source_location& where);
+
+// A warp collective. Every lane in `mask` must call it with the same kind; the last to arrive
+// calls combine(state, in, out) once, where in[l] and out[l] point at lane l's operands (null
+// for lanes outside the mask). Lanes then continue with their out filled in.
+enum class Collective : uint8_t { syncwarp, shfl, shfl_up, shfl_down, shfl_xor, vote, mma };
+using CombineFn = void (*)(const void* state, const void* const in[32], void* const out[32], unsigned mask);
+void warp_collective(Collective kind, unsigned mask, const void* in, void* out, CombineFn combine, const void* state,
+                     const std::source_location& where);
+
+// This thread's lane (0..31) and the mask of lanes of its warp that exist and have not exited.
+int lane_id();
+unsigned active_lanes();
+
+// True while a kernel body runs on this host thread (device functions called outside a kernel
+// are a usage error).
+bool in_kernel();
+
+const char* collective_name(Collective kind);
+
+}  // namespace keel::emu

@@ -1,0 +1,34 @@
+// The emulated CUDA device's prelude: the build force-includes this header (-include) into
+// every .cu file of the `emu` and `emu-tsan` presets, which the host compiler then compiles as
+// ordinary C++. It keeps CUDA's own host headers (types, error codes, half and bfloat16 with
+// their exact rounding, the runtime's declarations, whose definitions live in runtime.cpp) and
+// adds what only nvcc knew: the qualifiers, the built-in variables, __shared__ memory, the
+// device functions and nvcuda::wmma.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+// Qualifiers: a kernel is a host function the emulator calls once per CUDA thread.
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __shared__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+// A static __shared__ variable is one per block: the blocks of a launch run one after another
+// on the launching host thread, whose fibers (the block's threads) all see the same
+// thread_local. Dynamic shared memory is KEEL_DYNAMIC_SHARED (core/cuda/launch.cuh).
+#define __shared__ static thread_local
+
+#include "core/cuda/emu/block.h"
+#include "core/cuda/emu/device_functions.h"
+#include "core/cuda/emu/wmma.h"

@@ -1,0 +1,45 @@
+// A kernel launch on the emulated GPU: check the configuration as the CUDA runtime does, then
+// run every thread of every block (block.h) with its own copy of the arguments.
+//
+// A bad configuration does not run the kernel; it becomes the error that the next
+// cudaGetLastError() returns (KEEL_CHECK_LAUNCH turns it into a CudaError naming the launch
+// site), exactly as on a GPU. Rules checked: at most 1024 threads per block (x, y <= 1024,
+// z <= 64), grid.x < 2^31 and grid.y, grid.z <= 65535, no empty grid or block, dynamic shared
+// memory within 48 KB unless cudaFuncSetAttribute raised the kernel's limit, and never above
+// the emulated GPU's per-block maximum.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "core/cuda/emu/block.h"
+
+namespace keel::emu {
+
+// Records the launch error and returns false when the configuration breaks a CUDA rule.
+bool check_launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes, cudaStream_t stream);
+
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_shared_bytes, cudaStream_t stream,
+            Args&&... args) {
+  if (!check_launch(reinterpret_cast<const void*>(kernel), grid, block, dynamic_shared_bytes, stream)) return;
+  // Converted once, as a launch converts the arguments to the parameter types; each thread then
+  // gets its own copy, as each CUDA thread gets the parameters by value.
+  const std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+  struct Call {
+    void (*kernel)(Params...);
+    const std::tuple<std::decay_t<Params>...>* params;
+  } call{kernel, &params};
+  run_grid(grid, block, dynamic_shared_bytes,
+           [](const void* c) {
+             const Call& k = *static_cast<const Call*>(c);
+             std::apply(k.kernel, *k.params);
+           },
+           &call);
+}
+
+}  // namespace keel::emu

@@ -1,0 +1,315 @@
+// The CUDA runtime API on the emulated GPU: the functions keel calls, with the signatures of
+// CUDA's own cuda_runtime_api.h (so a mismatch does not compile) and CUDA's error codes.
+//
+// Device memory is host memory: a device pointer can be read on the host (a debugger prints
+// it), and AddressSanitizer sees every device buffer. Fresh allocations are filled with 0xff
+// bytes, a NaN in every float type, so an output a kernel forgot to write shows. Kernels run
+// to completion inside the launch, so every stream is always idle: "asynchronous" copies and
+// memsets are done when they return, events complete when recorded, and the order keel
+// relies on holds trivially. Events still time host work (cudaEventElapsedTime).
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/cuda/emu/gpu_model.h"
+#include "core/cuda/emu/launch.h"
+
+struct CUstream_st {
+  int device;
+  unsigned flags;
+};
+struct CUevent_st {
+  std::chrono::steady_clock::time_point at{};
+  bool recorded = false;
+};
+
+namespace {
+
+struct Runtime {
+  std::mutex mu;
+  std::map<const void*, size_t> allocations;  // device pointer -> bytes
+  std::map<int, size_t> used;                 // device -> bytes allocated
+  std::map<const void*, int> max_dynamic_shared;  // kernel -> cudaFuncSetAttribute's limit
+};
+Runtime& rt() {
+  static Runtime* r = new Runtime;  // never destroyed: frees may come from static destructors
+  return *r;
+}
+
+thread_local int t_device = 0;
+thread_local cudaError_t t_last = cudaSuccess;
+// The most recent error and what broke, which cudaGetErrorString adds to CUDA's words for that
+// code (keel reads the code with cudaGetLastError first, which clears t_last but not these).
+thread_local cudaError_t t_recent = cudaSuccess;
+thread_local std::string t_recent_detail;
+
+cudaError_t record(cudaError_t err, std::string detail = {}) {
+  if (err != cudaSuccess) {
+    t_last = t_recent = err;
+    t_recent_detail = std::move(detail);
+  }
+  return err;
+}
+
+int device_count() { return keel::emu::gpu_model().devices; }
+
+}  // namespace
+
+// ---- devices ----
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = device_count();
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= device_count())
+    return record(cudaErrorInvalidDevice, fmt::format("device {} of {}", device, device_count()));
+  t_device = device;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = t_device;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  if (device < 0 || device >= device_count()) return record(cudaErrorInvalidDevice);
+  const keel::emu::GpuModel& m = keel::emu::gpu_model();
+  *p = cudaDeviceProp{};
+  std::snprintf(p->name, sizeof p->name, "%s", m.name.c_str());
+  p->totalGlobalMem = m.memory_bytes;
+  p->sharedMemPerBlock = m.shared_per_block;
+  p->sharedMemPerBlockOptin = m.shared_per_block_optin;
+  p->sharedMemPerMultiprocessor = m.shared_per_multiprocessor;
+  p->regsPerBlock = p->regsPerMultiprocessor = 65536;
+  p->warpSize = 32;
+  p->maxThreadsPerBlock = 1024;
+  p->maxThreadsPerMultiProcessor = 2048;
+  p->maxThreadsDim[0] = 1024, p->maxThreadsDim[1] = 1024, p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 2147483647, p->maxGridSize[1] = 65535, p->maxGridSize[2] = 65535;
+  p->major = m.major, p->minor = m.minor;
+  p->multiProcessorCount = m.multiprocessors;
+  p->l2CacheSize = static_cast<int>(m.l2_bytes);
+  p->totalConstMem = 64 << 10;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device < 0 || device >= device_count()) return record(cudaErrorInvalidDevice);
+  const keel::emu::GpuModel& m = keel::emu::gpu_model();
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = m.multiprocessors; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(m.shared_per_block); break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(m.shared_per_block_optin); break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = static_cast<int>(m.shared_per_multiprocessor); break;
+    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
+    case cudaDevAttrWarpSize: *value = 32; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = m.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = m.minor; break;
+    case cudaDevAttrMaxGridDimX: *value = 2147483647; break;
+    case cudaDevAttrMaxGridDimY: case cudaDevAttrMaxGridDimZ: *value = 65535; break;
+    case cudaDevAttrMaxBlockDimX: case cudaDevAttrMaxBlockDimY: *value = 1024; break;
+    case cudaDevAttrMaxBlockDimZ: *value = 64; break;
+    case cudaDevAttrL2CacheSize: *value = static_cast<int>(m.l2_bytes); break;
+    default: return record(cudaErrorInvalidValue, fmt::format("device attribute {} is not emulated", int(attr)));
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaRuntimeGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+// ---- memory ----
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  const keel::emu::GpuModel& m = keel::emu::gpu_model();
+  Runtime& r = rt();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (r.used[t_device] + bytes > m.memory_bytes)
+      return record(cudaErrorMemoryAllocation,
+                    fmt::format("{} bytes requested, {} of {} in use", bytes, r.used[t_device], m.memory_bytes));
+  }
+  // 256-byte aligned as cudaMalloc's, and exactly `bytes` long, so AddressSanitizer reports a
+  // kernel that reads or writes one element past the end.
+  void* q = nullptr;
+  if (posix_memalign(&q, 256, bytes) != 0) q = nullptr;
+  if (!q) return record(cudaErrorMemoryAllocation, fmt::format("the host has no {} bytes to back it", bytes));
+  std::memset(q, 0xff, bytes);
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.allocations[q] = bytes;
+  r.used[t_device] += bytes;
+  *p = q;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.allocations.find(p);
+  if (it == r.allocations.end())
+    return record(cudaErrorInvalidValue, fmt::format("cudaFree({}): not a pointer cudaMalloc returned", p));
+  r.used[t_device] -= it->second;
+  r.allocations.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  const keel::emu::GpuModel& m = keel::emu::gpu_model();
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  *total = m.memory_bytes;
+  *free = m.memory_bytes - r.used[t_device];
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
+  if (n) std::memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, n, kind);
+}
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t n, cudaStream_t) {
+  if (dst_device < 0 || dst_device >= device_count() || src_device < 0 || src_device >= device_count())
+    return record(cudaErrorInvalidDevice);
+  if (n) std::memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int value, size_t n) {
+  if (n) std::memset(p, value, n);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
+
+// ---- streams and events ----
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  *s = new CUstream_st{t_device, flags};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  e->at = std::chrono::steady_clock::now();
+  e->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!start->recorded || !end->recorded) return record(cudaErrorInvalidResourceHandle, "an event was never recorded");
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+
+// ---- errors ----
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = t_last;
+  t_last = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() { return t_last; }
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    default: return "cudaErrorUnknown";
+  }
+}
+const char* cudaGetErrorString(cudaError_t e) {
+  // The emulator knows what broke the rule; say it, after CUDA's own words.
+  thread_local std::string text;
+  const char* base = e == cudaSuccess                      ? "no error"
+                     : e == cudaErrorInvalidValue          ? "invalid argument"
+                     : e == cudaErrorMemoryAllocation      ? "out of memory"
+                     : e == cudaErrorInvalidConfiguration  ? "invalid configuration argument"
+                     : e == cudaErrorInvalidDevice         ? "invalid device ordinal"
+                     : e == cudaErrorInvalidResourceHandle ? "invalid resource handle"
+                                                           : "unknown error";
+  text = base;
+  if (e == t_recent && !t_recent_detail.empty()) text += ": " + t_recent_detail;
+  return text.c_str();
+}
+
+// ---- kernels ----
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;  // hints (carveout): nothing to do
+  const keel::emu::GpuModel& m = keel::emu::gpu_model();
+  if (value < 0 || static_cast<size_t>(value) > m.shared_per_block_optin)
+    return record(cudaErrorInvalidValue,
+                  fmt::format("cudaFuncSetAttribute: {} bytes of dynamic shared memory asked, the {} allows {} per block",
+                              value, m.name, m.shared_per_block_optin));
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.max_dynamic_shared[func] = value;
+  return cudaSuccess;
+}
+
+namespace keel::emu {
+
+bool check_launch(const void* kernel, dim3 g, dim3 b, size_t shared, cudaStream_t) {
+  const uint64_t threads = uint64_t(b.x) * b.y * b.z;
+  if (threads == 0 || uint64_t(g.x) * g.y * g.z == 0) {
+    record(cudaErrorInvalidConfiguration, fmt::format("empty launch: grid ({},{},{}), block ({},{},{})", g.x, g.y, g.z,
+                                                      b.x, b.y, b.z));
+    return false;
+  }
+  if (threads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64) {
+    record(cudaErrorInvalidConfiguration,
+           fmt::format("block ({},{},{}) has {} threads; CUDA allows at most 1024 (x, y <= 1024, z <= 64)", b.x, b.y,
+                       b.z, threads));
+    return false;
+  }
+  if (g.x > 2147483647u || g.y > 65535 || g.z > 65535) {
+    record(cudaErrorInvalidConfiguration,
+           fmt::format("grid ({},{},{}): grid.x must be below 2^31 and grid.y, grid.z at most 65535", g.x, g.y, g.z));
+    return false;
+  }
+  const GpuModel& m = gpu_model();
+  size_t limit = m.shared_per_block;
+  {
+    Runtime& r = rt();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.max_dynamic_shared.find(kernel);
+    if (it != r.max_dynamic_shared.end()) limit = static_cast<size_t>(it->second);
+  }
+  if (shared > limit) {
+    record(cudaErrorInvalidValue,
+           fmt::format("{} bytes of dynamic shared memory for a kernel allowed {}{}", shared, limit,
+                       shared <= m.shared_per_block_optin
+                           ? " (raise it with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n))"
+                           : fmt::format("; the {} has at most {} per block", m.name, m.shared_per_block_optin)));
+    return false;
+  }
+  return true;
+}
+
+}  // namespace keel::emu
