@@ -10,7 +10,6 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <exception>
 #include <memory>
 #include <vector>
@@ -40,14 +39,24 @@ namespace {
 
 constexpr int kMaxThreads = 1024;
 
+#if defined(KEEL_EMU_TSAN)
+// Under TSan every CUDA thread runs on a stack of its own (stack memory reused by another CUDA
+// thread would look like a race) and is a TSan fiber of its own.
+constexpr bool kOwnStacks = true;
+#else
+constexpr bool kOwnStacks = false;
+#endif
+
 enum class State : uint8_t { not_started, runnable, at_barrier, in_collective, done };
 
 struct Thread {
-  Fiber fiber;
   uint3 idx{};
   State state = State::not_started;
+  Context suspended;         // where it waits, while it waits
+  int stack = -1;            // the stack its frames are on
   const void* in = nullptr;  // operands while waiting in a warp collective
   void* out = nullptr;
+  void* tsan = nullptr;      // its TSan fiber (TSan builds)
 };
 
 // A collective some lanes of a warp have reached and others not yet.
@@ -69,14 +78,36 @@ struct Block {
   std::unique_ptr<Thread[]> threads{new Thread[kMaxThreads]};
   std::array<Warp, kMaxThreads / 32> warps;
   int n = 0;          // threads in this block
-  int running = -1;   // index of the fiber on the CPU, -1 for the scheduler
+  int running = -1;   // the CUDA thread on the CPU, -1 while the scheduler runs
   int at_barrier = 0, finished = 0;
   std::source_location barrier_where;
   unsigned barrier_generation = 0;
   std::array<char, 2> barrier_token{};  // TSan addresses of __syncthreads, by generation parity
   char start_token = 0, end_token = 0;  // TSan: launch -> threads, threads -> after the block
-  std::deque<int> ready;
+  // CUDA threads ready to run, in order. A fixed ring, as is everything the scheduler and the
+  // CUDA threads both touch: under TSan, memory the allocator hands from one to the other would
+  // look like a race between them.
+  struct Ready {
+    std::array<int, kMaxThreads> ring{};
+    int head = 0, count = 0;
+    bool empty() const { return count == 0; }
+    void clear() { head = count = 0; }
+    void push_back(int i) { ring[(head + count++) % kMaxThreads] = i; }
+    int pop_front() {
+      const int i = ring[head];
+      head = (head + 1) % kMaxThreads, --count;
+      return i;
+    }
+  } ready;
   std::exception_ptr error;
+  // Stacks: [0, kMaxThreads) are the CUDA threads' own (TSan builds), the rest a pool that the
+  // scheduler and the threads it runs in turn share.
+  std::vector<std::unique_ptr<Stack>> stacks;
+  std::vector<int> free_stacks;
+  int current_stack = -1;
+  Context host;          // the launching host code, suspended while the block runs
+  bool from_host = false;
+  void* tsan_host = nullptr;
   std::vector<unsigned char> shared_storage;  // dynamic shared memory of the running block
   unsigned char* shared = nullptr;
   size_t shared_bytes = 0;
@@ -124,28 +155,63 @@ int current_index(const Block& b) {
   return b.running;
 }
 
-// Suspends the running fiber until the scheduler resumes it; restores the built-ins after.
-void wait_here(Block& b) {
-  const int me = b.running;
-  b.threads[me].fiber.yield();
-  // Resumed: the scheduler already set the built-ins and b.running for us.
+// ---- stacks ----
+Stack& stack(Block& b, int i) {
+  if (!b.stacks[i]) b.stacks[i] = std::make_unique<Stack>();
+  return *b.stacks[i];
+}
+int take_pool_stack(Block& b) {
+  if (b.free_stacks.empty()) {
+    b.stacks.emplace_back();
+    return static_cast<int>(b.stacks.size()) - 1;
+  }
+  const int s = b.free_stacks.back();
+  b.free_stacks.pop_back();
+  return s;
+}
+void release_stack(Block& b, int s) {
+  if (s >= kMaxThreads) b.free_stacks.push_back(s);
 }
 
-void fiber_entry(void* arg) {
-  Block& b = *static_cast<Block*>(arg);
-  const int me = b.running;
+void tsan_switch(void* fiber) {
+#if defined(KEEL_EMU_TSAN)
+  __tsan_switch_to_fiber(fiber, __tsan_switch_to_fiber_no_sync);
+#else
+  (void)fiber;
+#endif
+}
+void* tsan_fiber(Thread& t) {
+#if defined(KEEL_EMU_TSAN)
+  if (!t.tsan) t.tsan = __tsan_create_fiber(0);
+#endif
+  return t.tsan;
+}
+
+// ---- running the threads of a block ----
+void schedule(Block& b);
+void start_on_own_stack();
+
+// CUDA thread i's whole life, from the first line of the kernel to its exit, on the stack that
+// is current; returns to the scheduler loop that called it, possibly much later and on that
+// same stack after the thread waited (the loop carries on from there).
+void run_thread(Block& b, int i) {
+  Thread& t = b.threads[i];
+  t.state = State::runnable;
+  t.stack = b.current_stack;
+  threadIdx = t.idx;
+  b.running = i;
+  tsan_switch(tsan_fiber(t));
   KEEL_TSAN_ACQUIRE(&b.start_token);
   try {
     b.body(b.ctx);
-    Thread& t = b.threads[me];
     // A thread that leaves while others wait for it would hang a GPU.
     if (b.at_barrier > 0)
       fail(b, fmt::format("thread {} exited while {} other threads of its block wait at __syncthreads ({}) for it",
                           dim_str(t.idx), b.at_barrier, where_str(b.barrier_where)),
            "every thread of a block must reach each __syncthreads: return only after the last barrier, or make "
            "the whole block return together");
-    const int lane = me % 32;
-    for (const Pending& p : b.warps[me / 32].pending)
+    const int lane = i % 32;
+    for (const Pending& p : b.warps[i / 32].pending)
       if (p.mask >> lane & 1u)
         fail(b, fmt::format("thread {} (lane {}) exited while lanes of mask {:#010x} wait for it in {} ({})",
                             dim_str(t.idx), lane, p.mask, collective_name(p.kind), where_str(p.where)),
@@ -155,19 +221,9 @@ void fiber_entry(void* arg) {
     KEEL_TSAN_RELEASE(&b.end_token);
   } catch (...) {
     b.error = std::current_exception();
+    KEEL_TSAN_RELEASE(&b.error);  // the host reads the exception this thread made
   }
-  for (;;) b.threads[me].fiber.yield();  // never resumed again
-}
-
-void resume(Block& b, int i) {
-  Thread& t = b.threads[i];
-  threadIdx = t.idx;
-  b.running = i;
-  if (t.state == State::not_started) {
-    t.state = State::runnable;
-    t.fiber.start(fiber_entry, &b);
-  }
-  t.fiber.resume();
+  tsan_switch(b.tsan_host);
   b.running = -1;
 }
 
@@ -180,6 +236,71 @@ std::string describe_deadlock(const Block& b) {
       s += fmt::format("; warp {} lanes {:#010x} of mask {:#010x} in {} ({})", w, p.arrived, p.mask,
                        collective_name(p.kind), where_str(p.where));
   return s;
+}
+
+// The scheduler loop: takes ready CUDA threads in order and runs each until it exits or waits.
+// A new thread runs as a plain call on the current stack (under TSan: on its own stack); a
+// thread that waited is resumed on its own stack, and this loop's stack is given up (the loop's
+// state is all in the Block). When nothing is ready the block is done, or deadlocked.
+void schedule(Block& b) {
+  for (;;) {
+    if (b.error || b.ready.empty()) {
+      if (!b.error && b.finished != b.n) {
+        try {
+          fail(b, describe_deadlock(b));
+        } catch (...) {
+          b.error = std::current_exception();
+        }
+      }
+      switch_context(nullptr, b.host);  // back to run_block, for good
+    }
+    const int i = b.ready.pop_front();
+    Thread& t = b.threads[i];
+    if (t.state == State::not_started && !kOwnStacks) {
+      run_thread(b, i);
+      continue;
+    }
+    release_stack(b, b.current_stack);
+    if (t.state == State::not_started) {  // TSan builds: thread i starts on its own stack
+      b.current_stack = i;
+      b.running = i;
+      switch_context(nullptr, make_context(stack(b, i), start_on_own_stack));
+    } else {
+      b.current_stack = t.stack;
+      b.running = i;
+      threadIdx = t.idx;
+      tsan_switch(t.tsan);
+      switch_context(nullptr, t.suspended);
+    }
+  }
+}
+
+// Entry of a fresh scheduler stack.
+void start_scheduler() {
+  Block& b = *t_block;
+  entered(b.from_host ? &b.host : nullptr);
+  b.from_host = false;
+  schedule(b);
+}
+
+// Entry of a CUDA thread's own stack (TSan builds).
+void start_on_own_stack() {
+  Block& b = *t_block;
+  entered(nullptr);
+  run_thread(b, b.running);
+  schedule(b);
+}
+
+// The running CUDA thread waits: its frames stay on its stack, and the scheduler carries on
+// on a fresh one. Returns when the scheduler resumes it.
+void wait_here(Block& b) {
+  Thread& t = b.threads[b.running];
+  b.running = -1;
+  tsan_switch(b.tsan_host);  // the scheduler's bookkeeping is not the CUDA thread's doing
+  const int s = take_pool_stack(b);
+  b.current_stack = s;
+  switch_context(&t.suspended, make_context(stack(b, s), start_scheduler));
+  // Resumed: schedule() has set running, threadIdx, the stack and the TSan fiber back.
 }
 
 void run_block(Block& b) {
@@ -195,17 +316,22 @@ void run_block(Block& b) {
   }
   if (b.shared_bytes) std::memset(b.shared, 0xff, b.shared_bytes);  // NaN: unwritten shared memory shows
   KEEL_TSAN_RELEASE(&b.start_token);
-  while (!b.ready.empty() && !b.error) {
-    const int i = b.ready.front();
-    b.ready.pop_front();
-    resume(b, i);
-  }
-  if (!b.error && b.finished != b.n) {
-    try {
-      fail(b, describe_deadlock(b));
-    } catch (...) {
-      b.error = std::current_exception();
+  b.free_stacks.clear();
+  for (int s = kMaxThreads; s < static_cast<int>(b.stacks.size()); ++s) b.free_stacks.push_back(s);
+  b.current_stack = take_pool_stack(b);
+  b.from_host = true;
+  b.running = -1;
+  switch_context(&b.host, make_context(stack(b, b.current_stack), start_scheduler));
+  if (b.error) {
+    // The threads still waiting are abandoned: what they did comes before the error surfaces.
+    for (int i = 0; i < b.n; ++i) {
+      Thread& t = b.threads[i];
+      if (t.state == State::not_started || t.state == State::done || !t.tsan) continue;
+      tsan_switch(t.tsan);
+      KEEL_TSAN_RELEASE(&b.end_token);
     }
+    tsan_switch(b.tsan_host);
+    KEEL_TSAN_ACQUIRE(&b.error);
   }
   KEEL_TSAN_ACQUIRE(&b.end_token);
   if (b.error) std::rethrow_exception(b.error);
@@ -232,8 +358,18 @@ void run_grid(dim3 grid, dim3 block_dim, size_t dynamic_shared_bytes, void (*bod
   thread_local std::unique_ptr<Block> pool;
   if (t_block) throw CudaError("emulated CUDA", "a kernel launched another kernel from device code",
                                "keel's emulator does not support dynamic parallelism");
-  if (!pool) pool = std::make_unique<Block>();
+  if (!pool) {
+    pool = std::make_unique<Block>();
+    // Capacity for every stack the block can need, so that nothing reallocates while it runs.
+    pool->stacks.reserve(2 * kMaxThreads + 1);
+    pool->stacks.resize(kMaxThreads);  // the CUDA threads' own stacks, made when first used
+    pool->free_stacks.reserve(kMaxThreads + 1);
+    for (Warp& w : pool->warps) w.pending.reserve(32);
+  }
   Block& b = *pool;
+#if defined(KEEL_EMU_TSAN)
+  b.tsan_host = __tsan_get_current_fiber();
+#endif
   b.n = static_cast<int>(block_dim.x * block_dim.y * block_dim.z);
   b.body = body;
   b.ctx = ctx;

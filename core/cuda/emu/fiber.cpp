@@ -1,9 +1,10 @@
-// Fibers on ucontext, with the sanitizer hand-offs that a user-level context switch needs.
+// Stacks and context switches for the emulated CUDA threads (fiber.h).
 #include "core/cuda/emu/fiber.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -11,98 +12,150 @@
 #include <sanitizer/common_interface_defs.h>
 #define KEEL_EMU_ASAN 1
 #endif
-#if defined(KEEL_EMU_TSAN)
-#include <sanitizer/tsan_interface.h>
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
 #endif
 
 namespace keel::emu {
 
 namespace {
-// makecontext passes only ints to the entry, so the fiber being started and its entry travel
-// through these (one launching host thread at a time uses them).
-thread_local Fiber* t_starting = nullptr;
-thread_local void (*t_entry)(void*) = nullptr;
-thread_local void* t_arg = nullptr;
-
 [[noreturn]] void die(const char* what) {
   std::fprintf(stderr, "keel emulated CUDA: %s\n", what);
   std::abort();
 }
-
+constexpr size_t kStackBytes = size_t(256) << 10;
 }  // namespace
 
-void Fiber::trampoline() {
-  Fiber* self = t_starting;
-  void (*entry)(void*) = t_entry;
-  void* arg = t_arg;
-#if KEEL_EMU_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, &self->asan_caller_bottom_, &self->asan_caller_size_);
-#else
-  (void)self;
-#endif
-  entry(arg);
-  die("a fiber's entry returned instead of yielding for good");  // block.cpp never lets it
-}
-
-Fiber::~Fiber() {
-  if (stack_) munmap(static_cast<char*>(stack_) - sysconf(_SC_PAGESIZE), stack_bytes_ + sysconf(_SC_PAGESIZE));
-#if defined(KEEL_EMU_TSAN)
-  if (tsan_fiber_) __tsan_destroy_fiber(tsan_fiber_);
-#endif
-}
-
-void Fiber::ensure_stack() {
-  if (stack_) return;
+Stack::Stack() {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  stack_bytes_ = kFiberStackBytes;
-  void* p = mmap(nullptr, stack_bytes_ + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
-  if (p == MAP_FAILED) die("cannot map a fiber stack (out of address space?)");
-  // A guard page below the stack turns an overflow into a clean fault instead of corruption.
-  mprotect(p, page, PROT_NONE);
-  stack_ = static_cast<char*>(p) + page;
-#if defined(KEEL_EMU_TSAN)
-  tsan_fiber_ = __tsan_create_fiber(0);
-#endif
+  bytes_ = kStackBytes;
+  void* p = mmap(nullptr, bytes_ + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) die("cannot map a stack for an emulated CUDA thread (out of address space?)");
+  mprotect(p, page, PROT_NONE);  // the guard page turns an overflow into a clean fault
+  base_ = static_cast<char*>(p) + page;
 }
 
-void Fiber::start(void (*entry)(void*), void* arg) {
-  ensure_stack();
-  if (getcontext(&context_) != 0) die("getcontext failed");
-  context_.uc_stack.ss_sp = stack_;
-  context_.uc_stack.ss_size = stack_bytes_;
-  context_.uc_link = nullptr;
-  makecontext(&context_, &Fiber::trampoline, 0);
-  t_starting = this;
-  t_entry = entry;
-  t_arg = arg;
+Stack::~Stack() {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  munmap(static_cast<char*>(base_) - page, bytes_ + page);
 }
 
-void Fiber::resume() {
-#if defined(KEEL_EMU_TSAN)
-  tsan_caller_ = __tsan_get_current_fiber();
-  __tsan_switch_to_fiber(tsan_fiber_, __tsan_switch_to_fiber_no_sync);
-#endif
+#if defined(__x86_64__)
+
+// keel_emu_switch(void** save_sp, void* to_sp): pushes the callee-saved registers and the
+// floating-point control words on the current stack, stores the stack pointer in *save_sp,
+// loads to_sp and pops the same from there. The System V ABI makes everything else the
+// caller's business.
+extern "C" void keel_emu_switch(void** save_sp, void* to_sp);
+asm(R"(
+    .text
+    .globl keel_emu_switch
+    .type keel_emu_switch, @function
+keel_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $16, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $16, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size keel_emu_switch, .-keel_emu_switch
+    .section .note.GNU-stack,"",@progbits
+    .text
+)");
+
+Context make_context(Stack& stack, void (*entry)()) {
+  // The frame keel_emu_switch pops: control words, six registers, then `ret` into entry with
+  // the stack as if entry had been called (rsp = 8 mod 16), its return address a null that is
+  // never used.
+  auto* top = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(stack.bottom()) + stack.size()) & ~uintptr_t(15));
+  uint64_t* sp = top - 12;  // 96 bytes: 16 of control words, 48 of registers, entry, null, padding
+  uint32_t mxcsr = 0;
+  uint16_t fpucw = 0;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpucw));
+  sp[0] = mxcsr | (uint64_t(fpucw) << 32);
+  sp[1] = 0;
+  for (int r = 2; r < 8; ++r) sp[r] = 0;  // r15 r14 r13 r12 rbx rbp
+  sp[8] = reinterpret_cast<uint64_t>(entry);
+  sp[9] = 0;
+  Context c;
+  c.sp = sp;
+  c.stack_bottom = stack.bottom();
+  c.stack_size = stack.size();
+  return c;
+}
+
+void switch_context(Context* save, const Context& to) {
+  void* scratch = nullptr;
 #if KEEL_EMU_ASAN
   void* fake = nullptr;
-  __sanitizer_start_switch_fiber(&fake, stack_, stack_bytes_);
+  __sanitizer_start_switch_fiber(save ? &fake : nullptr, to.stack_bottom, to.stack_size);
 #endif
-  if (swapcontext(&caller_, &context_) != 0) die("swapcontext failed");
+  keel_emu_switch(save ? &save->sp : &scratch, to.sp);
 #if KEEL_EMU_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
 }
 
-void Fiber::yield() {
-#if defined(KEEL_EMU_TSAN)
-  __tsan_switch_to_fiber(tsan_caller_, __tsan_switch_to_fiber_no_sync);
-#endif
+#else  // the portable fallback
+
+Context make_context(Stack& stack, void (*entry)()) {
+  auto* uc = new ucontext_t;  // kept for the life of the process: contexts are few and reused
+  if (getcontext(uc) != 0) die("getcontext failed");
+  uc->uc_stack.ss_sp = stack.bottom();
+  uc->uc_stack.ss_size = stack.size();
+  uc->uc_link = nullptr;
+  makecontext(uc, entry, 0);
+  Context c;
+  c.impl = uc;
+  c.stack_bottom = stack.bottom();
+  c.stack_size = stack.size();
+  return c;
+}
+
+void switch_context(Context* save, const Context& to) {
+  thread_local ucontext_t scratch;
+  ucontext_t* from = &scratch;
+  if (save) {
+    if (!save->impl) save->impl = new ucontext_t;
+    from = static_cast<ucontext_t*>(save->impl);
+  }
 #if KEEL_EMU_ASAN
-  __sanitizer_start_switch_fiber(&asan_fake_stack_, asan_caller_bottom_, asan_caller_size_);
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(save ? &fake : nullptr, to.stack_bottom, to.stack_size);
 #endif
-  if (swapcontext(&context_, &caller_) != 0) die("swapcontext failed");
+  if (swapcontext(from, static_cast<ucontext_t*>(to.impl)) != 0) die("swapcontext failed");
 #if KEEL_EMU_ASAN
-  __sanitizer_finish_switch_fiber(asan_fake_stack_, &asan_caller_bottom_, &asan_caller_size_);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+#endif
+
+void entered(Context* from) {
+#if KEEL_EMU_ASAN
+  const void* bottom = nullptr;
+  size_t size = 0;
+  __sanitizer_finish_switch_fiber(nullptr, &bottom, &size);
+  if (from) from->stack_bottom = bottom, from->stack_size = size;
+#else
+  (void)from;
 #endif
 }
 

@@ -1,54 +1,53 @@
-// A fiber: a stack and a saved CPU context that one emulated CUDA thread runs on.
+// Stacks and context switches: how one host thread runs many CUDA threads.
 //
-// The emulator runs every CUDA thread of a block as a fiber on the host thread that launched
-// the kernel. A fiber runs until it reaches a point where CUDA threads wait for each other
-// (__syncthreads, a warp shuffle, a wmma product) and then switches back to the block's
-// scheduler (block.cpp), which resumes the next fiber. Only one fiber runs at a time, so the
-// order is deterministic and a debugger sees ordinary host code.
+// An emulated CUDA thread runs as an ordinary function call on the launching host thread until
+// it has to wait for other CUDA threads (__syncthreads, a shuffle, a wmma product). Then its
+// frames stay where they are, on the stack it ran on, and the block's scheduler carries on
+// with the next CUDA thread on another stack (block.cpp). So a kernel that never waits costs
+// one function call per CUDA thread, and one that does costs a context switch per wait.
 //
-// Under ThreadSanitizer each fiber is also a TSan fiber, switched without synchronisation, so
-// TSan treats every emulated CUDA thread as a thread of its own and sees only the
-// happens-before edges that the emulator declares (barriers), not the switches. Under
-// AddressSanitizer the switches are announced so that it tracks the right stack.
+// The switch saves and restores the callee-saved registers (x86-64: a few instructions, no
+// system call); elsewhere it falls back to ucontext. Under AddressSanitizer every switch is
+// announced so that ASan tracks the right stack.
 #pragma once
-
-#include <ucontext.h>
 
 #include <cstddef>
 
 namespace keel::emu {
 
-class Fiber {
+// A stack of its own: 256 KiB of address space with a guard page below, of which only the
+// touched pages cost memory.
+class Stack {
  public:
-  Fiber() = default;
-  Fiber(const Fiber&) = delete;
-  Fiber& operator=(const Fiber&) = delete;
-  ~Fiber();
-
-  // Makes the fiber start entry(arg) at its next resume, on a fresh stack frame. A fiber that
-  // was suspended mid-way (an aborted block) is simply started over.
-  void start(void (*entry)(void*), void* arg);
-  // From the scheduler: run this fiber until it yields back.
-  void resume();
-  // From inside this fiber: switch back to the scheduler that resumed it.
-  void yield();
+  Stack();
+  ~Stack();
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+  void* bottom() const { return base_; }
+  size_t size() const { return bytes_; }
 
  private:
-  static void trampoline();
-  void ensure_stack();
-  ucontext_t context_{};
-  ucontext_t caller_{};
-  void* stack_ = nullptr;  // mmap'ed, with a guard page below it
-  size_t stack_bytes_ = 0;
-  void* tsan_fiber_ = nullptr;   // this fiber's TSan identity (TSan builds)
-  void* tsan_caller_ = nullptr;  // the scheduler's, saved at resume
-  void* asan_fake_stack_ = nullptr;
-  const void* asan_caller_bottom_ = nullptr;
-  size_t asan_caller_size_ = 0;
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
 };
 
-// Stack size of each fiber (a kernel's locals plus the emulator's frames): 256 KiB of address
-// space, of which only the touched pages cost memory.
-inline constexpr size_t kFiberStackBytes = size_t(256) << 10;
+// A suspended execution context: where to switch back to.
+struct Context {
+  void* sp = nullptr;               // saved stack pointer (the registers are saved on that stack)
+  const void* stack_bottom = nullptr;  // the stack it runs on, for AddressSanitizer
+  size_t stack_size = 0;
+  void* impl = nullptr;             // the ucontext fallback's saved context
+};
+
+// A context that starts entry() on `stack` when switched to. entry must never return.
+Context make_context(Stack& stack, void (*entry)());
+
+// Saves the running context into *save (null: the running context is abandoned for good) and
+// switches to `to`. Returns when something switches back to *save.
+void switch_context(Context* save, const Context& to);
+
+// At the start of an entry function: finishes the switch that started it (AddressSanitizer);
+// when `from` is given, records there the bounds of the stack that switched here.
+void entered(Context* from);
 
 }  // namespace keel::emu
