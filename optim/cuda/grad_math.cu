@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "core/cuda/check.h"
@@ -20,7 +21,11 @@ using ::keel::cuda::from_f32;
 using ::keel::cuda::to_f32;
 
 constexpr int kThreads = 256;
-constexpr int kBlocks = 512;  // fixed, so the summation order depends on n only
+constexpr int kMaxBlocks = 512;
+
+// Blocks of the partial sums: enough for every thread to have an element, at most kMaxBlocks.
+// A function of n only, so the summation order (and the result) depends on n only.
+int blocks_for_sum(int64_t n) { return static_cast<int>(std::min<int64_t>(kMaxBlocks, (n + kThreads - 1) / kThreads)); }
 
 __device__ double load_f64(double x) { return x; }
 template <typename T> __device__ double load_f64(T x) { return static_cast<double>(to_f32(x)); }
@@ -79,16 +84,17 @@ double sum_of_squares(const Tensor& t) {
   const int dev = t.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
   cudaStream_t stream = ::keel::cuda::detail::stream(dev);
-  Tensor partial = empty({kBlocks + 1}, {DType::f64, t.device()});  // kBlocks partials, then the total
+  const int blocks = blocks_for_sum(n);
+  Tensor partial = empty({blocks + 1}, {DType::f64, t.device()});  // the partials, then the total
   double* p = static_cast<double*>(partial.raw_data());
   ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(t.dtype(), "sum_of_squares", [&]<typename T>() {
-    keel::cuda::launch_kernel(sumsq_partial<T>, kBlocks, kThreads, 0, stream, static_cast<const T*>(t.raw_data()), n, p);
+    keel::cuda::launch_kernel(sumsq_partial<T>, blocks, kThreads, 0, stream, static_cast<const T*>(t.raw_data()), n, p);
     KEEL_CHECK_LAUNCH();
   });
-  keel::cuda::launch_kernel(sum_final, 1, kThreads, 0, stream, p, kBlocks, p + kBlocks);
+  keel::cuda::launch_kernel(sum_final, 1, kThreads, 0, stream, p, blocks, p + blocks);
   KEEL_CHECK_LAUNCH();
   double out = 0;
-  ::keel::cuda::memcpy_device_to_host(&out, p + kBlocks, sizeof(double), dev);
+  ::keel::cuda::memcpy_device_to_host(&out, p + blocks, sizeof(double), dev);
   return out;
 }
 
