@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/cuda/runtime.h"
 #include "gradcheck.h"
 #include "ops/gelu.h"
 
@@ -62,5 +63,7 @@ TEST_CASE("gelu rejects bad inputs") {
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("gelu") != std::string::npos);
   }
-  CHECK_THROWS_AS(gelu(empty({0}, {DType::f32, Device::cuda(0)})), DeviceError);
+  // A build without a usable GPU names the missing device (with one, or on the emulated
+  // device, an empty input is simply an empty output).
+  if (!cuda::is_available()) CHECK_THROWS_AS(gelu(empty({0}, {DType::f32, Device::cuda(0)})), DeviceError);
 }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/cuda/runtime.h"
 #include "gradcheck.h"
 #include "ops/softmax.h"
 
@@ -98,7 +99,9 @@ TEST_CASE("softmax rejects bad inputs") {
   CHECK_THROWS_AS(softmax(zeros({2, 3}, {DType::i64})), DTypeError);
   CHECK_THROWS_AS(softmax(zeros({2, 3}, {DType::f16})), DTypeError);
   CHECK_THROWS_AS(softmax(zeros({})), ShapeError);
-  CHECK_THROWS_AS(softmax(empty({0}, {DType::f32, Device::cuda(0)})), DeviceError);
+  // A build without a usable GPU names the missing device (with one, or on the emulated
+  // device, an empty input is simply an empty output).
+  if (!cuda::is_available()) CHECK_THROWS_AS(softmax(empty({0}, {DType::f32, Device::cuda(0)})), DeviceError);
   try {
     log_softmax(zeros({2, 3}, {DType::i32}));
   } catch (const Error& e) {

@@ -79,7 +79,7 @@ TEST_CASE("gpt2 eval --json reports NaN for a head poisoned by one NaN weight, a
 
   int status = 0;
   const std::string out = run_command(std::string(KEEL_GPT2_BIN) + " eval --init-from " + hf.string() + " --data " +
-                                          testing::tiny_dataset().string() + " --seq-len 32 --max-batches 1 --json",
+                                          testing::tiny_dataset().string() + " --seq-len 32 --max-batches 1 --json --device cpu",
                                       status);
   REQUIRE_MESSAGE(status == 0, out);
   const auto line = out.substr(out.find('{'));
