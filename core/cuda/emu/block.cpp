@@ -28,10 +28,10 @@
 #define KEEL_TSAN_ACQUIRE(addr) ((void)(addr))
 #endif
 
-thread_local uint3 threadIdx;
-thread_local uint3 blockIdx;
-thread_local dim3 blockDim;
-thread_local dim3 gridDim;
+constinit thread_local uint3 threadIdx{};
+constinit thread_local uint3 blockIdx{};
+constinit thread_local dim3 blockDim{};
+constinit thread_local dim3 gridDim{};
 
 namespace keel::emu {
 

@@ -23,11 +23,12 @@
 #include <string>
 
 // CUDA's built-in variables. Each emulated thread sees its own: the scheduler sets them
-// whenever it switches to a fiber.
-extern thread_local uint3 threadIdx;
-extern thread_local uint3 blockIdx;
-extern thread_local dim3 blockDim;
-extern thread_local dim3 gridDim;
+// whenever it runs a CUDA thread. constinit: no thread-local initialisation to guard, so a
+// kernel reads them as plain thread-local memory.
+extern constinit thread_local uint3 threadIdx;
+extern constinit thread_local uint3 blockIdx;
+extern constinit thread_local dim3 blockDim;
+extern constinit thread_local dim3 gridDim;
 
 namespace keel::emu {
 

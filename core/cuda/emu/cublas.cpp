@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <set>
 #include <vector>
 
 #include "core/cuda/emu/cublas_gemm.h"
@@ -273,16 +275,39 @@ cublasStatus_t gemm_ex(cublasHandle_t handle, cublasOperation_t transa, cublasOp
 
 }  // namespace
 
+namespace keel::cuda::emu::blas {
+namespace {
+struct Handles {
+  std::mutex mu;
+  std::set<const void*> live;
+};
+Handles& handles() {
+  static Handles* h = new Handles;  // never destroyed: it must outlive every static destructor
+  return *h;
+}
+}  // namespace
+void track_handle(const void* handle) {
+  std::lock_guard<std::mutex> lock(handles().mu);
+  handles().live.insert(handle);
+}
+void untrack_handle(const void* handle) {
+  std::lock_guard<std::mutex> lock(handles().mu);
+  handles().live.erase(handle);
+}
+}  // namespace keel::cuda::emu::blas
+
 extern "C" {
 
 cublasStatus_t CUBLASWINAPI cublasCreate_v2(cublasHandle_t* handle) {
   if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
   *handle = new (std::nothrow) cublasContext{};
+  if (*handle) keel::cuda::emu::blas::track_handle(*handle);
   return *handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
 }
 
 cublasStatus_t CUBLASWINAPI cublasDestroy_v2(cublasHandle_t handle) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  keel::cuda::emu::blas::untrack_handle(handle);
   delete handle;
   return CUBLAS_STATUS_SUCCESS;
 }

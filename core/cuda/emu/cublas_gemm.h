@@ -50,4 +50,10 @@ size_t type_size(cudaDataType_t t);  // 0 for a type the engine does not know
 // Runs the whole batch. Arguments must already be valid (the front ends check them).
 void gemm(const GemmArgs& g);
 
+// Handles live until destroyed, like the library's own: these keep a handle the program never
+// destroys reachable (keel keeps one per device for the life of the process), so that
+// LeakSanitizer does not report it.
+void track_handle(const void* handle);
+void untrack_handle(const void* handle);
+
 }  // namespace keel::cuda::emu::blas

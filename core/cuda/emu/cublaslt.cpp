@@ -139,11 +139,13 @@ extern "C" {
 cublasStatus_t CUBLASWINAPI cublasLtCreate(cublasLtHandle_t* lightHandle) {
   if (!lightHandle) return CUBLAS_STATUS_INVALID_VALUE;
   *lightHandle = new (std::nothrow) cublasLtContext{};
+  if (*lightHandle) keel::cuda::emu::blas::track_handle(*lightHandle);
   return *lightHandle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtDestroy(cublasLtHandle_t lightHandle) {
   if (!lightHandle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  keel::cuda::emu::blas::untrack_handle(lightHandle);
   delete lightHandle;
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <list>
 #include <map>
 #include <mutex>
 #include <string>
@@ -34,6 +35,8 @@ namespace {
 
 struct Runtime {
   std::mutex mu;
+  std::list<CUstream_st> streams;  // owned here, as a driver owns them: reachable until destroyed
+  std::list<CUevent_st> events;
   std::map<const void*, size_t> allocations;  // device pointer -> bytes
   std::map<int, size_t> used;                 // device -> bytes allocated
   std::map<const void*, int> max_dynamic_shared;  // kernel -> cudaFuncSetAttribute's limit
@@ -194,17 +197,23 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return
 
 // ---- streams and events ----
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
-  *s = new CUstream_st{t_device, flags};
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  *s = &r.streams.emplace_back(CUstream_st{t_device, flags});
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete s;
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.streams.remove_if([s](const CUstream_st& x) { return &x == s; });
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
-  *e = new CUevent_st;
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  *e = &r.events.emplace_back();
   return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
@@ -221,7 +230,9 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete e;
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.events.remove_if([e](const CUevent_st& x) { return &x == e; });
   return cudaSuccess;
 }
 
