@@ -135,60 +135,14 @@ for tool in memcheck racecheck synccheck initcheck; do
   for bin in ops/test_ops_cuda optim/test_optim_cuda core/test_core_cuda; do sanitize "$tool" "$bin"; done
 done
 
-# --- end to end ----------------------------------------------------------------------------
-data=$work/data
-"$gpt2" prepare -i "$root/data/corpora/austen_6novels.txt.xz" -o "$data" --train-vocab 512 >"$logs/prepare.log" 2>&1 ||
-  { report "e2e: prepare data" 1 "log $logs/prepare.log"; finish; }
-# 2 layers, 4 heads of 16, T = 64, LS-attention heads included so both head kinds are compared.
-# (Each flag is given once: the sizes come last, per check.)
-base=(--data "$data" --preset tiny --n-layer 2 --n-head 4 --n-embd 64 --attention ls --ls-window 8
-      --warmup-steps 4 --lr 1e-3 --min-lr 1e-4 --log-every 1 --val-every 0 --val-batches 2 --seed 1234)
-small=(--max-steps 20 --seq-len 64 --batch-size 8)
-train() {  # train NAME ARGS...: a run in $work/NAME, log in $logs/NAME.log (appended)
-  local name=$1; shift
-  "$gpt2" train --run-dir "$work/$name" "${base[@]}" "$@" >>"$logs/$name.log" 2>&1
-}
-train cpu-f32 "${small[@]}" --device cpu --dtype f32; cpu_rc=$?
-train cuda-f32 "${small[@]}" --device cuda --dtype f32; rc=$?
-if [ "$cpu_rc" -ne 0 ] || [ "$rc" -ne 0 ]; then
-  report "e2e:a f32 cuda vs cpu" 1 "a run failed, logs $logs/cpu-f32.log $logs/cuda-f32.log"
-else
-  out=$("$compare" "$work/cuda-f32/metrics.jsonl" "$work/cpu-f32/metrics.jsonl" --steps 20 --loss-rel 1e-4 2>&1)
-  report "e2e:a f32 cuda vs cpu" $? "$(echo "$out" | tail -n 1)"
-fi
-for dt in bf16 f16; do
-  train "cuda-$dt" "${small[@]}" --device cuda --dtype "$dt"; rc=$?
-  if [ "$cpu_rc" -ne 0 ] || [ "$rc" -ne 0 ]; then
-    report "e2e:b $dt cuda vs f32 cpu" 1 "a run failed, log $logs/cuda-$dt.log"
-    continue
-  fi
-  out=$("$compare" "$work/cuda-$dt/metrics.jsonl" "$work/cpu-f32/metrics.jsonl" --steps 20 --loss-abs 2e-2 \
-          --logit-rel 0.05 --logit-abs 0.05 2>&1)
-  report "e2e:b $dt cuda vs f32 cpu" $? "$(echo "$out" | tail -n 1)"
-done
+# --- end to end (tests/gpu/e2e.sh: its lines count as this check's) -----------------------------
+while IFS= read -r line; do
+  case "$line" in
+    PASS*) passed=$((passed + 1)); echo "$line" ;;
+    FAIL*) failed=$((failed + 1)); echo "$line" ;;
+  esac
+done < <(bash "$root/tests/gpu/e2e.sh" "$build" --logs "$logs")
 
-# (c) Interrupt with SIGINT once a few steps are logged, resume, compare with a straight run.
-# Longer and larger than (a) so the signal lands mid-run.
-long=(--max-steps 200 --seq-len 128 --batch-size 16 --ckpt-every 0)
-train resume-straight --device cuda --dtype bf16 "${long[@]}"; straight_rc=$?
-train resume-cut --device cuda --dtype bf16 "${long[@]}" &
-pid=$!
-for _ in $(seq 1 3000); do
-  [ "$(grep -c '"kind":"train"' "$work/resume-cut/metrics.jsonl" 2>/dev/null || echo 0)" -ge 5 ] && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.01
-done
-kill -INT "$pid" 2>/dev/null
-wait "$pid"; cut_rc=$?
-if [ "$straight_rc" -ne 0 ] || [ "$cut_rc" -ne 0 ] || ! grep -q 'stopped by a signal' "$logs/resume-cut.log"; then
-  report "e2e:c interrupt and resume bit-exact" 1 "the straight run failed or the signal did not stop the cut run mid-way, logs in $logs"
-else
-  train resume-cut --device cuda --dtype bf16 "${long[@]}" --resume
-  out=$("$compare" "$work/resume-cut/metrics.jsonl" "$work/resume-straight/metrics.jsonl" --steps 200 --exact 2>&1)
-  report "e2e:c interrupt and resume bit-exact" $? "$(echo "$out" | tail -n 1)"
-fi
-
-# (d) The demo's GPU branch: long, so only on request.
 if [ "$demo" -eq 1 ]; then
   (cd "$root" && bash .ci/demo) >"$logs/demo.log" 2>&1
   rc=$?
