@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 
@@ -54,7 +55,7 @@ void require_regular_file(const fs::path& path, const char* op) {
   check_mode(st, path, op);
 }
 
-std::string read_file(const fs::path& path, const char* op, uint64_t max_bytes) {
+int open_regular_file(const fs::path& path, const char* op) {
   require_regular_file(path, op);
   // O_NONBLOCK: if the path became a FIFO after the check, open() returns instead of waiting
   // for a writer, and fstat below refuses it.
@@ -63,6 +64,15 @@ std::string read_file(const fs::path& path, const char* op, uint64_t max_bytes) 
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) throw IoError(op, fmt::format("{}: cannot stat: {}", path.string(), why()));
   check_mode(st, path, op);
+  // A regular file never blocks anyway; cleared so that the descriptor behaves as an ordinary one.
+  ::fcntl(f.fd, F_SETFL, ::fcntl(f.fd, F_GETFL) & ~O_NONBLOCK);
+  return std::exchange(f.fd, -1);
+}
+
+std::string read_file(const fs::path& path, const char* op, uint64_t max_bytes) {
+  Fd f{open_regular_file(path, op)};
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw IoError(op, fmt::format("{}: cannot stat: {}", path.string(), why()));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > max_bytes)
     throw IoError(op, fmt::format("{}: {} bytes, more than the limit of {} for this kind of file", path.string(),

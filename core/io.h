@@ -25,6 +25,12 @@ constexpr uint64_t kMaxJsonBytes = uint64_t{256} << 20;
 // IoError naming `op` and the file unless `path` exists and is a regular file (after symlinks).
 void require_regular_file(const std::filesystem::path& path, const char* op);
 
+// A read-only descriptor (close-on-exec, blocking) of a regular file, for readers that stream it
+// (zlib, liblzma); IoError naming `op` and the file otherwise. Opened with O_NONBLOCK and checked
+// again after opening, so a FIFO swapped in after the check cannot block the open. The caller
+// owns the descriptor.
+int open_regular_file(const std::filesystem::path& path, const char* op);
+
 // The bytes of a regular file of at most max_bytes; IoError naming `op` and the file otherwise.
 // The file is opened with O_NONBLOCK and checked again after opening, so a FIFO swapped in
 // between the check and the open cannot block the read.

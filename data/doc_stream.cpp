@@ -51,16 +51,26 @@ class ByteSource {
 
  private:
   void open(const InputFile& in) {
+    // A FIFO (or device) given as a file would block the open, and then the run, forever.
+    const int fd = in.is_stdin() ? dup(0) : io::open_regular_file(in.path, "prepare");
     if (!in.is_stdin() && ends_with(in.path.string(), ".xz")) {
-      file_ = std::fopen(in.path.c_str(), "rb");
-      if (!file_) fail(std::strerror(errno));
+      file_ = fdopen(fd, "rb");
+      if (!file_) {
+        const int e = errno;
+        if (fd >= 0) close(fd);
+        fail(std::strerror(e));
+      }
       if (lzma_stream_decoder(&xz_, UINT64_MAX, LZMA_CONCATENATED) != LZMA_OK)
         fail("cannot start the xz decoder");
       xz_in_.resize(kChunk);
       is_xz_ = true;
     } else {
-      gz_ = in.is_stdin() ? gzdopen(dup(0), "rb") : gzopen(in.path.c_str(), "rb");
-      if (!gz_) fail(std::strerror(errno));
+      gz_ = gzdopen(fd, "rb");
+      if (!gz_) {
+        const int e = errno;
+        if (fd >= 0) close(fd);
+        fail(std::strerror(e));
+      }
       gzbuffer(gz_, 1 << 18);
       // gzread passes data without the gzip magic bytes through as plain text: right for a .txt
       // or stdin, but a .gz with a damaged header would feed binary garbage into the dataset.
@@ -162,6 +172,14 @@ bool is_corpus_name(std::string name) {
   return name.ends_with(".txt") || name.ends_with(".jsonl") || name.ends_with(".json");
 }
 
+// A FIFO, socket or device (after symlinks): meant as input where a folder or a glob holds one,
+// but opening it would block, so it is refused rather than read or skipped.
+bool is_special_file(const fs::path& p) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  return !ec && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st);
+}
+
 }  // namespace
 
 std::vector<InputFile> expand_inputs(const std::vector<fs::path>& specs) {
@@ -183,8 +201,11 @@ std::vector<InputFile> expand_inputs(const std::vector<fs::path>& specs) {
           it.disable_recursion_pending();
           continue;
         }
-        if (it->is_regular_file() && is_corpus_name(it->path().filename().string()))
+        if (!is_corpus_name(it->path().filename().string())) continue;
+        if (it->is_regular_file())
           files.push_back(it->path());
+        else if (is_special_file(it->path()))
+          io::require_regular_file(it->path(), "prepare");  // throws: skipping it would drop its text unsaid
       }
       if (ec) throw IoError("prepare", fmt::format("{}: cannot list: {}", s, ec.message()));
       if (files.empty())
@@ -195,10 +216,14 @@ std::vector<InputFile> expand_inputs(const std::vector<fs::path>& specs) {
     } else if (s.find_first_of("*?[") != std::string::npos && !fs::exists(spec, ec)) {
       glob_t g{};
       const int rc = glob(s.c_str(), GLOB_ERR, nullptr, &g);
-      std::vector<fs::path> files;
-      for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i)
-        if (fs::is_regular_file(g.gl_pathv[i], ec)) files.emplace_back(g.gl_pathv[i]);
+      std::vector<fs::path> matches, files;
+      for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i) matches.emplace_back(g.gl_pathv[i]);
       globfree(&g);
+      for (const auto& m : matches)
+        if (fs::is_regular_file(m, ec))
+          files.push_back(m);
+        else if (is_special_file(m))
+          io::require_regular_file(m, "prepare");  // throws, as in a folder
       if (files.empty())
         throw IoError("prepare", fmt::format("{}: no file matches this pattern", s),
                       "check the --input pattern (quote it so the shell leaves it alone)");

@@ -46,7 +46,8 @@ InputFormat format_for(const std::filesystem::path& path);
 // What `--input` names, as files in order: "-" is stdin (once at most); a folder is every
 // corpus file under it (.txt, .jsonl, .json, each optionally .gz / .xz, and bare .xz / .gz;
 // hidden files skipped), sorted by path; a pattern with * ? or [ that is not an existing path is
-// expanded as a shell glob, sorted. IoError for a folder or pattern that yields nothing.
+// expanded as a shell glob, sorted. IoError for a folder or pattern that yields nothing, and for
+// a FIFO, socket or device that one yields (opening it would block).
 std::vector<InputFile> expand_inputs(const std::vector<std::filesystem::path>& specs);
 
 // The default bound on the text DocumentStream holds for one document (see above).

@@ -217,6 +217,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
     if (f.is_stdin()) continue;
     if (!fs::exists(f.path, ec))
       throw IoError("prepare", fmt::format("{}: file not found", f.path.string()), "check the --input path");
+    io::require_regular_file(f.path, "prepare");  // a FIFO would block the run when it is opened
     total_bytes += fs::file_size(f.path, ec);
   }
   const fs::path vocab_source =
