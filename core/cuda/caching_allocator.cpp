@@ -7,9 +7,30 @@
 #include "core/cuda/check.h"
 #include "core/cuda/runtime.h"
 
+#if defined(KEEL_CUDA_EMULATED) && defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace keel::cuda {
 
 namespace {
+// On the emulated GPU under AddressSanitizer (preset emu-asan) device memory is host memory, so
+// the allocator tells ASan what a kernel may touch: the bytes a tensor asked for, not the rest
+// of its rounded block, and nothing of a block back in the cache. A kernel that overruns a
+// tensor or uses one after it was freed is then reported. Elsewhere these do nothing.
+#if defined(KEEL_CUDA_EMULATED) && defined(__SANITIZE_ADDRESS__)
+void mark_in_use(void* p, size_t nbytes, size_t size) {
+  ASAN_UNPOISON_MEMORY_REGION(p, nbytes);
+  ASAN_POISON_MEMORY_REGION(static_cast<char*>(p) + nbytes, size - nbytes);
+}
+void mark_cached(void* p, size_t size) { ASAN_POISON_MEMORY_REGION(p, size); }
+void mark_returned(void* p, size_t size) { ASAN_UNPOISON_MEMORY_REGION(p, size); }
+#else
+void mark_in_use(void*, size_t, size_t) {}
+void mark_cached(void*, size_t) {}
+void mark_returned(void*, size_t) {}
+#endif
+
 struct DevicePool {
   std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
   size_t current = 0;   // bytes handed out to tensors (rounded sizes)
@@ -25,6 +46,7 @@ void release_cached(int device, DevicePool& pool) {
   KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(device)));
   for (auto& [size, blocks] : pool.free_blocks) {
     for (void* p : blocks) {
+      mark_returned(p, size);
       KEEL_CHECK_CUDA(cudaFree(p));
       pool.reserved -= size;
     }
@@ -65,6 +87,7 @@ void* caching_allocate(int device, size_t nbytes) {
   }
   pool.current += size;
   if (pool.current > pool.peak) pool.peak = pool.current;
+  mark_in_use(p, nbytes, size);
   return p;
 }
 
@@ -74,6 +97,7 @@ void caching_free(int device, void* ptr, size_t nbytes) {
   std::lock_guard<std::mutex> lock(g_mu);
   DevicePool& pool = g_pools[device];
   pool.current -= size;
+  mark_cached(ptr, size);
   pool.free_blocks[size].push_back(ptr);
 }
 

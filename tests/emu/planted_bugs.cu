@@ -8,11 +8,14 @@
 //   planted_bugs oob         an off-by-one store one element past a device buffer
 //                            -> AddressSanitizer reports a heap-buffer-overflow
 //   planted_bugs oob-fixed   the same within bounds: no report
+//   planted_bugs oob-tensor  the off-by-one store into a keel tensor, whose block in the caching
+//                            allocator is larger than the tensor: AddressSanitizer still reports it
 #include <cstdio>
 #include <cstring>
 
 #include "core/cuda/check.h"
 #include "core/cuda/launch.cuh"
+#include "core/factory.h"
 
 namespace {
 
@@ -51,8 +54,11 @@ int main(int argc, char** argv) {
     KEEL_CHECK_CUDA(cudaFree(out));
     KEEL_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), 30 * sizeof(float)));
     keel::cuda::launch_kernel(kernel, 1, 32, 0, nullptr, out, 30);  // 30 elements, 32 threads
+  } else if (std::strcmp(mode, "oob-tensor") == 0) {
+    keel::Tensor t = keel::empty({30}, {keel::DType::f32, keel::Device::cuda(0)});
+    keel::cuda::launch_kernel(iota_kernel<true>, 1, 32, 0, nullptr, static_cast<float*>(t.raw_data()), 30);
   } else {
-    std::fprintf(stderr, "usage: planted_bugs race|race-fixed|oob|oob-fixed\n");
+    std::fprintf(stderr, "usage: planted_bugs race|race-fixed|oob|oob-fixed|oob-tensor\n");
     return 2;
   }
   KEEL_CHECK_LAUNCH();
