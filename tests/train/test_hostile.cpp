@@ -3,6 +3,7 @@
 // the last checkpoint and the last validation. Each case was a crash, a hang, undefined
 // behaviour or silent acceptance before its fix.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <fstream>
 
@@ -48,6 +49,14 @@ void edit_trainer_json(const fs::path& ckpt, const std::string& key, const nlohm
   j[key] = value;
   std::ofstream(ckpt / "trainer.json") << j.dump(2);
 }
+
+// Sets trainer.json's `key`.`field` (e.g. loader.batch_size) of checkpoint ckpt.
+void edit_trainer_field(const fs::path& ckpt, const std::string& key, const std::string& field,
+                        const nlohmann::json& value) {
+  nlohmann::json object = io::read_json_file(ckpt / "trainer.json", "test")[key];
+  object[field] = value;
+  edit_trainer_json(ckpt, key, object);
+}
 }  // namespace
 
 TEST_CASE("a checkpoint directory named with a step beyond int64 is ignored, not overflowed") {
@@ -76,6 +85,50 @@ TEST_CASE("trainer.json must agree with its directory, and its numbers must fit"
   expect_error<IoError>([&] { load_checkpoint(ckpt); }, "dropout_rng");
   std::ofstream(ckpt / "trainer.json") << std::string(100000, '[') << std::string(100000, ']');
   expect_error<IoError>([&] { load_checkpoint(ckpt); }, "nested deeper");
+}
+
+TEST_CASE("a checkpoint's trainer.json must agree with the run's config.json, field by field") {
+  // Checkpointed at step 4, resumed there: with batch 4, a loader state of batch 3 (12
+  // sequences) converted silently into loader step 3, one of world 2 into step 8.
+  TrainConfig c = testing::tiny_config("foreign_state");
+  c.max_steps = 5;
+  c.ckpt_every = 4;
+  c.keep_checkpoints = 5;
+  train(c);
+  fs::remove_all(fs::path(c.run_dir) / "checkpoints" / "step_00000005");
+  c.resume = true;
+  const fs::path ckpt = fs::path(c.run_dir) / "checkpoints" / "step_00000004";
+  const std::string tj = (ckpt / "trainer.json").string(), config = (fs::path(c.run_dir) / "config.json").string();
+  const std::string original = io::read_file(ckpt / "trainer.json", "test");
+  auto refused = [&](const std::string& key, const std::string& field, const nlohmann::json& value,
+                     const std::string& says) {
+    edit_trainer_field(ckpt, key, field, value);
+    try {
+      train(c);
+      FAIL_CHECK("resumed from a trainer.json with " << key << "." << field << " = " << value.dump());
+      fs::remove_all(fs::path(c.run_dir) / "checkpoints" / "step_00000005");  // so the next edit resumes at 4
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      CHECK_MESSAGE(m.find(tj + ": " + says) != std::string::npos, m);
+    }
+    std::ofstream(ckpt / "trainer.json") << original;
+  };
+  refused("loader", "batch_size", 3, "loader.batch_size is 3, but " + config + " has train.batch_size 4");
+  refused("loader", "world_size", 2, "loader.world_size is 2, but " + config + " has distributed.world 1");
+  refused("loader", "step", 5, "loader.step is 5, but step 4 x train.grad_accum 1 in " + config + " is 4");
+  refused("loader", "seed", 7, "loader.seed is 7, but " + config + " has train.seed 1337");
+  refused("loader", "seq_len", 16, "loader.seq_len is 16, but " + config + " has train.seq_len 32");
+  const uint64_t tokens = io::read_json_file(ckpt / "trainer.json", "test")["loader"]["split_tokens"];
+  refused("loader", "split_tokens", tokens + 1,
+          fmt::format("loader.split_tokens is {}, but the training split", tokens + 1));
+  refused("dropout_rng", "seed", 5, "dropout_rng.seed is 5, but the run's train.seed 1337");
+  refused("identity", "lr", 0.5,
+          "identity differs from " + config + " (lr: 0.5 in trainer.json, 0.003 in config.json)");
+
+  // What a launch may change: the same global batch of 4 as 2 micro-batches of 2 per step.
+  edit_trainer_field(ckpt, "loader", "batch_size", 2);
+  edit_trainer_field(ckpt, "loader", "step", 8);
+  CHECK(train(c).steps == 5);
 }
 
 TEST_CASE("the world size a run's config.json records must be an integer in range") {

@@ -46,6 +46,11 @@ TrainConfig make_old_run(const std::string& name, const std::string& attention) 
   nlohmann::json j = io::read_json_file(p, "test");
   j["train"]["softcap"] = 30.0;
   io::write_file_atomic(p, j.dump(2) + "\n", "test");
+  // Its checkpoints recorded the same identity (resume checks that they agree).
+  const fs::path state = fs::path(c.run_dir) / "checkpoints" / "step_00000002" / "trainer.json";
+  nlohmann::json t = io::read_json_file(state, "test");
+  t["identity"]["softcap"] = 30.0;
+  io::write_file_atomic(state, t.dump(2) + "\n", "test");
   c.resume = true;
   return c;
 }

@@ -7,8 +7,8 @@
 //                                                            recent losses (spike detection),
 //                                                            elapsed seconds, the run's identity
 //
-// The identity (identity_of in train_config.h) is recorded for a reader; resume checks the
-// flags against RUN_DIR/config.json instead.
+// Resume checks the flags against RUN_DIR/config.json, and trainer.json against config.json: its
+// loader state, dropout seed and identity (identity_of in train_config.h) must be this run's.
 //
 // A checkpoint directory is written under a temporary name, every file fsync'd, and renamed
 // into place, so a crash leaves either the previous checkpoints or a complete new one, never a

@@ -224,7 +224,8 @@ nlohmann::json launch_identity_of(const TrainConfig& cfg) {
   return j;
 }
 
-std::string differing_fields(const nlohmann::json& saved, const nlohmann::json& now) {
+std::string differing_fields(const nlohmann::json& saved, const nlohmann::json& now, const std::string& saved_label,
+                             const std::string& now_label) {
   std::set<std::string> keys;
   for (const auto& [k, _] : saved.items()) keys.insert(k);
   for (const auto& [k, _] : now.items()) keys.insert(k);
@@ -232,7 +233,8 @@ std::string differing_fields(const nlohmann::json& saved, const nlohmann::json& 
   auto show = [](const nlohmann::json& j, const std::string& k) { return j.contains(k) ? j[k].dump() : "absent"; };
   for (const std::string& k : keys)
     if (show(saved, k) != show(now, k))
-      out += fmt::format("{}{}: {} saved, {} now", out.empty() ? "" : "; ", k, show(saved, k), show(now, k));
+      out += fmt::format("{}{}: {} {}, {} {}", out.empty() ? "" : "; ", k, show(saved, k), saved_label, show(now, k),
+                         now_label);
   return out;
 }
 

@@ -79,7 +79,9 @@ nlohmann::json identity_of(const TrainConfig& cfg);
 // identity_of plus what every rank of one launch must agree on so that they issue the same
 // collectives (--zero, --reduce-dtype, --bucket-mb), which a resume may change.
 nlohmann::json launch_identity_of(const TrainConfig& cfg);
-// "softcap: 30.0 saved, 50.0 now; seed: ...": the keys whose values differ between two identities.
-std::string differing_fields(const nlohmann::json& saved, const nlohmann::json& now);
+// "softcap: 30.0 saved, 50.0 now; seed: ...": the keys whose values differ between two identities,
+// each value followed by the label of its side.
+std::string differing_fields(const nlohmann::json& saved, const nlohmann::json& now,
+                             const std::string& saved_label = "saved", const std::string& now_label = "now");
 
 }  // namespace keel::app

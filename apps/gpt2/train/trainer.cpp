@@ -56,6 +56,14 @@ std::string hottest_head(const MaxLogit& m) {
                      m.values()[at]);
 }
 
+// The fields of a run that no launch may change: identity_of without the batch split, which a
+// resume may change as long as the global batch stays (grad_accum_for_resume).
+nlohmann::json resume_identity(const TrainConfig& c) {
+  nlohmann::json j = identity_of(c);
+  j.erase("batch_size"), j.erase("grad_accum");
+  return j;
+}
+
 class Trainer {
  public:
   explicit Trainer(const TrainConfig& cfg) : cfg_(cfg) {}
@@ -64,6 +72,7 @@ class Trainer {
  private:
   void setup();
   void resume_from(const fs::path& ckpt);
+  data::LoaderState checked_trainer_state(const Checkpoint& c) const;
   StepResult train_step(double lr);
   void log_step(const StepResult& s, double lr, double seconds);
   void validate_now();
@@ -87,6 +96,11 @@ class Trainer {
   std::unique_ptr<MetricsLog> log_;  // rank 0 only: one writer of metrics, reports, checkpoints
   Distributed dist_;
   std::unique_ptr<optim::GradBucketer> sync_;
+  // With --resume: the run as its config.json recorded it before this launch rewrote it, and the
+  // seed of the dropout stream that rank 0 of this run starts from.
+  TrainConfig saved_;
+  int saved_world_ = 1;
+  uint64_t dropout_seed_ = 0;
   int64_t step_ = 0;  // the next optimizer step to take
   double flops_per_token_ = 0, peak_ = 0, elapsed_ = 0;
   std::deque<double> recent_;  // recent losses, for spike detection
@@ -136,24 +150,18 @@ void Trainer::setup() {
     if (!latest)
       throw ConfigError("train", "--resume: " + run_dir_.string() + " has no checkpoint to resume from",
                         "start it without --resume");
-    TrainConfig saved;
     const nlohmann::json saved_json = io::read_json_file(config_path, "train");
     if (!saved_json.is_object() || !saved_json.contains("train"))
       throw ConfigError("train", config_path.string() + ": no \"train\" section", "is this a run of `gpt2 train`?");
-    saved.merge_json(saved_json["train"], config_path);
+    saved_.merge_json(saved_json["train"], config_path);
     // Another world size keeps the global batch: B stays, the accumulation makes up the rest.
-    int saved_world = 1;  // runs without a "distributed" section were single-process
+    saved_world_ = 1;  // runs without a "distributed" section were single-process
     if (auto d = saved_json.find("distributed"); d != saved_json.end() && d->is_object() && d->contains("world"))
-      saved_world = static_cast<int>(io::get_int((*d)["world"], 1, 1 << 20, config_path.string() + ": distributed.world"));
-    cfg_.grad_accum = grad_accum_for_resume(saved, saved_world, cfg_, dist_.world());
-    auto id = [](const TrainConfig& c) {
-      nlohmann::json j = identity_of(c);
-      j.erase("batch_size"), j.erase("grad_accum");  // checked above as the global batch
-      return j;
-    };
-    if (id(saved) != id(cfg_))
+      saved_world_ = static_cast<int>(io::get_int((*d)["world"], 1, 1 << 20, config_path.string() + ": distributed.world"));
+    cfg_.grad_accum = grad_accum_for_resume(saved_, saved_world_, cfg_, dist_.world());
+    if (resume_identity(saved_) != resume_identity(cfg_))
       throw ConfigError("train", "--resume: the configuration differs from the one in " + config_path.string() +
-                                     " (" + differing_fields(id(saved), id(cfg_)) + ")",
+                                     " (" + differing_fields(resume_identity(saved_), resume_identity(cfg_)) + ")",
                         "resume with the same model, data, optimiser, dtype and seed flags (or none: "
                         "`gpt2 train --resume --run-dir DIR --data DIR` with --config " + config_path.string() + ")");
   } else if (latest) {
@@ -180,6 +188,7 @@ void Trainer::setup() {
   // Every rank starts from rank 0's weights (before AdamW copies them into f32 masters).
   broadcast_parameters(*dist_.comm, model_->parameters());
   Generator& dropout_rng = model_->dropout_generator();
+  dropout_seed_ = dropout_rng.seed();
   dropout_rng.set_state(dropout_seed_for_rank(dropout_rng.seed(), dist_.rank()), dropout_rng.offset());
   const optim::AdamWOptions adamw{.lr = cfg_.lr, .beta1 = cfg_.beta1, .beta2 = cfg_.beta2,
                                   .weight_decay = cfg_.weight_decay};
@@ -227,8 +236,79 @@ nlohmann::json Trainer::trainer_state(int64_t next_step) const {
           {"identity", identity_of(cfg_)}};
 }
 
+// A checkpoint's trainer state is restored only if it belongs to this run: every field that the
+// run's config.json (as the run left it) or its dataset fixes must agree with it. Otherwise it
+// would be silently reinterpreted: a loader position of batch 3 converted into one of batch 4,
+// another seed's data order or dropout masks, or a foreign run's weights trained on under this
+// run's settings. A launch may split the global batch otherwise (batch x micro-batches x ranks),
+// so the global batch is what is compared, not its factors. Returns the loader state.
+data::LoaderState Trainer::checked_trainer_state(const Checkpoint& c) const {
+  const fs::path tj = c.dir / "trainer.json";
+  const fs::path config = run_dir_ / "config.json";
+  const std::string foreign = "the checkpoint does not belong to this run, or trainer.json or config.json was "
+                              "edited; delete the checkpoint to resume from the one before";
+  auto differs = [&](const std::string& field, auto have, const std::string& run_field, auto want) {
+    return IoError("train", fmt::format("{}: {} is {}, but {} has {} {}", tj.string(), field, have, config.string(),
+                                        run_field, want),
+                   foreign);
+  };
+  data::LoaderState s;
+  try {
+    s = data::LoaderState::from_json(c.trainer.at("loader").dump());
+  } catch (const Error& e) {
+    throw IoError("train", tj.string() + ": 'loader': " + e.message(),
+                  "the checkpoint is corrupt; delete it to resume from the one before");
+  }
+  if (s.seed != saved_.seed) throw differs("loader.seed", s.seed, "train.seed", saved_.seed);
+  if (s.seq_len != T_)
+    throw differs("loader.seq_len", s.seq_len, saved_.seq_len ? "train.seq_len" : "model.block_size", T_);
+  if (s.split_tokens != train_split_->size())
+    throw ConfigError("train", fmt::format("{}: loader.split_tokens is {}, but the training split of --data {} has {} "
+                                           "tokens", tj.string(), s.split_tokens, cfg_.data, train_split_->size()),
+                      "resume with the dataset the run was trained on");
+  // The sequences read so far must be `step` global batches; checked by division, as the
+  // product of hostile values could overflow.
+  const uint64_t step = c.trainer.at("step").get<uint64_t>();
+  const uint64_t global = uint64_t(saved_.batch_size * saved_.grad_accum) * uint64_t(saved_world_);
+  const uint64_t per_micro_batch = uint64_t(s.world_size) * uint64_t(s.batch_size);
+  const bool whole_steps = step == 0 ? s.step == 0
+                                     : s.step % step == 0 && global % per_micro_batch == 0 &&
+                                           s.step / step == global / per_micro_batch;
+  if (!whole_steps) {
+    if (s.batch_size != saved_.batch_size)
+      throw differs("loader.batch_size", s.batch_size, "train.batch_size", saved_.batch_size);
+    if (s.world_size != saved_world_)
+      throw differs("loader.world_size", s.world_size, "distributed.world", saved_world_);
+    throw IoError("train",
+                  fmt::format("{}: loader.step is {}, but step {} x train.grad_accum {} in {} is {} micro-batches",
+                              tj.string(), s.step, step, saved_.grad_accum, config.string(),
+                              step * uint64_t(saved_.grad_accum)),
+                  foreign);
+  }
+  const uint64_t dropout_seed = c.trainer.at("dropout_rng").at("seed").get<uint64_t>();
+  if (dropout_seed != dropout_seed_)
+    throw IoError("train", fmt::format("{}: dropout_rng.seed is {}, but the run's train.seed {} in {} gives {}",
+                                       tj.string(), dropout_seed, saved_.seed, config.string(), dropout_seed_),
+                  foreign);
+  if (auto id = c.trainer.find("identity"); id != c.trainer.end()) {
+    TrainConfig recorded;
+    try {
+      recorded.merge_json(*id, tj.string() + ": 'identity'");
+    } catch (const ConfigError& e) {
+      throw IoError("train", e.message(), "the checkpoint is corrupt; delete it to resume from the one before");
+    }
+    if (resume_identity(recorded) != resume_identity(saved_))
+      throw IoError("train", fmt::format("{}: identity differs from {} ({})", tj.string(), config.string(),
+                                         differing_fields(resume_identity(recorded), resume_identity(saved_),
+                                                          "in trainer.json", "in config.json")),
+                    foreign);
+  }
+  return s;
+}
+
 void Trainer::resume_from(const fs::path& ckpt) {
   Checkpoint c = load_checkpoint(ckpt);
+  data::LoaderState saved = checked_trainer_state(c);
   try {
     model_->load_state(c.model);
   } catch (const Error& e) {  // name the file: the tensor's name alone does not say which
@@ -248,7 +328,6 @@ void Trainer::resume_from(const fs::path& ckpt) {
   try {
     step_ = c.trainer.at("step").get<int64_t>();
     // The loader position in global sequences, whatever world size and batch saved it.
-    data::LoaderState saved = data::LoaderState::from_json(c.trainer.at("loader").dump());
     data::LoaderState now = loader_->state();
     const uint64_t sequences = saved.step * uint64_t(saved.world_size * saved.batch_size);
     const uint64_t per_step = uint64_t(now.world_size * now.batch_size);
