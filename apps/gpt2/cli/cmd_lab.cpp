@@ -8,6 +8,7 @@
 
 #include "apps/gpt2/cli/commands.h"
 #include "apps/gpt2/lab/lab_dof.h"
+#include "apps/gpt2/train/seed.h"
 #include "core/io.h"
 
 namespace keel::app {
@@ -48,7 +49,7 @@ void add_lab_command(CLI::App& app) {
   dof->add_option("--input-dim", cfg->input_dim, "width of the fixed random inputs (0 = n)")->capture_default_str();
   dof->add_option("--steps", cfg->steps, "Adam steps per fit")->capture_default_str();
   dof->add_option("--lr", cfg->lr, "Adam learning rate")->capture_default_str();
-  dof->add_option("--seed", cfg->seed, "seed of the inputs and initial weights")->capture_default_str();
+  add_seed_option(*dof, cfg->seed, "seed of the inputs and initial weights");
   dof->add_option("--out", *out, "HTML page with the plots (empty: none)")->capture_default_str();
   dof->callback([cfg, out] { run_dof(*cfg, *out); });
 }

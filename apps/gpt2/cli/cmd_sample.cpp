@@ -8,6 +8,7 @@
 #include "apps/gpt2/cli/commands.h"
 #include "apps/gpt2/infer/run_model.h"
 #include "apps/gpt2/infer/sampler.h"
+#include "apps/gpt2/train/seed.h"
 #include "apps/gpt2/train/trainer.h"
 #include "data/assets.h"
 #include "data/tokenizer.h"
@@ -67,7 +68,7 @@ void add_sample_command(CLI::App& app) {
   cmd->add_option("--max-new-tokens,-n", a->opt.max_new_tokens, "tokens to generate")->check(CLI::PositiveNumber);
   cmd->add_option("--temperature,-t", a->opt.temperature, "0 = greedy; higher = more random")->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-k,-k", a->opt.top_k, "sample among the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seed", a->opt.seed, "sampling seed");
+  add_seed_option(*cmd, a->opt.seed, "sampling seed");
   cmd->add_option("--num-samples", a->num_samples, "independent samples (seeds seed, seed+1, ...)")->check(CLI::PositiveNumber);
   cmd->add_option("--vocab", a->vocab, "vocabulary directory (default: the run's, or GPT-2's)");
   cmd->add_option("--device", a->device, "auto | cpu | cuda | cuda:N");

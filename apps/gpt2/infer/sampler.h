@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "apps/gpt2/train/seed.h"
 #include "core/random.h"
 #include "nn/gpt2.h"
 
@@ -15,7 +16,7 @@ struct SampleOptions {
   int64_t max_new_tokens = 200;
   double temperature = 0.8;  // 0 = greedy (always the most likely token)
   int64_t top_k = 40;        // 0 = the whole vocabulary
-  uint64_t seed = 0;
+  Seed seed = 0;
   int32_t stop_token = -1;   // stop after emitting this token (e.g. <|endoftext|>); -1 = never
 };
 

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "apps/gpt2/train/seed.h"
+
 namespace keel::app {
 
 struct DofLabConfig {
@@ -30,7 +32,7 @@ struct DofLabConfig {
   int64_t input_dim = 0;
   int64_t steps = 300;   // Adam steps per fit
   double lr = 0.02;
-  uint64_t seed = 1;
+  Seed seed = 1;
   void validate() const;  // ConfigError naming the field
 };
 

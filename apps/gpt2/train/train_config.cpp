@@ -111,7 +111,9 @@ void add_train_flags(CLI::App& cmd, TrainConfig* cfg, std::string* config_file) 
     for (char& ch : flag)
       if (ch == '_') ch = '-';
     using T = std::decay_t<decltype(value)>;
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_same_v<T, Seed>) {  // the table's one unsigned field: --seed
+      add_seed_option(cmd, value, help);
+    } else if constexpr (std::is_integral_v<T>) {
       // Our own parse: CLI11 would saturate 99999999999999999999 to INT64_MAX and wrap -1 to
       // 2^64 - 1 for an unsigned field. Semantic ranges are checked in validate().
       cmd.add_option_function<std::string>(
@@ -166,7 +168,7 @@ void TrainConfig::validate() const {
   need(grad_accum >= 1, "grad-accum", "must be at least 1");
   need(max_steps >= 1 && max_steps <= kMaxSteps, "max-steps", "must be in [1, 2^40]");
   need(warmup_steps >= 0 && warmup_steps <= kMaxSteps, "warmup-steps", "must be in [0, 2^40]");
-  need(seed <= uint64_t{INT64_MAX}, "seed", "must be in [0, 2^63 - 1]");
+  need(seed <= kMaxSeed, "seed", fmt::format("must be in {}", kSeedRange));
   need(std::isfinite(lr) && lr >= 0, "lr", "must be a non-negative number");
   need(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, "min-lr", "must be in [0, lr]");
   need(weight_decay >= 0, "weight-decay", "cannot be negative");

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/gpt2/train/seed.h"
 #include "nn/config.h"
 #include "optim/defaults.h"
 
@@ -49,7 +50,7 @@ struct TrainConfig {
   // --- the run ---
   std::string run_dir;
   std::string name;  // a label for reports ("" = the attention variant)
-  uint64_t seed = 1337;
+  Seed seed = 1337;
   int64_t log_every = 1, val_every = 50, val_batches = 20, ckpt_every = 100, keep_checkpoints = 2;
   std::string on_nonfinite = "stop";  // stop | skip
   double spike_factor = 2.0;          // log a spike when loss > factor * recent mean
