@@ -164,6 +164,29 @@ void write_file_atomic(const fs::path& path, std::string_view data, const char* 
   w.commit();
 }
 
+void create_directories(const fs::path& dir, const char* op) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::error_code ec2;
+  if (!ec && fs::is_directory(dir, ec2)) return;
+  // The nearest part of the path that exists: if it is not a directory, it is the culprit.
+  for (fs::path p = dir; !p.empty(); p = p.parent_path()) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode))
+        throw IoError(op,
+                      fmt::format("{}: cannot create directory: {} is {}, not a directory", dir.string(), p.string(),
+                                  S_ISREG(st.st_mode) ? "a file" : kind_of(st.st_mode)),
+                      "choose another path, or move " + p.string() + " out of the way");
+      break;
+    }
+    if (p == p.parent_path()) break;  // the root
+  }
+  throw IoError(op, fmt::format("{}: cannot create directory: {}", dir.string(),
+                                ec ? ec.message() : "it does not exist after creating it"),
+                "check that the parent directory is writable and the disk is not full");
+}
+
 void fsync_dir(const fs::path& dir) {
   Fd f{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (f.fd >= 0) ::fsync(f.fd);
@@ -174,7 +197,7 @@ StagingDir::StagingDir(fs::path target, const char* op, bool resumable) : target
   staging_ = target_.string() + (resumable ? std::string(".partial") : fmt::format(".tmp-{}", getpid()));
   std::error_code ec;
   if (!resumable) fs::remove_all(staging_, ec);  // a leftover from a crashed run with the same pid
-  if (!target_.parent_path().empty()) fs::create_directories(target_.parent_path(), ec);
+  if (!target_.parent_path().empty()) create_directories(target_.parent_path(), op_);
   if (resumable && fs::is_directory(staging_, ec)) return;
   if (!fs::create_directory(staging_, ec) || ec)
     throw IoError(op_, fmt::format("{}: cannot create directory: {}", staging_.string(),

@@ -66,6 +66,12 @@ class AtomicWriter {
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view data, const char* op);
 
+// Creates directory `dir` and its missing parents (nothing if it is one already). IoError naming
+// `op` and `dir` when that fails, with the reason: the part of the path that is a file rather
+// than a directory (`--run-dir somefile/run`), or the system's (permissions, a full disk). Every
+// output directory is made here, so no raw std::filesystem message reaches a user.
+void create_directories(const std::filesystem::path& dir, const char* op);
+
 // Makes renames inside `dir` durable (best effort: some filesystems refuse to sync a directory).
 void fsync_dir(const std::filesystem::path& dir);
 

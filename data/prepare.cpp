@@ -87,7 +87,11 @@ class OutputLock {
   explicit OutputLock(const fs::path& out) {
     fs::path target = out.filename().empty() ? out.parent_path() : out;
     path_ = target.string() + ".partial.lock";
-    if (!target.parent_path().empty()) fs::create_directories(target.parent_path());
+    try {
+      if (!target.parent_path().empty()) io::create_directories(target.parent_path(), "prepare");
+    } catch (const IoError& e) {  // the message names the parent; the user typed the output
+      throw IoError("prepare", fmt::format("--out {}: {}", target.string(), e.message()), e.hint());
+    }
     fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0)
       throw IoError("prepare", fmt::format("{}: cannot create: {}", path_.string(), std::strerror(errno)));
@@ -259,7 +263,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   };
 
   // 2. The vocabulary: given, GPT-2's, or learned from the training documents only.
-  fs::create_directories(staging.path() / "vocab");
+  io::create_directories(staging.path() / "vocab", "prepare");
   if (o.train_vocab > 0 && state["vocab_ready"].get<bool>()) {
     vocab = load_vocab(staging.path() / "vocab");
   } else if (o.train_vocab > 0) {

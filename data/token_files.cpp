@@ -148,7 +148,7 @@ std::vector<fs::path> export_llmc(const fs::path& dataset, const fs::path& out,
   if (prefix.empty() || prefix.find('/') != std::string::npos)
     throw ValueError("export_llmc", fmt::format("bad file name prefix \"{}\"", prefix),
                      "use a plain name such as the corpus's, e.g. --prefix austen");
-  fs::create_directories(out);
+  io::create_directories(out, "export_llmc");
   std::vector<fs::path> written;
   for (const auto& [split, info] : {std::pair{"train", &meta.train}, std::pair{"val", &meta.val}}) {
     for (size_t k = 0; k < info->shards.size(); ++k) {

@@ -108,9 +108,7 @@ std::unique_ptr<GPT2> load_pretrained(const fs::path& dir) {
 }
 
 void save_pretrained(const GPT2& model, const fs::path& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw IoError("save_pretrained", dir.string() + ": cannot create directory: " + ec.message());
+  io::create_directories(dir, "save_pretrained");
   save_safetensors(dir / "model.safetensors", to_hf_tensors(model), {{"format", "pt"}});
   model.config().save(dir / "config.json");
 }

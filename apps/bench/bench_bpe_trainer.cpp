@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 
+#include "core/io.h"
 #include "data/bpe_trainer.h"
 #include "data/file_io.h"
 
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
     fmt::print("read + count: {:.2f} s; merges: {:.2f} s; total {:.2f} s for {} tokens ({} merges)\n",
                t_count, t_train, t_count + t_train, vocab.size(), vocab.merges.size());
     if (!out.empty()) {
-      std::filesystem::create_directories(out);
+      keel::io::create_directories(out, "bench_bpe_trainer");
       keel::data::save_vocab(vocab, out);
     }
   } catch (const std::exception& e) {

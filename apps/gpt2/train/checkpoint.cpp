@@ -79,11 +79,11 @@ void remove_stale_temporaries(const fs::path& run_dir) {
 fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const NamedTensors& model,
                          const NamedTensors& optimizer, const nlohmann::json& trainer, int64_t keep) {
   fs::path root = checkpoints_dir(run_dir);
-  fs::create_directories(root);
+  io::create_directories(root, kOp);
   fs::path final_dir = root / fmt::format("step_{:08d}", step);
   fs::path tmp = root / fmt::format(".tmp-step_{:08d}-{}", step, ::getpid());
   fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  io::create_directories(tmp, kOp);
   try {
     // Each file is itself written atomically and fsync'd; the directory rename publishes them together.
     nn::save_safetensors(tmp / "model.safetensors", model, {{"format", "keel-checkpoint"}});

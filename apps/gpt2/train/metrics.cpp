@@ -231,11 +231,7 @@ void truncate_after(const fs::path& path, int64_t step) {
 
 MetricsLog::MetricsLog(const fs::path& run_dir, std::optional<int64_t> resume_step)
     : path_(metrics_path(run_dir)) {
-  std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  if (ec)
-    throw IoError("MetricsLog", fmt::format("{}: cannot create directory: {}", run_dir.string(),
-                                            ec.message()));
+  io::create_directories(run_dir, "MetricsLog");
   if (resume_step) {
     truncate_after(path_, *resume_step);
   } else if (!std::ofstream(path_, std::ios::binary | std::ios::trunc)) {

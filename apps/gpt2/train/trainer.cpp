@@ -170,7 +170,7 @@ void Trainer::setup() {
   }
   check_same_on_all_ranks(*dist_.comm, "configuration", launch_identity_of(cfg_).dump());
   if (dist_.root()) {
-    fs::create_directories(run_dir_);
+    io::create_directories(run_dir_, "train");
     nlohmann::json resolved{{"name", cfg_.name},
                             {"train", cfg_.to_json()},
                             {"model", nlohmann::json::parse(mcfg_.to_json())},
