@@ -150,6 +150,29 @@ NamedTensors AdamW::state() const {
   return out;
 }
 
+namespace {
+template <typename T>
+void check_values(const std::vector<T>& x, const std::string& key, const char* op) {
+  const bool second_moment = key.ends_with(".v");
+  for (size_t k = 0; k < x.size(); ++k) {
+    if (std::isfinite(x[k]) && !(second_moment && x[k] < 0)) continue;
+    const std::string value = std::isnan(x[k]) ? "NaN" : std::to_string(x[k]);  // to_string says "-nan"
+    throw ValueError(op,
+                     "state entry '" + key + "' holds " + value + " at element " + std::to_string(k) + ": " +
+                         (second_moment ? "a second moment must be finite and non-negative" : "it must be finite"),
+                     "the optimizer state is corrupt; delete the checkpoint to resume from the one before");
+  }
+}
+}  // namespace
+
+void check_state_values(const Tensor& t, const std::string& key, const char* op) {
+  // Read at the state's own precision: f64 moments of f64 parameters, f32 otherwise.
+  if (t.dtype() == DType::f64)
+    check_values(t.to_vector<double>(), key, op);
+  else
+    check_values(t.to_vector<float>(), key, op);
+}
+
 void AdamW::load_state(const NamedTensors& state) {
   std::map<std::string, Tensor> by_name;
   for (const auto& [name, t] : state)
@@ -185,6 +208,9 @@ void AdamW::load_state(const NamedTensors& state) {
     l.m = take(name + ".m", p.shape(), md);
     l.v = take(name + ".v", p.shape(), md);
     if (slots_[i].master.defined()) l.master = take(name + ".master", p.shape(), DType::f32);
+    check_state_values(l.m, name + ".m", "AdamW::load_state");
+    check_state_values(l.v, name + ".v", "AdamW::load_state");
+    if (l.master.defined()) check_state_values(l.master, name + ".master", "AdamW::load_state");
     l.steps = step_of(name + ".step");
     loaded.push_back(std::move(l));
   }

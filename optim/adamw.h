@@ -70,7 +70,8 @@ class AdamW {
   NamedTensors state() const;
   // Restores state() output (from any device). Every expected name must be present with its
   // shape and dtype (ShapeError / DTypeError / ConfigError for missing or unknown names), so a
-  // checkpoint of another model cannot load silently. Hyper-parameters are not part of state.
+  // checkpoint of another model cannot load silently, and its values must be usable
+  // (check_state_values). Hyper-parameters are not part of state.
   void load_state(const NamedTensors& state);
 
  private:
@@ -87,5 +88,11 @@ class AdamW {
   AdamWOptions opt_;
   int64_t steps_ = 0;
 };
+
+// ValueError naming `op` and the state entry `key` (a "<name>.m", ".v" or ".master" of
+// AdamW::state()) when its tensor t holds a NaN or an inf, or a second moment (".v") a negative
+// value. Such a state passes every shape and dtype check, and the first update after it is
+// loaded turns the parameter into NaN (a negative v through its square root).
+void check_state_values(const Tensor& t, const std::string& key, const char* op);
 
 }  // namespace keel::optim

@@ -227,9 +227,10 @@ void ZeroAdamW::load_state(const NamedTensors& state) {
     return it->second.contiguous();
   };
   for (const auto& [name, p] : params_) {
-    take(name + ".m", p.shape(), DType::f32);
-    take(name + ".v", p.shape(), DType::f32);
-    if (half) take(name + ".master", p.shape(), DType::f32);
+    check_state_values(take(name + ".m", p.shape(), DType::f32), name + ".m", "ZeroAdamW::load_state");
+    check_state_values(take(name + ".v", p.shape(), DType::f32), name + ".v", "ZeroAdamW::load_state");
+    if (half)
+      check_state_values(take(name + ".master", p.shape(), DType::f32), name + ".master", "ZeroAdamW::load_state");
     take(name + ".step", {}, DType::i64);
   }
   Tensor step = take("step", {}, DType::i64);

@@ -5,12 +5,15 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "apps/gpt2/infer/run_model.h"
 #include "apps/gpt2/train/checkpoint.h"
 #include "apps/gpt2/train/memory_check.h"
 #include "apps/gpt2/train/trainer.h"
+#include "core/factory.h"
 #include "core/io.h"
 #include "cuda_test.h"
 #include "nn/safetensors.h"
@@ -129,6 +132,59 @@ TEST_CASE("a checkpoint's trainer.json must agree with the run's config.json, fi
   edit_trainer_field(ckpt, "loader", "batch_size", 2);
   edit_trainer_field(ckpt, "loader", "step", 8);
   CHECK(train(c).steps == 5);
+}
+
+TEST_CASE("a damaged optimizer state is refused at resume, with or without ZeRO, naming its file") {
+  TrainConfig c = run_to_resume("bad_optimizer");
+  const fs::path file = *latest_checkpoint(c.run_dir) / "optimizer.safetensors";
+  const nn::SafetensorsFile good = nn::load_safetensors(file);
+  // The entries with `key` removed, or with element `at` of its tensor set to x (a new tensor:
+  // the handles in `good` share their storage with the copy).
+  auto without = [&](const std::string& key) {
+    NamedTensors t;
+    for (const auto& [name, tensor] : good.tensors)
+      if (name != key) t.emplace_back(name, tensor);
+    REQUIRE(t.size() + 1 == good.tensors.size());
+    return t;
+  };
+  auto with_value = [&](const std::string& key, size_t at, float x) {
+    NamedTensors t = good.tensors;
+    auto it = std::find_if(t.begin(), t.end(), [&](const auto& e) { return e.first == key; });
+    REQUIRE(it != t.end());
+    std::vector<float> values = it->second.to_vector<float>();
+    values.at(at) = x;
+    it->second = from_vector<float>(values, it->second.shape());
+    return t;
+  };
+  auto refused = [&](const NamedTensors& damaged, const std::string& says) {
+    nn::save_safetensors(file, damaged, good.metadata);
+    for (int64_t zero : {0, 1}) {
+      CAPTURE(zero);
+      c.zero = zero;
+      try {
+        train(c);
+        FAIL_CHECK("resumed from a damaged optimizer state: " << says);
+      } catch (const Error& e) {
+        const std::string m = e.what();
+        CHECK_MESSAGE(m.find(file.string() + ": " + says) != std::string::npos, m);
+      }
+      fs::remove_all(fs::path(c.run_dir) / "checkpoints" / "step_00000002");  // so each try resumes at 1
+    }
+  };
+  refused(without("transformer.wte.weight.m"), "state entry 'transformer.wte.weight.m' is missing");
+  refused(without("scaler.scale"), "loss scaler (entries \"scaler.*\"): state entry 'scale' is missing");
+  // Accepted before, and the first step made the parameter NaN (or, for an inf in v, froze it).
+  refused(with_value("transformer.wte.weight.m", 0, NAN),
+          "state entry 'transformer.wte.weight.m' holds NaN at element 0");
+  refused(with_value("transformer.h.0.attn.c_attn.weight.v", 3, INFINITY),
+          "state entry 'transformer.h.0.attn.c_attn.weight.v' holds inf at element 3");
+  refused(with_value("transformer.h.1.mlp.c_fc.weight.v", 5, -1.0f),
+          "state entry 'transformer.h.1.mlp.c_fc.weight.v' holds -1.000000 at element 5: a second moment must be "
+          "finite and non-negative");
+
+  nn::save_safetensors(file, good.tensors, good.metadata);
+  c.zero = 0;
+  CHECK(train(c).steps == 2);
 }
 
 TEST_CASE("the world size a run's config.json records must be an integer in range") {

@@ -322,9 +322,19 @@ void Trainer::resume_from(const fs::path& ckpt) {
     else
       opt_state.emplace_back(name, t);
   }
-  if (zero_) zero_->load_state(opt_state);
-  else opt_->load_state(opt_state);
-  scaler_->load_state(scaler_state);
+  // Named as the model's errors are: "state entry 'x.m' is missing" alone does not say which file.
+  const std::string optimizer_file = (ckpt / "optimizer.safetensors").string();
+  try {
+    if (zero_) zero_->load_state(opt_state);
+    else opt_->load_state(opt_state);
+  } catch (const Error& e) {
+    throw IoError("train", optimizer_file + ": " + e.message(), e.hint());
+  }
+  try {
+    scaler_->load_state(scaler_state);
+  } catch (const Error& e) {
+    throw IoError("train", optimizer_file + ": loss scaler (entries \"scaler.*\"): " + e.message(), e.hint());
+  }
   try {
     step_ = c.trainer.at("step").get<int64_t>();
     // The loader position in global sequences, whatever world size and batch saved it.
