@@ -1,5 +1,7 @@
 #include "optim/zero_adamw.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -267,6 +269,22 @@ int64_t ZeroAdamW::state_bytes() const {
 
 int64_t ZeroAdamW::unsharded_state_bytes() const {
   return total_ * (is_half(params_.front().second.dtype()) ? 12 : 8);
+}
+
+double ZeroAdamW::finish_gradients(LossScaler& scaler, double max_norm) {
+  reduce_gradients();
+  scale_gradients(1.0 / scaler.scale());
+  return clip_grad_norm(max_norm);
+}
+
+NamedTensors ZeroAdamW::gather_state(bool keep) const {
+  NamedTensors s = state();  // collective: every rank gathers
+  return keep ? s : NamedTensors{};
+}
+
+std::string ZeroAdamW::summary() const {
+  return fmt::format("ZeRO-1, optimizer state {:.2f} MB on rank {} ({:.2f} MB unsharded), {} of {} elements per rank",
+                     double(state_bytes()) / 1e6, comm_->rank(), double(unsharded_state_bytes()) / 1e6, shard_, total_);
 }
 
 }  // namespace keel::optim

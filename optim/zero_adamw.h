@@ -29,10 +29,11 @@
 
 #include "core/comm.h"
 #include "optim/adamw.h"
+#include "optim/data_parallel.h"
 
 namespace keel::optim {
 
-class ZeroAdamW {
+class ZeroAdamW final : public DataParallelOptimizer {
  public:
   // params: the same names, shapes and dtypes in the same order on every rank; contiguous,
   // f32, bf16 or f16 (ConfigError / DTypeError otherwise). reduce_dtype: the dtype gradients
@@ -40,11 +41,11 @@ class ZeroAdamW {
   // lands in f32.
   ZeroAdamW(std::shared_ptr<Communicator> comm, NamedTensors params, AdamWOptions opt = {},
             DType reduce_dtype = DType::f32, size_t chunk_bytes = size_t{25} << 20);
-  ~ZeroAdamW();
+  ~ZeroAdamW() override;
 
   // As AdamW::zero_grad: f32 parameters drop their gradient, bf16/f16 ones get a zeroed f32
   // buffer to accumulate the micro-batches into.
-  void zero_grad();
+  void zero_grad() override;
   // Collective. Every parameter's local gradient (undefined counts as zero) -> this rank's
   // slice of the mean over ranks, in f32. The parameters' own gradients are left as they were.
   void reduce_gradients();
@@ -56,13 +57,20 @@ class ZeroAdamW {
   double clip_grad_norm(double max_norm);
   // Collective. AdamW on this rank's slice with learning rate lr, then every rank receives
   // every parameter from its owners (all-gather): the parameters are identical on all ranks.
-  void step(double lr);
+  void step(double lr) override;
+
+  // The step of the DataParallelOptimizer interface: no reduction during the backward; then
+  // reduce_gradients, scale_gradients(1 / loss scale) and clip_grad_norm.
+  std::unique_ptr<GradReadyHookGuard> backward_hook() override { return nullptr; }
+  double finish_gradients(LossScaler& scaler, double max_norm) override;
+  NamedTensors gather_state(bool keep) const override;
+  std::string summary() const override;  // the state's size on this rank against unsharded
 
   // Collective. The full state, named as AdamW::state() names it (on every rank).
   NamedTensors state() const;
   // Takes AdamW::state()-shaped state (from any world size, with or without ZeRO) and keeps
   // this rank's slice of it. Bad entries: the errors AdamW::load_state raises, on every rank.
-  void load_state(const NamedTensors& state);
+  void load_state(const NamedTensors& state) override;
 
   const NamedTensors& params() const { return params_; }
   std::vector<Tensor> param_tensors() const { return tensors_of(params_); }

@@ -1,0 +1,38 @@
+#include "optim/data_parallel.h"
+
+#include <string>
+
+#include "core/error.h"
+#include "optim/clip.h"
+#include "optim/zero_adamw.h"
+
+namespace keel::optim {
+
+ReplicatedAdamW::ReplicatedAdamW(std::shared_ptr<Communicator> comm, NamedTensors params, AdamWOptions opt,
+                                 DType reduce_dtype, size_t bucket_bytes)
+    : adamw_(std::move(params), opt), sync_(std::move(comm), adamw_.param_tensors(), bucket_bytes, reduce_dtype) {}
+
+ReplicatedAdamW::~ReplicatedAdamW() = default;
+
+std::unique_ptr<GradReadyHookGuard> ReplicatedAdamW::backward_hook() { return sync_.hook(); }
+
+double ReplicatedAdamW::finish_gradients(LossScaler& scaler, double max_norm) {
+  sync_.finish();  // every gradient is now the mean over ranks
+  const std::vector<Tensor> params = adamw_.param_tensors();
+  scaler.unscale_(params);  // its verdict on finiteness is the norm's (below)
+  return max_norm > 0 ? clip_grad_norm(params, max_norm) : grad_norm(params);
+}
+
+std::unique_ptr<DataParallelOptimizer> make_data_parallel_adamw(std::shared_ptr<Communicator> comm,
+                                                                NamedTensors params, AdamWOptions opt,
+                                                                int64_t zero_stage, DType reduce_dtype,
+                                                                size_t bucket_bytes) {
+  if (zero_stage == 0)
+    return std::make_unique<ReplicatedAdamW>(std::move(comm), std::move(params), opt, reduce_dtype, bucket_bytes);
+  if (zero_stage == 1)
+    return std::make_unique<ZeroAdamW>(std::move(comm), std::move(params), opt, reduce_dtype, bucket_bytes);
+  throw ConfigError("make_data_parallel_adamw", "ZeRO stage " + std::to_string(zero_stage) + " is not available",
+                    "use 1 to shard the optimizer state over the ranks, or 0 to replicate it");
+}
+
+}  // namespace keel::optim
