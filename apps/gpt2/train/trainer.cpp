@@ -18,18 +18,16 @@
 #include "apps/gpt2/train/distributed.h"
 #include "apps/gpt2/train/memory_check.h"
 #include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/train/resume.h"
 #include "core/allocator.h"
 #include "core/factory.h"
 #include "core/io.h"
 #include "data/loader.h"
 #include "nn/hf.h"
 #include "ops/arith.h"
-#include "optim/adamw.h"
-#include "optim/clip.h"
-#include "optim/grad_bucketer.h"
+#include "optim/data_parallel.h"
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
-#include "optim/zero_adamw.h"
 
 namespace fs = std::filesystem;
 
@@ -56,23 +54,17 @@ std::string hottest_head(const MaxLogit& m) {
                      m.values()[at]);
 }
 
-// The fields of a run that no launch may change: identity_of without the batch split, which a
-// resume may change as long as the global batch stays (grad_accum_for_resume).
-nlohmann::json resume_identity(const TrainConfig& c) {
-  nlohmann::json j = identity_of(c);
-  j.erase("batch_size"), j.erase("grad_accum");
-  return j;
-}
-
 class Trainer {
  public:
   explicit Trainer(const TrainConfig& cfg) : cfg_(cfg) {}
   TrainResult run();
 
  private:
-  void setup();
+  void open_run();
+  void build_model();
+  void build_optimizer();
   void resume_from(const fs::path& ckpt);
-  data::LoaderState checked_trainer_state(const Checkpoint& c) const;
+  void start_log();
   StepResult train_step(double lr);
   void log_step(const StepResult& s, double lr, double seconds);
   void validate_now();
@@ -87,27 +79,27 @@ class Trainer {
   nn::GPT2Config mcfg_;
   int64_t T_ = 0;
   std::unique_ptr<nn::GPT2> model_;
-  std::unique_ptr<optim::AdamW> opt_;         // plain data parallelism: the whole state on every rank
-  std::unique_ptr<optim::ZeroAdamW> zero_;    // --zero 1: each rank holds its slice of it
+  std::unique_ptr<optim::DataParallelOptimizer> opt_;  // replicated AdamW, or ZeRO-1's sharded one
   std::unique_ptr<optim::LossScaler> scaler_;
   optim::CosineSchedule schedule_;
   std::shared_ptr<const data::TokenSplit> train_split_, val_split_;
   std::unique_ptr<data::TrainLoader> loader_;
   std::unique_ptr<MetricsLog> log_;  // rank 0 only: one writer of metrics, reports, checkpoints
   Distributed dist_;
-  std::unique_ptr<optim::GradBucketer> sync_;
-  // With --resume: the run as its config.json recorded it before this launch rewrote it, and the
-  // seed of the dropout stream that rank 0 of this run starts from.
-  TrainConfig saved_;
-  int saved_world_ = 1;
-  uint64_t dropout_seed_ = 0;
+  // With --resume: the checkpoint to start from, and the run as its config.json recorded it
+  // before this launch rewrote it.
+  std::optional<fs::path> latest_;
+  SavedRun saved_;
+  uint64_t dropout_seed_ = 0;  // the seed of the dropout stream that rank 0 of this run starts from
   int64_t step_ = 0;  // the next optimizer step to take
   double flops_per_token_ = 0, peak_ = 0, elapsed_ = 0;
   std::deque<double> recent_;  // recent losses, for spike detection
   TrainResult result_;
 };
 
-void Trainer::setup() {
+// Device, ranks, data and loader, the model's configuration, and the run directory: a fresh run
+// must not clobber one that has checkpoints, a resume must continue the very same run.
+void Trainer::open_run() {
   cfg_.validate();
   device_ = resolve_device(cfg_.device);
   dtype_ = parse_dtype(cfg_.dtype);
@@ -142,29 +134,16 @@ void Trainer::setup() {
   loader_ = std::make_unique<data::TrainLoader>(
       train_split_, data::LoaderOptions{cfg_.batch_size, T_, cfg_.seed, dist_.rank(), dist_.world()});
 
-  // The run directory: a fresh run must not clobber one that has checkpoints; a resume must
-  // continue the very same run.
-  auto latest = latest_checkpoint(run_dir_);
-  fs::path config_path = run_dir_ / "config.json";
+  latest_ = latest_checkpoint(run_dir_);
   if (cfg_.resume) {
-    if (!latest)
+    if (!latest_)
       throw ConfigError("train", "--resume: " + run_dir_.string() + " has no checkpoint to resume from",
                         "start it without --resume");
-    const nlohmann::json saved_json = io::read_json_file(config_path, "train");
-    if (!saved_json.is_object() || !saved_json.contains("train"))
-      throw ConfigError("train", config_path.string() + ": no \"train\" section", "is this a run of `gpt2 train`?");
-    saved_.merge_json(saved_json["train"], config_path);
+    saved_ = read_saved_run(run_dir_);
     // Another world size keeps the global batch: B stays, the accumulation makes up the rest.
-    saved_world_ = 1;  // runs without a "distributed" section were single-process
-    if (auto d = saved_json.find("distributed"); d != saved_json.end() && d->is_object() && d->contains("world"))
-      saved_world_ = static_cast<int>(io::get_int((*d)["world"], 1, 1 << 20, config_path.string() + ": distributed.world"));
-    cfg_.grad_accum = grad_accum_for_resume(saved_, saved_world_, cfg_, dist_.world());
-    if (resume_identity(saved_) != resume_identity(cfg_))
-      throw ConfigError("train", "--resume: the configuration differs from the one in " + config_path.string() +
-                                     " (" + differing_fields(resume_identity(saved_), resume_identity(cfg_)) + ")",
-                        "resume with the same model, data, optimiser, dtype and seed flags (or none: "
-                        "`gpt2 train --resume --run-dir DIR --data DIR` with --config " + config_path.string() + ")");
-  } else if (latest) {
+    cfg_.grad_accum = grad_accum_for_resume(saved_.cfg, saved_.world, cfg_, dist_.world());
+    check_same_run(saved_, cfg_);
+  } else if (latest_) {
     throw ConfigError("train", run_dir_.string() + " already holds a run (checkpoints in it)",
                       "continue it with --resume, or choose another --run-dir");
   }
@@ -177,10 +156,13 @@ void Trainer::setup() {
                             {"distributed", dist_.describe()}};
     resolved["distributed"]["zero"] = cfg_.zero;
     resolved["distributed"]["reduce_dtype"] = cfg_.reduce_dtype;
-    io::write_file_atomic(config_path, resolved.dump(2) + "\n", "train");
+    io::write_file_atomic(run_dir_ / "config.json", resolved.dump(2) + "\n", "train");
     remove_stale_temporaries(run_dir_);  // of runs killed while writing a checkpoint
   }
+}
 
+// The weights on the run's device and dtype, identical on every rank; each rank's dropout stream.
+void Trainer::build_model() {
   if (!model_) model_ = std::make_unique<nn::GPT2>(mcfg_, cfg_.seed);
   model_->to(device_);
   model_->to(dtype_);
@@ -190,37 +172,31 @@ void Trainer::setup() {
   Generator& dropout_rng = model_->dropout_generator();
   dropout_seed_ = dropout_rng.seed();
   dropout_rng.set_state(dropout_seed_for_rank(dropout_rng.seed(), dist_.rank()), dropout_rng.offset());
+}
+
+void Trainer::build_optimizer() {
   const optim::AdamWOptions adamw{.lr = cfg_.lr, .beta1 = cfg_.beta1, .beta2 = cfg_.beta2,
                                   .weight_decay = cfg_.weight_decay};
-  const DType reduce_dtype = parse_dtype(cfg_.reduce_dtype);
-  if (cfg_.zero == 1)
-    zero_ = std::make_unique<optim::ZeroAdamW>(dist_.comm, model_->named_parameters(), adamw, reduce_dtype,
-                                               size_t(cfg_.bucket_mb * (1 << 20)));
-  else
-    opt_ = std::make_unique<optim::AdamW>(model_->named_parameters(), adamw);
+  opt_ = optim::make_data_parallel_adamw(dist_.comm, model_->named_parameters(), adamw, cfg_.zero,
+                                         parse_dtype(cfg_.reduce_dtype), size_t(cfg_.bucket_mb * (1 << 20)));
   scaler_ = std::make_unique<optim::LossScaler>(dtype_);
   schedule_ = {cfg_.lr, cfg_.min_lr, std::min(cfg_.warmup_steps, cfg_.max_steps), cfg_.max_steps};
   schedule_.validate();
   flops_per_token_ = train_flops_per_token(mcfg_, T_);
   peak_ = peak_flops(device_, dtype_);
+}
 
-  if (cfg_.resume) resume_from(*latest);
-  if (!zero_)
-    sync_ = std::make_unique<optim::GradBucketer>(dist_.comm, opt_->param_tensors(), size_t(cfg_.bucket_mb * (1 << 20)),
-                                                  reduce_dtype);
+void Trainer::start_log() {
   if (!dist_.root()) return;
   // Records carry the 1-based number of the step they belong to (as the progress line shows),
   // so after step_ completed steps the log keeps exactly the records of steps <= step_.
   log_ = std::make_unique<MetricsLog>(run_dir_, cfg_.resume ? std::optional<int64_t>(step_) : std::nullopt);
-  if (cfg_.resume) event("resume", "resumed from " + latest->string(), step_);
+  if (cfg_.resume) event("resume", "resumed from " + latest_->string(), step_);
   if (dist_.world() > 1)
     fmt::print("gpt2 train: data parallel, backend {}, world {} ({}), global batch {} x {} sequences\n",
                dist_.comm->backend(), dist_.world(), dist_.env.launcher, dist_.world() * cfg_.batch_size,
                cfg_.grad_accum);
-  if (zero_)
-    fmt::print("gpt2 train: ZeRO-1, optimizer state {:.2f} MB on rank 0 ({:.2f} MB unsharded), {} of {} elements per rank\n",
-               double(zero_->state_bytes()) / 1e6, double(zero_->unsharded_state_bytes()) / 1e6,
-               zero_->shard_numel(), zero_->numel());
+  if (const std::string line = opt_->summary(); !line.empty()) fmt::print("gpt2 train: {}\n", line);
   fmt::print("gpt2 train: {} on {} ({}), {} parameters, B={} T={} accum={}, {} steps -> {}\n", mcfg_.summary(),
              device_.str(), cfg_.dtype, model_->num_parameters(), cfg_.batch_size, T_, cfg_.grad_accum,
              cfg_.max_steps, run_dir_.string());
@@ -236,79 +212,10 @@ nlohmann::json Trainer::trainer_state(int64_t next_step) const {
           {"identity", identity_of(cfg_)}};
 }
 
-// A checkpoint's trainer state is restored only if it belongs to this run: every field that the
-// run's config.json (as the run left it) or its dataset fixes must agree with it. Otherwise it
-// would be silently reinterpreted: a loader position of batch 3 converted into one of batch 4,
-// another seed's data order or dropout masks, or a foreign run's weights trained on under this
-// run's settings. A launch may split the global batch otherwise (batch x micro-batches x ranks),
-// so the global batch is what is compared, not its factors. Returns the loader state.
-data::LoaderState Trainer::checked_trainer_state(const Checkpoint& c) const {
-  const fs::path tj = c.dir / "trainer.json";
-  const fs::path config = run_dir_ / "config.json";
-  const std::string foreign = "the checkpoint does not belong to this run, or trainer.json or config.json was "
-                              "edited; delete the checkpoint to resume from the one before";
-  auto differs = [&](const std::string& field, auto have, const std::string& run_field, auto want) {
-    return IoError("train", fmt::format("{}: {} is {}, but {} has {} {}", tj.string(), field, have, config.string(),
-                                        run_field, want),
-                   foreign);
-  };
-  data::LoaderState s;
-  try {
-    s = data::LoaderState::from_json(c.trainer.at("loader").dump());
-  } catch (const Error& e) {
-    throw IoError("train", tj.string() + ": 'loader': " + e.message(),
-                  "the checkpoint is corrupt; delete it to resume from the one before");
-  }
-  if (s.seed != saved_.seed) throw differs("loader.seed", s.seed, "train.seed", saved_.seed);
-  if (s.seq_len != T_)
-    throw differs("loader.seq_len", s.seq_len, saved_.seq_len ? "train.seq_len" : "model.block_size", T_);
-  if (s.split_tokens != train_split_->size())
-    throw ConfigError("train", fmt::format("{}: loader.split_tokens is {}, but the training split of --data {} has {} "
-                                           "tokens", tj.string(), s.split_tokens, cfg_.data, train_split_->size()),
-                      "resume with the dataset the run was trained on");
-  // The sequences read so far must be `step` global batches; checked by division, as the
-  // product of hostile values could overflow.
-  const uint64_t step = c.trainer.at("step").get<uint64_t>();
-  const uint64_t global = uint64_t(saved_.batch_size * saved_.grad_accum) * uint64_t(saved_world_);
-  const uint64_t per_micro_batch = uint64_t(s.world_size) * uint64_t(s.batch_size);
-  const bool whole_steps = step == 0 ? s.step == 0
-                                     : s.step % step == 0 && global % per_micro_batch == 0 &&
-                                           s.step / step == global / per_micro_batch;
-  if (!whole_steps) {
-    if (s.batch_size != saved_.batch_size)
-      throw differs("loader.batch_size", s.batch_size, "train.batch_size", saved_.batch_size);
-    if (s.world_size != saved_world_)
-      throw differs("loader.world_size", s.world_size, "distributed.world", saved_world_);
-    throw IoError("train",
-                  fmt::format("{}: loader.step is {}, but step {} x train.grad_accum {} in {} is {} micro-batches",
-                              tj.string(), s.step, step, saved_.grad_accum, config.string(),
-                              step * uint64_t(saved_.grad_accum)),
-                  foreign);
-  }
-  const uint64_t dropout_seed = c.trainer.at("dropout_rng").at("seed").get<uint64_t>();
-  if (dropout_seed != dropout_seed_)
-    throw IoError("train", fmt::format("{}: dropout_rng.seed is {}, but the run's train.seed {} in {} gives {}",
-                                       tj.string(), dropout_seed, saved_.seed, config.string(), dropout_seed_),
-                  foreign);
-  if (auto id = c.trainer.find("identity"); id != c.trainer.end()) {
-    TrainConfig recorded;
-    try {
-      recorded.merge_json(*id, tj.string() + ": 'identity'");
-    } catch (const ConfigError& e) {
-      throw IoError("train", e.message(), "the checkpoint is corrupt; delete it to resume from the one before");
-    }
-    if (resume_identity(recorded) != resume_identity(saved_))
-      throw IoError("train", fmt::format("{}: identity differs from {} ({})", tj.string(), config.string(),
-                                         differing_fields(resume_identity(recorded), resume_identity(saved_),
-                                                          "in trainer.json", "in config.json")),
-                    foreign);
-  }
-  return s;
-}
-
 void Trainer::resume_from(const fs::path& ckpt) {
   Checkpoint c = load_checkpoint(ckpt);
-  data::LoaderState saved = checked_trainer_state(c);
+  data::LoaderState saved =
+      checked_loader_state(c, saved_, {T_, train_split_->size(), cfg_.data, dropout_seed_});
   try {
     model_->load_state(c.model);
   } catch (const Error& e) {  // name the file: the tensor's name alone does not say which
@@ -325,8 +232,7 @@ void Trainer::resume_from(const fs::path& ckpt) {
   // Named as the model's errors are: "state entry 'x.m' is missing" alone does not say which file.
   const std::string optimizer_file = (ckpt / "optimizer.safetensors").string();
   try {
-    if (zero_) zero_->load_state(opt_state);
-    else opt_->load_state(opt_state);
+    opt_->load_state(opt_state);
   } catch (const Error& e) {
     throw IoError("train", optimizer_file + ": " + e.message(), e.hint());
   }
@@ -369,9 +275,8 @@ void Trainer::resume_from(const fs::path& ckpt) {
 void Trainer::checkpoint(int64_t next_step) {
   check_parameters_identical(*dist_.comm, model_->parameters(), next_step);
   // With ZeRO every rank takes part in gathering the whole state; rank 0 writes it.
-  NamedTensors opt_state = zero_ ? zero_->state() : NamedTensors{};
+  NamedTensors opt_state = opt_->gather_state(dist_.root());
   if (!dist_.root()) return;
-  if (!zero_) opt_state = opt_->state();
   for (auto& [name, t] : scaler_->state()) opt_state.emplace_back("scaler." + name, t);
   fs::path dir =
       save_checkpoint(run_dir_, next_step, model_->state(), opt_state, trainer_state(next_step), cfg_.keep_checkpoints);
@@ -391,45 +296,28 @@ void Trainer::event(const std::string& kind, const std::string& message, int64_t
 
 StepResult Trainer::train_step(double lr) {
   StepResult s;
-  const int64_t L = mcfg_.n_layer, H = mcfg_.n_head;
-  s.max_logit = MaxLogit(L, H);
-  // bf16/f16 parameters get f32 gradient buffers here: the micro-batches accumulate in f32.
-  zero_ ? zero_->zero_grad() : opt_->zero_grad();
+  s.max_logit = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
+  opt_->zero_grad();  // bf16/f16 parameters get f32 gradient buffers: the micro-batches add up in f32
   for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
     auto [ids, targets] = batch_tensors(loader_->next(), device_);
     nn::GPT2Output out = model_->forward(ids, targets);
-    // Gradients of the micro-batches add up in the parameters; scaling each loss by 1/accum
-    // makes their sum the gradient of the mean loss (and by the loss scale for f16, in f32). In
-    // the last micro-batch's backward, finished gradient buckets start their all-reduce.
+    // Scaling each loss by 1/accum makes the sum of the micro-batches' gradients the gradient of
+    // the mean loss (and by the loss scale for f16, in f32). During the last backward, finished
+    // gradients start their reduction over the ranks.
     {
-      auto hook = sync_ && micro + 1 == cfg_.grad_accum ? sync_->hook() : nullptr;
+      auto hook = micro + 1 == cfg_.grad_accum ? opt_->backward_hook() : nullptr;
       scaler_->scale_loss(out.loss, 1.0 / double(cfg_.grad_accum)).backward();
     }
     s.loss += out.loss.item() / double(cfg_.grad_accum);
     s.max_logit.merge(out.max_logit.to_vector<float>());
   }
-  bool grads_finite = true;
-  if (zero_) {
-    // This rank's slice of the mean gradient; the norm is over all slices (a non-finite
-    // element anywhere makes it non-finite on every rank).
-    zero_->reduce_gradients();
-    zero_->scale_gradients(1.0 / scaler_->scale());
-    s.grad_norm = zero_->clip_grad_norm(cfg_.grad_clip);
-    grads_finite = std::isfinite(s.grad_norm);
-  } else {
-    sync_->finish();  // every gradient is now the mean over ranks
-    std::vector<Tensor> params = opt_->param_tensors();
-    grads_finite = scaler_->unscale_(params);
-    s.grad_norm = cfg_.grad_clip > 0 ? optim::clip_grad_norm(params, cfg_.grad_clip) : optim::grad_norm(params);
-  }
+  s.grad_norm = opt_->finish_gradients(*scaler_, cfg_.grad_clip);
   s.loss = mean_over_ranks(*dist_.comm, s.loss);
   max_over_ranks(*dist_.comm, s.max_logit);
-  s.finite = grads_finite && std::isfinite(s.grad_norm) && std::isfinite(s.loss);
-  if (s.finite) {
-    zero_ ? zero_->step(lr) : opt_->step(lr);
-  } else {
-    s.skipped = true;  // with f16 an overflow is routine: the scaler backs off and we go on
-  }
+  const bool grads_finite = std::isfinite(s.grad_norm);
+  s.finite = grads_finite && std::isfinite(s.loss);
+  if (s.finite) opt_->step(lr);
+  s.skipped = !s.finite;  // with f16 an overflow is routine: the scaler backs off and we go on
   scaler_->update(!grads_finite);
   return s;
 }
@@ -491,8 +379,8 @@ void Trainer::validate_now() {
 }
 
 TrainResult Trainer::run() {
-  // Handlers before setup: setup writes the run's files, and a Ctrl-C (or the launcher's
-  // forwarded SIGUSR1) that lands before the handlers would kill the rank instead of letting it
+  // Handlers first: open_run writes the run's files, and a Ctrl-C (or the launcher's
+  // forwarded SIGUSR1) that landed before the handlers would kill the rank instead of letting it
   // finish its first step, checkpoint once and exit 0 like the others.
   g_stop = false;
   auto old_int = std::signal(SIGINT, on_signal);
@@ -506,7 +394,11 @@ TrainResult Trainer::run() {
       std::signal(SIGUSR1, u);
     }
   } restore{old_int, old_term, old_usr1};
-  setup();
+  open_run();
+  build_model();
+  build_optimizer();
+  if (cfg_.resume) resume_from(*latest_);
+  start_log();
 
   for (; step_ < cfg_.max_steps; ++step_) {
     const double lr = schedule_.lr_at(step_);
