@@ -236,26 +236,26 @@ TEST_CASE("pruning never leaves a listed checkpoint incomplete, and stale tempor
 
 TEST_CASE("flag values are never silently replaced or ignored") {
   TrainConfig c = testing::tiny_config("ls_negative");
-  c.attention = "ls";
-  c.ls_window = -3;
+  c.model.attention = "ls";
+  c.model.ls_window = -3;
   expect_error<ConfigError>([&] { train(c); }, "--ls-window");
-  c.ls_window = 8;
-  c.ls_local_heads = -2;
+  c.model.ls_window = 8;
+  c.model.ls_local_heads = -2;
   expect_error<ConfigError>([&] { train(c); }, "--ls-local-heads");
   c = testing::tiny_config("init_and_shape");
   c.init_from = KEEL_SOURCE_DIR "/tests/nn/data/hf_tiny";
-  c.n_layer = 7;
+  c.model.n_layer = 7;
   expect_error<ConfigError>([&] { train(c); }, "--init-from");
   c = testing::tiny_config("forever");
   c.max_steps = INT64_MAX;
   expect_error<ConfigError>([&] { train(c); }, "--max-steps");
   c = testing::tiny_config("huge_model");
-  c.n_layer = 1000000;  // allocated for over a minute, then blamed the batch size
+  c.model.n_layer = 1000000;  // allocated for over a minute, then blamed the batch size
   expect_error<ConfigError>([&] { train(c); }, "--n-layer");
   c = testing::tiny_config("too_big");
-  c.n_layer = 4096;  // within the flag's range, but about 200 billion parameters at width 2048
-  c.n_embd = 2048;
-  c.n_head = 16;
+  c.model.n_layer = 4096;  // within the flag's range, but about 200 billion parameters at width 2048
+  c.model.n_embd = 2048;
+  c.model.n_head = 16;
   expect_error<ConfigError>([&] { train(c); }, "more than this machine's");
   c = testing::tiny_config("seed_wrapped");
   c.seed = ~uint64_t{0};  // what --seed -1 became
@@ -279,9 +279,9 @@ TEST_CASE("CUDA: a model larger than the GPU's free memory is refused with the d
   KEEL_REQUIRE_CUDA();
   TrainConfig c = testing::tiny_config("too_big_gpu");
   c.device = "cuda:0";
-  c.n_layer = 4096;
-  c.n_embd = 2048;
-  c.n_head = 16;
+  c.model.n_layer = 4096;
+  c.model.n_embd = 2048;
+  c.model.n_head = 16;
   expect_error<ConfigError>([&] { train(c); }, "free on cuda:0");
   CHECK_FALSE(fs::exists(fs::path(c.run_dir) / "checkpoints"));
 }

@@ -49,7 +49,7 @@ TEST_CASE("a tiny GPT-2 trains on the CPU and its loss falls") {
 
 TEST_CASE("a resumed run logs the same losses as an uninterrupted one") {
   TrainConfig full = testing::tiny_config("uninterrupted");
-  full.dropout = 0.1;  // the dropout RNG must be restored too
+  full.model.dropout = 0.1;  // the dropout RNG must be restored too
   train(full);
 
   TrainConfig part = full;
@@ -96,8 +96,8 @@ TEST_CASE("SIGINT stops a run with a checkpoint and --resume finishes it identic
 TEST_CASE("every attention variant of nn::kAttentionKinds trains") {
   for (const auto& [kind, v] : nn::kAttentionKinds) {
     TrainConfig c = testing::tiny_config(std::string("variant_") + v);
-    c.attention = v;
-    c.ls_window = 8;
+    c.model.attention = v;
+    c.model.ls_window = 8;
     c.max_steps = 6;
     TrainResult r = train(c);
     CHECK_MESSAGE(std::isfinite(r.final_loss), v);
@@ -182,8 +182,8 @@ TEST_CASE("a diverging run stops with a diagnosis, or skips the bad steps when a
 
 TEST_CASE("bias and tied embeddings can be switched from the command-line config") {
   TrainConfig c = testing::tiny_config("untied");
-  c.bias = 0;
-  c.tie_embeddings = 0;
+  c.model.bias = 0;
+  c.model.tie_embeddings = 0;
   c.max_steps = 2;
   train(c);
   auto model = load_run_model(c.run_dir);

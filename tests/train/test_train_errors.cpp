@@ -26,18 +26,18 @@ void expect_error(const TrainConfig& c, const std::string& needle) {
 
 TEST_CASE("contradictory model configurations are refused") {
   TrainConfig c = testing::tiny_config("bad_model");
-  c.attention = "ls";
-  c.ls_window = 32;  // >= the context of 32
+  c.model.attention = "ls";
+  c.model.ls_window = 32;  // >= the context of 32
   expect_error<ConfigError>(c, "window");
   c = testing::tiny_config("bad_heads");
-  c.n_head = 3;  // does not divide 64
+  c.model.n_head = 3;  // does not divide 64
   expect_error<ConfigError>(c, "n_head");
   c = testing::tiny_config("bad_local");
-  c.attention = "ls";
-  c.ls_local_heads = 5;  // more local heads than the 4 heads
+  c.model.attention = "ls";
+  c.model.ls_local_heads = 5;  // more local heads than the 4 heads
   expect_error<ConfigError>(c, "local");
   c = testing::tiny_config("bad_variant");
-  c.attention = "linear";
+  c.model.attention = "linear";
   expect_error<ConfigError>(c, "attention");
   c = testing::tiny_config("bad_lr");
   c.min_lr = 1.0;
@@ -105,13 +105,13 @@ TEST_CASE("a corrupt or truncated checkpoint is refused on resume") {
 TEST_CASE("a model whose vocabulary disagrees with the data is refused") {
   TrainConfig c = testing::tiny_config("vocab_mismatch");
   c.init_from = KEEL_SOURCE_DIR "/tests/nn/data/hf_tiny";  // vocabulary 97, the data's is 512
-  c.n_embd = 0;  // the model's shape comes from --init-from
+  c.model.n_embd.reset();  // the model's shape comes from --init-from
   expect_error<ConfigError>(c, "vocabulary");
 }
 
 TEST_CASE("a Hugging Face init directory that is missing or malformed is refused") {
   TrainConfig c = testing::tiny_config("bad_init");
-  c.n_embd = 0;  // the model's shape comes from --init-from
+  c.model.n_embd.reset();  // the model's shape comes from --init-from
   c.init_from = "/nonexistent/hf";
   expect_error<IoError>(c, "/nonexistent/hf");
   fs::path dir = testing::scratch_dir("bad_init_dir");

@@ -35,21 +35,26 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 // A run as made before the softcap default moved: trained 4 steps, its newest checkpoint (step 4)
-// removed so a resume has work to do, and "softcap": 30.0 recorded in its config.json.
+// removed so a resume has work to do, and "softcap": 30.0 recorded in its config.json. It is also
+// as old keel versions wrote it: overrides that were not given recorded as 0, -1 or "".
 TrainConfig make_old_run(const std::string& name, const std::string& attention) {
   TrainConfig c = testing::tiny_config(name);
-  c.attention = attention;
+  c.model.attention = attention;
   c.max_steps = 4, c.ckpt_every = 2, c.keep_checkpoints = 5, c.val_every = 0;
   train(c);
   fs::remove_all(fs::path(c.run_dir) / "checkpoints" / "step_00000004");
   const fs::path p = fs::path(c.run_dir) / "config.json";
   nlohmann::json j = io::read_json_file(p, "test");
   j["train"]["softcap"] = 30.0;
+  const nlohmann::json legacy = {{"n_layer", 0}, {"n_head", 0}, {"ls_local_heads", -1}, {"ls_window", 0},
+                                 {"bias", -1},   {"tie_embeddings", -1}};
+  j["train"].update(legacy);
   io::write_file_atomic(p, j.dump(2) + "\n", "test");
   // Its checkpoints recorded the same identity (resume checks that they agree).
   const fs::path state = fs::path(c.run_dir) / "checkpoints" / "step_00000002" / "trainer.json";
   nlohmann::json t = io::read_json_file(state, "test");
   t["identity"]["softcap"] = 30.0;
+  t["identity"].update(legacy);
   io::write_file_atomic(state, t.dump(2) + "\n", "test");
   c.resume = true;
   return c;
@@ -74,13 +79,13 @@ TEST_CASE("attention variants: the train flags accept every name of the table an
   for (const auto& [kind, name] : nn::kAttentionKinds) {
     TrainConfig c;
     c.data = "d", c.run_dir = "r";
-    c.attention = name;
+    c.model.attention = name;
     CHECK_NOTHROW(c.validate());
     CHECK(model_config(c, 512).attention == kind);  // the model gets the very variant named
   }
   TrainConfig c;
   c.data = "d", c.run_dir = "r";
-  c.attention = "linear";
+  c.model.attention = "linear";
   const std::string e = error_of([&] { c.validate(); });
   CHECK(e.find("--attention") != std::string::npos);
   CHECK(e.find(nn::attention_kind_names()) != std::string::npos);
@@ -103,9 +108,9 @@ TEST_CASE("one default per knob: a default TrainConfig is each preset as nn defi
   }
   const TrainConfig c;
   const nn::GPT2Config model;
-  CHECK(c.softcap == model.softcap);
-  CHECK(c.softcap == 50.0);  // Gemma 2's cap for attention logits, which is what keel caps
-  CHECK(c.dropout == model.dropout);
+  CHECK(c.model.softcap == model.softcap);
+  CHECK(c.model.softcap == 50.0);  // Gemma 2's cap for attention logits, which is what keel caps
+  CHECK(c.model.dropout == model.dropout);
   const optim::AdamWOptions adamw;
   CHECK(c.lr == adamw.lr);
   CHECK(c.beta1 == adamw.beta1);
@@ -118,7 +123,7 @@ TEST_CASE("one default per knob: a default TrainConfig is each preset as nn defi
   // LS-attention on a preset without an LS shape gets the paper's: one global head, window 50.
   TrainConfig ls;
   ls.preset = "gpt2-124m";
-  ls.attention = "ls";
+  ls.model.attention = "ls";
   const nn::GPT2Config m = model_config(ls, 50257);
   CHECK(m.ls_local_heads == m.n_head - 1);
   CHECK(m.ls_window == nn::GPT2Config::preset("paper").ls_window);
@@ -143,14 +148,14 @@ TEST_CASE("ignore index: the loader's padding reaches cross_entropy as its ignor
 
 TEST_CASE("softcap default moved from 30 to 50: old runs resume, and a softcap run says what differs") {
   TrainConfig mhsa = make_old_run("old_mhsa", "mhsa");
-  CHECK(mhsa.softcap == 50.0);
+  CHECK(mhsa.model.softcap == 50.0);
   CHECK(train(mhsa).steps == 4);  // the cap is no part of an MHSA model
 
   TrainConfig capped = make_old_run("old_softcap", "softcap");
   const std::string e = error_of([&] { train(capped); });
   CHECK(e.find("configuration differs") != std::string::npos);
   CHECK(e.find("softcap: 30.0 saved, 50.0 now") != std::string::npos);
-  capped.softcap = 30.0;  // what `gpt2 train --resume --run-dir` reads from config.json
+  capped.model.softcap = 30.0;  // what `gpt2 train --resume --run-dir` reads from config.json
   CHECK(train(capped).steps == 4);
 }
 
@@ -169,3 +174,57 @@ TEST_CASE("softcap default: `gpt2 train --resume --run-dir` continues an old sof
   CHECK(io::read_json_file(p, "test")["model"]["attn_softcap"] == 30.0);
 }
 #endif
+
+TEST_CASE("model overrides: not given is std::nullopt, written as null, and old files' 0 / -1 / \"\" read as not given") {
+  TrainConfig c;
+  CHECK_FALSE(c.model.changes_architecture());
+  const nlohmann::json j = c.to_json();
+  for (const char* key : {"attention", "n_layer", "n_head", "n_embd", "ls_local_heads", "ls_window", "bias",
+                          "tie_embeddings", "seq_len"})
+    CHECK_MESSAGE(j.at(key).is_null(), key);
+
+  c.merge_json({{"n_layer", 3}, {"ls_local_heads", 0}, {"bias", false}, {"tie_embeddings", 1}, {"seq_len", 64}},
+               "given");
+  CHECK(c.model.n_layer == 3);
+  CHECK(c.model.ls_local_heads == 0);  // 0 local heads is a value, not "not given"
+  CHECK(c.model.bias == false);
+  CHECK(c.model.tie_embeddings == true);  // 1 / 0 as older files wrote booleans
+  CHECK(c.seq_len == 64);
+  CHECK(c.model.changes_architecture());
+  nn::GPT2Config m = nn::GPT2Config::preset("tiny");
+  const nn::GPT2Config preset = m;
+  c.model.apply_to(m);
+  CHECK(m.n_layer == 3);
+  CHECK_FALSE(m.bias);
+  CHECK(m.n_head == preset.n_head);  // not given: the preset's
+
+  c.merge_json({{"n_layer", 0}, {"ls_local_heads", -1}, {"bias", -1}, {"attention", ""}, {"seq_len", 0},
+                {"tie_embeddings", nullptr}},
+               "old run");
+  CHECK_FALSE(c.model.changes_architecture());
+  CHECK_FALSE(c.seq_len);
+  CHECK(c.to_json() == TrainConfig{}.to_json());
+
+  CHECK_THROWS_AS(c.merge_json({{"bias", 2}}, "f"), ConfigError);
+  CHECK_THROWS_AS(c.merge_json({{"n_layer", "3"}}, "f"), ConfigError);
+  c.merge_json({{"n_layer", -2}}, "f");  // read as given, then refused by validate() naming the flag
+  c.data = "d", c.run_dir = "r";
+  CHECK(error_of([&] { c.validate(); }).find("--n-layer") != std::string::npos);
+}
+
+TEST_CASE("model overrides from flags: only the flags given are set") {
+  CLI::App app;
+  TrainConfig flags;
+  std::string config_file;
+  add_train_flags(app, &flags, &config_file);
+  app.parse("--bias 0 --n-layer 3", false);
+  CHECK(flags.model.n_layer == 3);
+  CHECK(flags.model.bias == false);
+  CHECK_FALSE(flags.model.n_head);
+  CHECK_FALSE(flags.model.attention);
+  CHECK_FALSE(flags.seq_len);
+  TrainConfig bad;
+  CLI::App app2;
+  add_train_flags(app2, &bad, &config_file);
+  CHECK_THROWS_AS(app2.parse("--bias 2", false), CLI::ParseError);
+}

@@ -40,7 +40,7 @@ inline const std::filesystem::path& tiny_dataset() {
 inline app::TrainConfig tiny_config(const std::string& run) {
   app::TrainConfig c;
   c.preset = "tiny";
-  c.n_embd = 64;
+  c.model.n_embd = 64;
   c.seq_len = 32;
   c.batch_size = 4;
   c.max_steps = 12;

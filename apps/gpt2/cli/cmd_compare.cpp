@@ -42,7 +42,7 @@ void run_compare(CLI::App& cmd, const TrainConfig& flags, const std::string& con
   std::vector<std::string> dirs;
   for (const std::string& v : names) {
     TrainConfig cfg = base;
-    cfg.attention = v;
+    cfg.model.attention = v;
     cfg.name = v;
     cfg.run_dir = (fs::path(out) / v).string();
     dirs.push_back(cfg.run_dir);

@@ -33,18 +33,9 @@ DType parse_dtype(const std::string& name) {
 nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size) {
   nn::GPT2Config m = nn::GPT2Config::preset(cfg.preset);
   m.vocab_size = vocab_size;
-  if (cfg.n_layer) m.n_layer = cfg.n_layer;
-  if (cfg.n_head) m.n_head = cfg.n_head;
-  if (cfg.n_embd) m.n_embd = cfg.n_embd;
-  if (cfg.seq_len) m.block_size = cfg.seq_len;
-  if (cfg.bias >= 0) m.bias = cfg.bias == 1;
-  if (cfg.tie_embeddings >= 0) m.tie_embeddings = cfg.tie_embeddings == 1;  // learned positions exactly as long as the run's sequences
-  if (!cfg.attention.empty()) m.attention = nn::parse_attention_kind(cfg.attention);
-  if (cfg.ls_local_heads >= 0) m.ls_local_heads = cfg.ls_local_heads;
-  if (cfg.ls_window > 0) m.ls_window = cfg.ls_window;
+  if (cfg.seq_len) m.block_size = *cfg.seq_len;  // learned positions exactly as long as the run's sequences
+  cfg.model.apply_to(m);
   m.fill_ls_shape();  // a preset without an LS shape (gpt2-124m) gets the paper's
-  m.softcap = cfg.softcap;
-  m.dropout = cfg.dropout;
   m.validate();
   return m;
 }

@@ -20,25 +20,83 @@ std::string preset_names(const std::string& separator) {
   return out;
 }
 
+template <typename T>
+struct is_optional : std::false_type {};
+template <typename T>
+struct is_optional<std::optional<T>> : std::true_type {};
+
+// How keel versions before std::optional overrides wrote "not given" in config.json and
+// trainer.json; such a value still reads as not given, so their runs resume.
+bool is_legacy_unset(const std::string& key, const nlohmann::json& v) {
+  static const nlohmann::json kLegacy = {{"attention", ""}, {"n_layer", 0},       {"n_head", 0},
+                                         {"n_embd", 0},     {"ls_local_heads", -1}, {"ls_window", 0},
+                                         {"bias", -1},      {"tie_embeddings", -1}, {"seq_len", 0}};
+  return kLegacy.contains(key) && kLegacy[key] == v;
+}
+
+// One JSON value as a field of type T: a type check, integers range-checked (no wrap of -1 to
+// 2^64 - 1, no float-to-integer cast of 1e30), booleans also as 1 / 0.
+template <typename T>
+T read_value(const nlohmann::json& v, const std::string& source, const std::string& key) {
+  auto wrong_type = [&] {
+    return ConfigError("config", fmt::format("{}: field '{}' has the wrong type ({})", source, key, io::quote_json(v)));
+  };
+  if constexpr (std::is_same_v<T, bool>) {
+    if (v.is_boolean()) return v.get<bool>();
+    if (v == 0 || v == 1) return v == 1;
+    throw wrong_type();
+  } else if constexpr (std::is_integral_v<T>) {
+    try {
+      return static_cast<T>(io::get_int(v, std::is_signed_v<T> ? INT64_MIN : 0, INT64_MAX,
+                                        fmt::format("{}: field '{}'", source, key)));
+    } catch (const ConfigError& e) {
+      throw ConfigError("config", e.message());
+    }
+  } else {
+    if (std::is_same_v<T, std::string> ? !v.is_string() : !v.is_number()) throw wrong_type();
+    return v.get<T>();
+  }
+}
+
+// One flag's text as a field of type T, or a CLI11 error naming the flag. Our own parse: CLI11
+// would saturate 99999999999999999999 to INT64_MAX and wrap -1 to 2^64 - 1 for an unsigned
+// field. Semantic ranges are checked in validate().
+template <typename T>
+T parse_flag(const std::string& flag, const std::string& s) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (s == "1" || s == "true") return true;
+    if (s == "0" || s == "false") return false;
+    throw CLI::ValidationError(flag, fmt::format("'{}' is not 1 or 0", s));
+  } else if constexpr (std::is_integral_v<T>) {
+    int64_t v = 0;
+    if (!io::parse_int(s, std::is_signed_v<T> ? INT64_MIN : 0, INT64_MAX, v))
+      throw CLI::ValidationError(
+          flag, fmt::format("'{}' is not {} integer in range", s, std::is_signed_v<T> ? "an" : "a non-negative"));
+    return static_cast<T>(v);
+  } else {
+    return s;
+  }
+}
+
 // One table drives JSON reading, writing and flag registration, so a field cannot be added to
 // one and forgotten in another.
 template <typename F>
 void for_each_field(TrainConfig& c, F&& f) {
   f("preset", c.preset, "model preset: " + preset_names(" | "));
-  f("attention", c.attention, "attention: " + nn::attention_kind_names(" | ") + " (default: the preset's)");
-  f("n_layer", c.n_layer, "layers (0 = the preset's)");
-  f("n_head", c.n_head, "heads per layer (0 = the preset's)");
-  f("n_embd", c.n_embd, "model width C (0 = the preset's)");
-  f("ls_local_heads", c.ls_local_heads, "LS-attention: local heads per layer, placed first (-1 = the preset's)");
-  f("ls_window", c.ls_window, "LS-attention: window w of the local heads (0 = the preset's)");
-  f("bias", c.bias, "biases in Linear and LayerNorm: 1 or 0 (-1 = the preset's)");
-  f("tie_embeddings", c.tie_embeddings, "lm_head shares the token embedding: 1 or 0 (-1 = the preset's)");
-  f("softcap", c.softcap, "softcap attention: the cap c in c * tanh(logit / c)");
-  f("dropout", c.dropout, "dropout probability");
+  f("attention", c.model.attention, "attention: " + nn::attention_kind_names(" | ") + " (default: the preset's)");
+  f("n_layer", c.model.n_layer, "layers (default: the preset's)");
+  f("n_head", c.model.n_head, "heads per layer (default: the preset's)");
+  f("n_embd", c.model.n_embd, "model width C (default: the preset's)");
+  f("ls_local_heads", c.model.ls_local_heads, "LS-attention: local heads per layer, placed first (default: the preset's)");
+  f("ls_window", c.model.ls_window, "LS-attention: window w of the local heads (default: the preset's)");
+  f("bias", c.model.bias, "biases in Linear and LayerNorm: 1 or 0 (default: the preset's)");
+  f("tie_embeddings", c.model.tie_embeddings, "lm_head shares the token embedding: 1 or 0 (default: the preset's)");
+  f("softcap", c.model.softcap, "softcap attention: the cap c in c * tanh(logit / c)");
+  f("dropout", c.model.dropout, "dropout probability");
   f("init_from", c.init_from, "start from a Hugging Face GPT-2 directory (config.json + model.safetensors)");
   f("data", c.data, "dataset directory written by `gpt2 prepare`");
   f("batch_size", c.batch_size, "sequences per micro-batch B");
-  f("seq_len", c.seq_len, "sequence length T (0 = the model's context length)");
+  f("seq_len", c.seq_len, "sequence length T (default: the model's context length)");
   f("grad_accum", c.grad_accum, "micro-batches per optimizer step");
   f("max_steps", c.max_steps, "optimizer steps");
   f("warmup_steps", c.warmup_steps, "linear warmup steps");
@@ -68,10 +126,32 @@ void for_each_field(TrainConfig& c, F&& f) {
 }
 }  // namespace
 
+void ModelOverrides::apply_to(nn::GPT2Config& m) const {
+  if (attention) m.attention = nn::parse_attention_kind(*attention);
+  if (n_layer) m.n_layer = *n_layer;
+  if (n_head) m.n_head = *n_head;
+  if (n_embd) m.n_embd = *n_embd;
+  if (ls_local_heads) m.ls_local_heads = *ls_local_heads;
+  if (ls_window) m.ls_window = *ls_window;
+  if (bias) m.bias = *bias;
+  if (tie_embeddings) m.tie_embeddings = *tie_embeddings;
+  m.softcap = softcap;
+  m.dropout = dropout;
+}
+
+bool ModelOverrides::changes_architecture() const {
+  return attention || n_layer || n_head || n_embd || ls_local_heads || ls_window || bias || tie_embeddings;
+}
+
 nlohmann::json TrainConfig::to_json() const {
   nlohmann::json j;
   TrainConfig copy = *this;
-  for_each_field(copy, [&](const char* key, auto& value, const std::string&) { j[key] = value; });
+  for_each_field(copy, [&](const char* key, auto& value, const std::string&) {
+    if constexpr (is_optional<std::decay_t<decltype(value)>>::value)
+      j[key] = value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+    else
+      j[key] = value;
+  });
   return j;
 }
 
@@ -82,20 +162,14 @@ void TrainConfig::merge_json(const nlohmann::json& j, const std::string& source)
     known.insert(key);
     if (!j.contains(key)) return;
     using T = std::decay_t<decltype(value)>;
-    const auto& v = j.at(key);
-    const bool ok = std::is_same_v<T, std::string> ? v.is_string() : std::is_same_v<T, double> ? v.is_number() : true;
-    if (!ok)
-      throw ConfigError("config", fmt::format("{}: field '{}' has the wrong type ({})", source, key, io::quote_json(v)));
-    if constexpr (std::is_integral_v<T>) {
-      // Range-checked: no wrap (2^64 - 1 for -1), no float-to-integer cast of 1e30.
-      try {
-        value = static_cast<T>(io::get_int(v, std::is_signed_v<T> ? INT64_MIN : 0, INT64_MAX,
-                                           fmt::format("{}: field '{}'", source, key)));
-      } catch (const ConfigError& e) {
-        throw ConfigError("config", e.message());
-      }
+    const nlohmann::json& v = j.at(key);
+    if constexpr (is_optional<T>::value) {
+      if (v.is_null() || is_legacy_unset(key, v))
+        value.reset();
+      else
+        value = read_value<typename T::value_type>(v, source, key);
     } else {
-      value = v.get<T>();
+      value = read_value<T>(v, source, key);
     }
   });
   for (const auto& [key, _] : j.items())
@@ -113,19 +187,14 @@ void add_train_flags(CLI::App& cmd, TrainConfig* cfg, std::string* config_file) 
     using T = std::decay_t<decltype(value)>;
     if constexpr (std::is_same_v<T, Seed>) {  // the table's one unsigned field: --seed
       add_seed_option(cmd, value, help);
-    } else if constexpr (std::is_integral_v<T>) {
-      // Our own parse: CLI11 would saturate 99999999999999999999 to INT64_MAX and wrap -1 to
-      // 2^64 - 1 for an unsigned field. Semantic ranges are checked in validate().
+    } else if constexpr (is_optional<T>::value) {
+      using V = typename T::value_type;
       cmd.add_option_function<std::string>(
-             flag,
-             [&value, flag](const std::string& s) {
-               int64_t v = 0;
-               if (!io::parse_int(s, std::is_signed_v<T> ? INT64_MIN : 0, INT64_MAX, v))
-                 throw CLI::ValidationError(flag, fmt::format("'{}' is not {} integer in range", s,
-                                                              std::is_signed_v<T> ? "an" : "a non-negative"));
-               value = static_cast<T>(v);
-             },
-             help)
+             flag, [&value, flag](const std::string& s) { value = parse_flag<V>(flag, s); }, help)
+          ->type_name(std::is_same_v<V, std::string> ? "TEXT" : std::is_same_v<V, bool> ? "1|0" : "INT");
+    } else if constexpr (std::is_integral_v<T>) {
+      cmd.add_option_function<std::string>(
+             flag, [&value, flag](const std::string& s) { value = parse_flag<T>(flag, s); }, help)
           ->type_name("INT")
           ->default_str(std::to_string(value));
     } else {
@@ -142,29 +211,26 @@ void TrainConfig::validate() const {
   const auto presets = nn::GPT2Config::preset_names();
   need(std::find(presets.begin(), presets.end(), preset) != presets.end(), "preset",
        "unknown preset '" + preset + "'", "use one of " + preset_names(", "));
-  bool known_attention = attention.empty();
-  for (const auto& [kind, name] : nn::kAttentionKinds) known_attention = known_attention || attention == name;
-  need(known_attention, "attention", "unknown variant '" + attention + "'",
+  bool known_attention = !model.attention;
+  for (const auto& [kind, name] : nn::kAttentionKinds) known_attention = known_attention || model.attention == name;
+  need(known_attention, "attention", "unknown variant '" + model.attention.value_or("") + "'",
        "use one of " + nn::attention_kind_names());
   // Upper bounds far above any real run: larger values are typos (or hostile) and would only
   // overflow sizes, allocate for minutes or never finish.
   constexpr int64_t kMaxSize = 1 << 20, kMaxSteps = int64_t{1} << 40;
-  need(n_layer >= 0 && n_head >= 0 && n_embd >= 0, "n-layer", "layer, head and width counts cannot be negative");
-  need(n_layer <= 4096 && n_head <= 4096 && n_embd <= 65536, "n-layer",
-       "at most 4096 layers, 4096 heads and width 65536");
-  need(ls_local_heads >= -1, "ls-local-heads", "must be at least 0 (or -1 for the preset's)");
-  need(ls_window >= 0, "ls-window", "must be at least 1 (or 0 for the preset's)");
-  need(init_from.empty() || (n_layer == 0 && n_head == 0 && n_embd == 0 && attention.empty() &&
-                             ls_local_heads == -1 && ls_window == 0 && bias == -1 && tie_embeddings == -1),
-       "init-from", "the model's shape and attention come from --init-from, so --n-layer, --n-head, --n-embd, "
+  auto in = [](const std::optional<int64_t>& v, int64_t lo, int64_t hi) { return !v || (*v >= lo && *v <= hi); };
+  need(in(model.n_layer, 1, 4096), "n-layer", "must be in [1, 4096]");
+  need(in(model.n_head, 1, 4096), "n-head", "must be in [1, 4096]");
+  need(in(model.n_embd, 1, 65536), "n-embd", "must be in [1, 65536]");
+  need(in(model.ls_local_heads, 0, 4096), "ls-local-heads", "must be in [0, 4096]");
+  need(in(model.ls_window, 1, kMaxSize), "ls-window", "must be in [1, 2^20]");
+  need(init_from.empty() || !model.changes_architecture(), "init-from",
+       "the model's shape and attention come from --init-from, so --n-layer, --n-head, --n-embd, "
        "--attention, --ls-local-heads, --ls-window, --bias and --tie-embeddings cannot change it",
        "drop those flags, or train from scratch without --init-from");
-  need(batch_size <= kMaxSize && seq_len <= kMaxSize && grad_accum <= kMaxSize, "batch-size",
-       "--batch-size, --seq-len and --grad-accum are at most 2^20");
-  need(bias >= -1 && bias <= 1 && tie_embeddings >= -1 && tie_embeddings <= 1, "bias",
-       "--bias and --tie-embeddings take 1, 0 or -1 (the preset's)");
+  need(batch_size <= kMaxSize && grad_accum <= kMaxSize, "batch-size", "--batch-size and --grad-accum are at most 2^20");
+  need(in(seq_len, 1, kMaxSize), "seq-len", "must be in [1, 2^20]");
   need(batch_size >= 1, "batch-size", "must be at least 1");
-  need(seq_len >= 0, "seq-len", "cannot be negative");
   need(grad_accum >= 1, "grad-accum", "must be at least 1");
   need(max_steps >= 1 && max_steps <= kMaxSteps, "max-steps", "must be in [1, 2^40]");
   need(warmup_steps >= 0 && warmup_steps <= kMaxSteps, "warmup-steps", "must be in [0, 2^40]");
@@ -174,8 +240,8 @@ void TrainConfig::validate() const {
   need(weight_decay >= 0, "weight-decay", "cannot be negative");
   need(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "beta1", "betas must be in [0, 1)");
   need(grad_clip >= 0, "grad-clip", "cannot be negative (0 turns clipping off)");
-  need(dropout >= 0 && dropout < 1, "dropout", "must be in [0, 1)");
-  need(softcap > 0, "softcap", "the cap must be positive");
+  need(model.dropout >= 0 && model.dropout < 1, "dropout", "must be in [0, 1)");
+  need(model.softcap > 0, "softcap", "the cap must be positive");
   need(dtype == "f32" || dtype == "bf16" || dtype == "f16", "dtype", "unknown dtype '" + dtype + "'",
        "use f32, bf16 or f16");
   need(on_nonfinite == "stop" || on_nonfinite == "skip", "on-nonfinite", "use stop or skip");
@@ -209,7 +275,8 @@ nlohmann::json identity_of(const TrainConfig& cfg) {
   // softcap default of its day (30 before it became nn's 50) resumes under today's default.
   nn::AttentionKind kind;
   try {
-    kind = cfg.attention.empty() ? nn::GPT2Config::preset(cfg.preset).attention : nn::parse_attention_kind(cfg.attention);
+    kind = cfg.model.attention ? nn::parse_attention_kind(*cfg.model.attention)
+                               : nn::GPT2Config::preset(cfg.preset).attention;
   } catch (const ConfigError&) {
     return j;  // an unknown preset or variant (a hand-edited config.json): every field counts
   }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -23,20 +24,33 @@ class App;
 
 namespace keel::app {
 
-struct TrainConfig {
-  // --- model (a preset, then overrides; 0 / empty = the preset's value) ---
-  std::string preset = "tiny";  // a name of nn::GPT2Config::preset_names()
-  std::string attention;        // a name of nn::kAttentionKinds ("" = the preset's)
-  int64_t n_layer = 0, n_head = 0, n_embd = 0;
-  int64_t ls_local_heads = -1, ls_window = 0;  // -1 / 0 = the preset's
-  int64_t bias = -1, tie_embeddings = -1;       // 1 / 0, or -1 = the preset's
+// What a run changes in its preset's model. An override that is not given (std::nullopt) keeps
+// the preset's value; softcap and dropout always apply, with nn's defaults.
+struct ModelOverrides {
+  std::optional<std::string> attention;  // a name of nn::kAttentionKinds
+  std::optional<int64_t> n_layer, n_head, n_embd;
+  std::optional<int64_t> ls_local_heads, ls_window;  // LS-attention's shape
+  std::optional<bool> bias, tie_embeddings;
   double softcap = nn::GPT2Config{}.softcap;
   double dropout = nn::GPT2Config{}.dropout;
-  std::string init_from;  // a Hugging Face GPT-2 directory to start from
+
+  // The given overrides written into m (a preset); ConfigError for an unknown attention name.
+  void apply_to(nn::GPT2Config& m) const;
+  // Whether any override of the model's shape or attention variant is given (softcap and
+  // dropout are not shape: they apply to a model loaded with --init-from too).
+  bool changes_architecture() const;
+};
+
+struct TrainConfig {
+  // --- model (a preset, then overrides) ---
+  std::string preset = "tiny";  // a name of nn::GPT2Config::preset_names()
+  ModelOverrides model;
+  std::string init_from;        // a Hugging Face GPT-2 directory to start from
 
   // --- data ---
   std::string data;  // a directory written by `gpt2 prepare`
-  int64_t batch_size = 8, seq_len = 0, grad_accum = 1;  // seq_len 0 = the model's context
+  int64_t batch_size = 8, grad_accum = 1;
+  std::optional<int64_t> seq_len;  // T; not given = the model's context
 
   // --- optimisation ---
   int64_t max_steps = 200, warmup_steps = 20;  // a short demo run (the paper's: optim/defaults.h)
@@ -63,8 +77,11 @@ struct TrainConfig {
   int64_t zero = 0;                   // ZeRO stage: 0 (replicated optimizer state) or 1 (sharded)
   std::string reduce_dtype = "f32";   // dtype gradients travel in: f32 | bf16
 
+  // Every field by its name; an override that is not given is null.
   nlohmann::json to_json() const;
-  // Fields present in j replace this config's; unknown keys are a ConfigError (typos).
+  // Fields present in j replace this config's; unknown keys are a ConfigError (typos). null
+  // leaves an override not given, as do the values files of older keel versions used for it
+  // (0 for counts and ls_window, -1 for ls_local_heads, bias and tie_embeddings, "" for attention).
   void merge_json(const nlohmann::json& j, const std::string& source);
   // ConfigError naming the field for anything that cannot work.
   void validate() const;

@@ -108,7 +108,7 @@ void Trainer::open_run() {
                       "use --dtype f32 on the CPU");
   dist_ = start_distributed(cfg_, &device_);
   run_dir_ = cfg_.run_dir;
-  if (cfg_.name.empty()) cfg_.name = cfg_.attention.empty() ? cfg_.preset : cfg_.attention;
+  if (cfg_.name.empty()) cfg_.name = cfg_.model.attention.value_or(cfg_.preset);
 
   data::DatasetMeta meta = data::read_dataset_meta(cfg_.data);
   if (!cfg_.init_from.empty()) {
@@ -122,7 +122,7 @@ void Trainer::open_run() {
     mcfg_ = model_config(cfg_, meta.vocab_size);
   }
   check_model_fits(mcfg_, device_);
-  T_ = cfg_.seq_len ? cfg_.seq_len : mcfg_.block_size;
+  T_ = cfg_.seq_len.value_or(mcfg_.block_size);
   if (T_ > mcfg_.block_size)
     throw ConfigError("train", fmt::format("--seq-len {} is longer than the model's context {}", T_, mcfg_.block_size));
   train_split_ = data::TokenSplit::open(cfg_.data, "train", meta.vocab_size);
