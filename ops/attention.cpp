@@ -101,11 +101,12 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   AttentionResult r;
   r.out = empty({B, H, T, D}, {q.dtype(), q.device()});
   r.max_logit = empty({H}, {DType::f32, q.device()});
+  r.max_range = empty({H}, {DType::f32, q.device()});
   // The CUDA kernels keep the row log-sum-exp in f32 whatever the input dtype; the CPU in the input's.
   Tensor lse = empty({B, H, T}, {q.device().is_cuda() ? DType::f32 : q.dtype(), q.device()});
   // The CPU kernel raises DTypeError for bf16/f16.
   auto kernel = q.device().is_cuda() ? cuda::attention_forward : cpu::attention_forward;
-  kernel(qc, kc, vc, spec.window, scale, spec.softcap, r.out, lse, r.max_logit);
+  kernel(qc, kc, vc, spec.window, scale, spec.softcap, r.out, lse, r.max_logit, r.max_range);
 
   if (needs_grad({q, k, v})) {
     auto node = std::make_shared<AttentionBackward>();

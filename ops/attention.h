@@ -6,13 +6,19 @@
 // out_i = sum_j softmax_j(scale * q_i . k_j) v_j. MHSA is every window 0; LS-attention (arXiv
 // 2505.15548) is a few local heads of window w first, then global heads of window 0.
 //
-// Alongside the output the op returns, per head, the largest |logit| over every batch and every
-// allowed (i, j): the max-logit statistic that signals training instability. Masked pairs are
-// not counted, because they never reach the softmax.
+// Alongside the output the op returns two per-head statistics of the logits, over every batch and
+// every allowed (i, j); masked pairs are not counted, because they never reach the softmax:
+//   max_logit  the largest |logit|: the classic instability signal;
+//   max_range  the largest row range, max_j s_ij - min_j s_ij over the keys row i may see. A
+//              softmax ignores a constant added to a whole row, so max_logit also moves when a
+//              row merely shifts; the range moves only when the attention itself gets sharper
+//              (the measure of `gpt2 lab dof`), so it is the shift-free signal.
+// Both propagate NaN: one NaN logit makes its head's statistics NaN, so a diverged head shows.
 //
 // Optional logit soft-capping (a stabilisation baseline, as in Gemma 2): with softcap = c > 0
 // the logit scale * q_i . k_j becomes c * tanh(scale * q_i . k_j / c) before the softmax, and
-// the statistic reports these capped logits (what the softmax sees, so never above c).
+// the statistics report these capped logits (what the softmax sees: max_logit never above c,
+// max_range never above 2c).
 //
 // The CPU kernel is the reference the CUDA flash kernel is tested against. It works on blocks of
 // query rows against only the keys their bands reach, so a local head costs O(T*W*D) as in the flash
@@ -41,6 +47,7 @@ struct AttentionSpec {
 struct AttentionResult {
   Tensor out;        // (B, H, T, D), q's dtype and device; differentiable w.r.t. q, k, v
   Tensor max_logit;  // (H) f32, on q's device; a statistic, never differentiable
+  Tensor max_range;  // (H) f32, on q's device; a statistic, never differentiable
 };
 
 // q, k, v: (B, H, T, D), one floating dtype, one device; spec.window.size() == H.

@@ -173,14 +173,15 @@ void bench_config(const BenchOptions& o, int64_t D, int64_t T, int64_t B, Genera
   Tensor dout = randn(shape, gen, bf16);
   Tensor out = empty(shape, bf16), dq = empty(shape, bf16), dk = empty(shape, bf16), dv = empty(shape, bf16);
   Tensor lse = empty({B, H, T}, {DType::f32, gpu}), max_logit = empty({H}, {DType::f32, gpu});
+  Tensor max_range = empty({H}, {DType::f32, gpu});
   for (const std::string& pattern : o.patterns) {
     const std::vector<int64_t> windows = pattern_windows(pattern, H);
     const AttentionSpec spec{scale, windows, 0.0};
     std::function<void()> fwd, fwd_bwd;
     if (!o.op) {
-      fwd = [&] { cuda::attention_forward(q, k, v, windows, scale, 0.0, out, lse, max_logit); };
+      fwd = [&] { cuda::attention_forward(q, k, v, windows, scale, 0.0, out, lse, max_logit, max_range); };
       fwd_bwd = [&] {
-        cuda::attention_forward(q, k, v, windows, scale, 0.0, out, lse, max_logit);
+        cuda::attention_forward(q, k, v, windows, scale, 0.0, out, lse, max_logit, max_range);
         cuda::attention_backward(q, k, v, out, lse, dout, windows, scale, 0.0, dq, dk, dv);
       };
     } else {

@@ -46,10 +46,16 @@ auto band_of(Row&& row, int64_t i, int64_t w, int64_t k0, int64_t nk) {
   return row.segment(lo, n);
 }
 
-// q, k, v: (B, H, T, D) -> out (B, H, T, D), lse (B, H, T), head_max (B*H) max |logit| per pair
+// The per-(batch, head) statistics of the forward, merged over the batch afterwards.
+struct PairStats {
+  std::vector<double> max_logit;  // (B*H) max |logit|
+  std::vector<double> max_range;  // (B*H) max over rows of (max - min logit of the row's band)
+};
+
+// q, k, v: (B, H, T, D) -> out (B, H, T, D), lse (B, H, T), stats (B*H) per pair
 template <typename Real>
 void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& window,
-                  double scale, double softcap, Tensor& out, Tensor& lse, std::vector<double>& head_max) {
+                  double scale, double softcap, Tensor& out, Tensor& lse, PairStats& stats) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const Real *qp = q.data<Real>(), *kp = k.data<Real>(), *vp = v.data<Real>();
   Real *op = out.data<Real>(), *lp = lse.data<Real>();
@@ -62,7 +68,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const std::
     Eigen::Map<Mat<Real>> O(op + off, T, D);
     Real* L = lp + bh * T;
     Mat<Real> S(std::min(kRows, T), T);  // a block's logits, then its probabilities
-    double amax = 0;
+    double amax = 0, arange = 0;
     for (int64_t i0 = 0; i0 < T; i0 += kRows) {
       const int64_t r = std::min(kRows, T - i0), k0 = band_start(i0, w), nk = i0 + r - k0;
       auto Sb = S.topLeftCorner(r, nk);
@@ -72,6 +78,8 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const std::
         s *= sc;
         if (cap > 0) s = cap * (s.array() / cap).tanh();
         amax = nan_max(amax, static_cast<double>(s.cwiseAbs().template maxCoeff<Eigen::PropagateNaN>()));
+        const Real range = s.template maxCoeff<Eigen::PropagateNaN>() - s.template minCoeff<Eigen::PropagateNaN>();
+        arange = nan_max(arange, static_cast<double>(range));
         // Subtract the row max before exp so that large logits cannot overflow.
         const Real m = s.maxCoeff();
         s = (s.array() - m).exp();
@@ -81,7 +89,8 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const std::
       }
       O.middleRows(i0, r).noalias() = Sb * V.middleRows(k0, nk);
     }
-    head_max[bh] = amax;
+    stats.max_logit[bh] = amax;
+    stats.max_range[bh] = arange;
   }
 }
 
@@ -142,18 +151,23 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& window,
-                       double scale, double softcap, Tensor& out, Tensor& lse, Tensor& max_logit) {
+                       double scale, double softcap, Tensor& out, Tensor& lse, Tensor& max_logit,
+                       Tensor& max_range) {
   const int64_t B = q.size(0), H = q.size(1);
-  std::vector<double> head_max(B * H, 0.0);
+  PairStats stats{std::vector<double>(B * H, 0.0), std::vector<double>(B * H, 0.0)};
   visit_dtype<CpuFloat>(q.dtype(), "attention", [&]<typename Real>() {
-    forward_impl<Real>(q, k, v, window, scale, softcap, out, lse, head_max);
+    forward_impl<Real>(q, k, v, window, scale, softcap, out, lse, stats);
   });
-  // Reduce over the batch serially so the statistic does not depend on the thread count.
-  float* m = max_logit.data<float>();
+  // Reduce over the batch serially so the statistics do not depend on the thread count.
+  float *m = max_logit.data<float>(), *r = max_range.data<float>();
   for (int64_t h = 0; h < H; ++h) {
-    double x = 0;
-    for (int64_t b = 0; b < B; ++b) x = nan_max(x, head_max[b * H + h]);
+    double x = 0, y = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      x = nan_max(x, stats.max_logit[b * H + h]);
+      y = nan_max(y, stats.max_range[b * H + h]);
+    }
     m[h] = static_cast<float>(x);
+    r[h] = static_cast<float>(y);
   }
 }
 

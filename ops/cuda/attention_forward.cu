@@ -13,6 +13,9 @@
 // backward uses to recompute the probabilities exp(s - lse) without storing them. A row that has
 // seen only masked keys so far has m = -inf; exponents are then taken against 0 instead, so that
 // -inf - -inf never makes a NaN (every real row ends with at least its own key).
+//
+// The statistics ride along: each lane keeps the largest |logit| and the smallest logit it saw, so
+// max |logit| and the row range m - min (ops/attention.h) cost one max and one min per logit.
 #include "ops/cuda/attention_common.cuh"
 
 namespace keel::cuda {
@@ -47,14 +50,15 @@ struct Fwd {
   static_assert(layout().bytes <= 163 * 1024, "must fit an A100's shared memory");
 };
 
-// Shapes: q, k, v, out (B, H, T, D) in T; lse (B, H, T) f32; max_logit (H) f32 read as bits.
+// Shapes: q, k, v, out (B, H, T, D) in T; lse (B, H, T) f32; max_logit, max_range (H) f32 read as bits.
 // Grid (B*H, ceil(T / 64)), 128 threads: block (bh, y) owns query rows [64 qt, 64 qt + 64) of
 // pair bh = b*H + h, qt counted from the end (see below). Warp w owns rows 16w..16w+15 of the tile;
 // in the per-element phase, lanes 2r and 2r+1 share row r of the warp (even and odd columns).
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                             T* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ max_logit, Dims dims) {
+                             T* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ max_logit,
+                             unsigned* __restrict__ max_range, Dims dims) {
   using F = Fwd<T, D>;
   constexpr typename F::Layout L = F::layout();
   constexpr int kBr = F::kBr, kBc = F::kBc, ldT = F::ldT, ldS = F::ldS, ldP = F::ldP, ldO = F::ldO;
@@ -65,7 +69,7 @@ __global__ void __launch_bounds__(kThreads)
   float* Ss = reinterpret_cast<float*>(smem + L.s);
   T* Ps = reinterpret_cast<T*>(smem + L.p);
   float* Os = reinterpret_cast<float*>(smem + L.o);
-  __shared__ unsigned block_max;
+  __shared__ unsigned block_max, block_range;
 
   const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, w = dims.window[h];
   // Under a causal mask the last query tiles see the most keys: launching them first (blocks run
@@ -78,10 +82,11 @@ __global__ void __launch_bounds__(kThreads)
 
   load_tile<T, D>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kBr, T_len - q0);
   for (int e = threadIdx.x; e < kBr * ldO; e += kThreads) Os[e] = 0.0f;
-  if (threadIdx.x == 0) block_max = 0;
+  if (threadIdx.x == 0) block_max = block_range = 0;
 
   float m_run = -INFINITY, l_run = 0.0f;  // row statistics; both lanes of a row hold the same values
   unsigned amax = 0;                      // largest |logit| bits this lane saw (NaN bits beat all)
+  float lo = INFINITY;                    // smallest allowed logit this lane saw; the row's max is m_run
   const TileRange keys = key_tiles_for_query_tile(qt, kBr, kBc, T_len, w);
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int k0 = kt * kBc;
@@ -105,8 +110,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int c2 = 0; c2 < kBc / 2; ++c2) {
       const int c = 2 * c2 + par;
       float s = logit(Ss[row * ldS + c], dims);
-      if (allowed(i, k0 + c, w, T_len)) amax = max(amax, __float_as_uint(fabsf(s)));  // fabsf: sign bit clear
-      else s = -INFINITY;
+      if (allowed(i, k0 + c, w, T_len)) {
+        amax = max(amax, __float_as_uint(fabsf(s)));  // fabsf: sign bit clear
+        lo = fminf(lo, s);
+      } else {
+        s = -INFINITY;
+      }
       x[c2] = s;
       mx = fmaxf(mx, s);
     }
@@ -142,20 +151,37 @@ __global__ void __launch_bounds__(kThreads)
   __syncwarp();
   store_rows<T, D>(out + base, Os + warp * 16 * ldO, ldO, q0 + warp * 16, T_len, 1.0f);
 
-  // max |logit|: non-negative floats order as their bit patterns, and a NaN (sign cleared by
-  // fabsf) is above +inf, so an integer max reduces them and lets a NaN win. Warp, block, then
-  // a single atomic per block into the head's slot (zeroed before the launch).
+  // The row's logit range: m_run is already the row's max over both lanes; its min is the smaller
+  // of the two lanes' minima. fmaxf and fminf skip a NaN, but a NaN logit made this lane's amax
+  // NaN bits (above +inf's), and then the range is NaN too. Rows past the end count 0.
+  lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, 1));
+  unsigned arange = i < T_len ? __float_as_uint(fabsf(m_run - lo)) : 0u;
+  if (amax > 0x7f800000u) arange = amax;
+
+  // max |logit| and max range: non-negative floats order as their bit patterns, and a NaN (sign
+  // cleared by fabsf) is above +inf, so an integer max reduces them and lets a NaN win. Warp,
+  // block, then a single atomic per block into the head's slot (zeroed before the launch).
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  if (lane == 0) atomicMax(&block_max, amax);
+  for (int off = 16; off > 0; off >>= 1) {
+    amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    arange = max(arange, __shfl_xor_sync(0xffffffffu, arange, off));
+  }
+  if (lane == 0) {
+    atomicMax(&block_max, amax);
+    atomicMax(&block_range, arange);
+  }
   __syncthreads();
-  if (threadIdx.x == 0) atomicMax(max_logit + h, block_max);
+  if (threadIdx.x == 0) {
+    atomicMax(max_logit + h, block_max);
+    atomicMax(max_range + h, block_range);
+  }
 }
 
 }  // namespace
 
 void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const std::vector<int64_t>& window,
-                       double scale, double softcap, Tensor& out, Tensor& lse, Tensor& max_logit) {
+                       double scale, double softcap, Tensor& out, Tensor& lse, Tensor& max_logit,
+                       Tensor& max_range) {
   constexpr const char* kOp = "attention (CUDA forward)";
   const Tensor q = kernel_input(q_in), k = kernel_input(k_in), v = kernel_input(v_in);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
@@ -165,18 +191,22 @@ void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   check_tensor(kOp, "out", out, q, q.dtype(), q.shape());
   check_tensor(kOp, "lse", lse, q, DType::f32, {B, H, T});
   check_tensor(kOp, "max_logit", max_logit, q, DType::f32, {H});
+  check_tensor(kOp, "max_range", max_range, q, DType::f32, {H});
   const Dims dims = make_dims(kOp, q, window, scale, softcap);
   const int dev = q.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
-  if (H > 0) KEEL_CHECK_CUDA(cudaMemsetAsync(max_logit.raw_data(), 0, H * sizeof(float), detail::stream(dev)));
-  if (B * H * T == 0) return;  // nothing to attend; the statistic is 0, as on the CPU
+  if (H > 0) {
+    KEEL_CHECK_CUDA(cudaMemsetAsync(max_logit.raw_data(), 0, H * sizeof(float), detail::stream(dev)));
+    KEEL_CHECK_CUDA(cudaMemsetAsync(max_range.raw_data(), 0, H * sizeof(float), detail::stream(dev)));
+  }
+  if (B * H * T == 0) return;  // nothing to attend; the statistics are 0, as on the CPU
 
   dispatch(kOp, q.dtype(), D, [&]<typename E, int HD>() {
     const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + kOwnRows - 1) / kOwnRows));
     launch(attention_forward_kernel<E, HD>, grid, Fwd<E, HD>::layout().bytes, dev,
            static_cast<const E*>(q.raw_data()), static_cast<const E*>(k.raw_data()),
            static_cast<const E*>(v.raw_data()), static_cast<E*>(out.raw_data()), static_cast<float*>(lse.raw_data()),
-           static_cast<unsigned*>(max_logit.raw_data()), dims);
+           static_cast<unsigned*>(max_logit.raw_data()), static_cast<unsigned*>(max_range.raw_data()), dims);
   });
 }
 

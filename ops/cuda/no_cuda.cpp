@@ -28,7 +28,7 @@ void unary(UnaryOp, const Tensor&, Tensor&, double) { no_cuda("unary"); }
 Tensor relu_backward(const Tensor&, const Tensor&) { no_cuda("relu backward"); }
 
 void attention_forward(const Tensor&, const Tensor&, const Tensor&, const std::vector<int64_t>&, double, double,
-                       Tensor&, Tensor&, Tensor&) {
+                       Tensor&, Tensor&, Tensor&, Tensor&) {
   no_cuda("attention");
 }
 void attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,

@@ -14,11 +14,11 @@ TEST_CASE("docs/ops.md: pick the kernel, then call it") {
   Tensor q = randn({1, 2, 5, 4}, gen), qc = q, kc = randn({1, 2, 5, 4}, gen), vc = randn({1, 2, 5, 4}, gen);
   const AttentionSpec spec = AttentionSpec::ls(2, 1, 2);
   const double scale = 0.5;
-  AttentionResult r{empty({1, 2, 5, 4}), empty({2})};
+  AttentionResult r{empty({1, 2, 5, 4}), empty({2}), empty({2})};
   Tensor lse = empty({1, 2, 5});
   // snippet-begin
   auto kernel = q.device().is_cuda() ? cuda::attention_forward : cpu::attention_forward;
-  kernel(qc, kc, vc, spec.window, scale, spec.softcap, r.out, lse, r.max_logit);
+  kernel(qc, kc, vc, spec.window, scale, spec.softcap, r.out, lse, r.max_logit, r.max_range);
   // snippet-end
   AttentionSpec scaled = spec;
   scaled.scale = scale;

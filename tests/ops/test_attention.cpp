@@ -1,4 +1,4 @@
-// attention(): forward against a naive masked-softmax reference, the max-logit statistic,
+// attention(): forward against a naive masked-softmax reference, the max-logit and row-range statistics,
 // backward against finite differences, f32 against f64, and bad input.
 #include <doctest/doctest.h>
 
@@ -21,6 +21,7 @@ bool allowed(int64_t i, int64_t j, int64_t w) { return j <= i && (w == 0 || j > 
 struct Reference {
   std::vector<double> out;        // (B, H, T, D)
   std::vector<double> max_logit;  // (H)
+  std::vector<double> max_range;  // (H) max over rows of (max - min allowed logit)
 };
 
 Reference naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& window,
@@ -28,20 +29,24 @@ Reference naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const std::vector<double> Q = q.to_vector<double>(), K = k.to_vector<double>(), V = v.to_vector<double>();
   auto at = [&](int64_t b, int64_t h, int64_t t, int64_t d) { return ((b * H + h) * T + t) * D + d; };
-  Reference r{std::vector<double>(B * H * T * D, 0.0), std::vector<double>(H, 0.0)};
+  Reference r{std::vector<double>(B * H * T * D, 0.0), std::vector<double>(H, 0.0), std::vector<double>(H, 0.0)};
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < T; ++i) {
         std::vector<double> s(T);
-        double m = -std::numeric_limits<double>::infinity();
+        double m = -std::numeric_limits<double>::infinity(), lo = std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < T; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += Q[at(b, h, i, d)] * K[at(b, h, j, d)];
           double logit = softcap > 0 ? softcap * std::tanh(scale * dot / softcap) : scale * dot;
           s[j] = allowed(i, j, window[h]) ? logit : -std::numeric_limits<double>::infinity();
-          if (allowed(i, j, window[h])) r.max_logit[h] = std::max(r.max_logit[h], std::abs(s[j]));
+          if (allowed(i, j, window[h])) {
+            r.max_logit[h] = std::max(r.max_logit[h], std::abs(s[j]));
+            lo = std::min(lo, s[j]);
+          }
           m = std::max(m, s[j]);
         }
+        r.max_range[h] = std::max(r.max_range[h], m - lo);
         double l = 0;
         for (int64_t j = 0; j < T; ++j) l += std::exp(s[j] - m);
         for (int64_t j = 0; j < T; ++j)
@@ -84,6 +89,10 @@ void check_against_naive(int64_t B, int64_t T, int64_t D, const AttentionSpec& s
   CHECK(r.max_logit.dtype() == DType::f32);
   CHECK(max_abs_diff(as_double(r.max_logit.to_vector<float>()), ref.max_logit) <
         1e-6 * (1 + *std::max_element(ref.max_logit.begin(), ref.max_logit.end())));
+  CHECK(r.max_range.shape() == Shape{H});
+  CHECK(r.max_range.dtype() == DType::f32);
+  CHECK(max_abs_diff(as_double(r.max_range.to_vector<float>()), ref.max_range) <
+        1e-6 * (1 + *std::max_element(ref.max_range.begin(), ref.max_range.end())));
 }
 
 template <typename E>
@@ -128,6 +137,7 @@ TEST_CASE("attention scale 0 means 1/sqrt(D)") {
   AttentionResult b = attention(q, k, v, {0.5, {0, 2}});
   CHECK(a.out.to_vector<double>() == b.out.to_vector<double>());
   CHECK(a.max_logit.to_vector<float>() == b.max_logit.to_vector<float>());
+  CHECK(a.max_range.to_vector<float>() == b.max_range.to_vector<float>());
 }
 
 TEST_CASE("attention with window 1 returns v exactly, and a window >= T is full causal") {
@@ -157,6 +167,48 @@ TEST_CASE("attention max_logit counts allowed pairs only, over every batch") {
   // Head 0 (window 1) sees only the diagonal: max |q_i k_i| = 3. Head 1: 4 * 2 from batch 1.
   CHECK(r.max_logit.to_vector<float>() == std::vector<float>{3, 8});
   CHECK(as_double(r.max_logit.to_vector<float>()) == naive_attention(qt, kt, vt, spec.window, 1.0).max_logit);
+  // Head 0 sees one key per row: range 0. Head 1, batch 1 (logits doubled), row 3 sees 2, 4, 6, 8.
+  CHECK(r.max_range.to_vector<float>() == std::vector<float>{0, 6});
+  CHECK(as_double(r.max_range.to_vector<float>()) == naive_attention(qt, kt, vt, spec.window, 1.0).max_range);
+}
+
+TEST_CASE("attention max_range ignores a shift of a whole row, max_logit does not") {
+  // D = 2 with k_j = (x_j, 1): logit q_i . k_j = q_i0 x_j + q_i1, so q_i1 shifts row i's logits by
+  // a constant. The attention and the range do not move; max |logit| does.
+  std::vector<double> k = {0, 1, 1, 1, 2, 1, 3, 1}, q = {1, 0, 1, 0, 1, 0, 1, 0};
+  Tensor kt = from_vector(k, {1, 1, 4, 2}, {DType::f64}), vt = from_vector(k, {1, 1, 4, 2}, {DType::f64});
+  AttentionSpec spec{1.0, {0}};
+  AttentionResult a = attention(from_vector(q, {1, 1, 4, 2}, {DType::f64}), kt, vt, spec);
+  for (size_t i = 1; i < q.size(); i += 2) q[i] = 40;
+  AttentionResult b = attention(from_vector(q, {1, 1, 4, 2}, {DType::f64}), kt, vt, spec);
+  CHECK(max_abs_diff(a.out.to_vector<double>(), b.out.to_vector<double>()) < 1e-12);
+  CHECK(a.max_range.to_vector<float>() == std::vector<float>{3});
+  CHECK(b.max_range.to_vector<float>() == std::vector<float>{3});
+  CHECK(a.max_logit.to_vector<float>() == std::vector<float>{3});
+  CHECK(b.max_logit.to_vector<float>() == std::vector<float>{43});
+}
+
+TEST_CASE("attention statistics propagate NaN to their head only, from any batch and any row") {
+  Generator gen(14);
+  for (DType dt : {DType::f32, DType::f64})
+    for (int64_t b_nan : {0, 1}) {
+      const int64_t B = 2, H = 3, T = 40, D = 4;
+      std::vector<double> q = randn({B, H, T, D}, gen, {DType::f64}).to_vector<double>();
+      // Head 1 (window 5), query 37: the NaN sits in the last row block (rows 32..39).
+      q[((b_nan * H + 1) * T + 37) * D + 2] = std::nan("");
+      const Tensor qt = from_vector(q, {B, H, T, D}, {dt});
+      const Tensor k = randn({B, H, T, D}, gen, {dt}), v = randn({B, H, T, D}, gen, {dt});
+      AttentionResult r = attention(qt, k, v, {0, {0, 5, 3}});
+      const std::vector<float> m = r.max_logit.to_vector<float>(), range = r.max_range.to_vector<float>();
+      CAPTURE(b_nan);
+      CHECK(std::isnan(m[1]));
+      CHECK(std::isnan(range[1]));
+      for (int h : {0, 2}) {
+        CHECK(std::isfinite(m[h]));
+        CHECK(std::isfinite(range[h]));
+        CHECK(range[h] > 0);
+      }
+    }
 }
 
 TEST_CASE("attention reads strided views: (B, T, H, D) transposed to (B, H, T, D)") {
@@ -175,6 +227,7 @@ TEST_CASE("attention on empty inputs gives empty outputs and a zero statistic") 
   AttentionResult r = attention(zeros({0, 2, 3, 4}), zeros({0, 2, 3, 4}), zeros({0, 2, 3, 4}), AttentionSpec::mhsa(2));
   CHECK(r.out.shape() == Shape{0, 2, 3, 4});
   CHECK(r.max_logit.to_vector<float>() == std::vector<float>{0, 0});
+  CHECK(r.max_range.to_vector<float>() == std::vector<float>{0, 0});
   CHECK(attention(zeros({1, 2, 0, 4}), zeros({1, 2, 0, 4}), zeros({1, 2, 0, 4}), AttentionSpec::mhsa(2))
             .out.numel() == 0);
 }
@@ -205,6 +258,7 @@ TEST_CASE("attention records a graph for out only, and none under NoGradGuard") 
   CHECK(r.out.requires_grad());
   CHECK(std::string(r.out.grad_fn()->name()) == "AttentionBackward");
   CHECK_FALSE(r.max_logit.requires_grad());
+  CHECK_FALSE(r.max_range.requires_grad());
   NoGradGuard no_grad;
   CHECK_FALSE(attention(q, k, v, AttentionSpec::mhsa(2)).out.requires_grad());
 }
@@ -224,10 +278,10 @@ TEST_CASE("attention in f32 agrees with f64, forward and backward") {
     r.out.backward(g.to(t));
     return std::vector<std::vector<double>>{r.out.to_vector<double>(), qd.grad().to_vector<double>(),
                                             kd.grad().to_vector<double>(), vd.grad().to_vector<double>(),
-                                            r.max_logit.to_vector<double>()};
+                                            r.max_logit.to_vector<double>(), r.max_range.to_vector<double>()};
   };
   auto lo = run(DType::f32), hi = run(DType::f64);
-  const char* names[] = {"out", "dq", "dk", "dv", "max_logit"};
+  const char* names[] = {"out", "dq", "dk", "dv", "max_logit", "max_range"};
   for (size_t i = 0; i < lo.size(); ++i) CHECK_MESSAGE(rel_err(lo[i], hi[i]) < 1e-5, names[i]);
 }
 
@@ -273,10 +327,12 @@ TEST_CASE("attention with logit soft-capping matches the capped reference, forwa
   AttentionResult r = attention(q, k, v, spec);
   Reference ref = naive_attention(q, k, v, spec.window, 3.0, 2.0);
   CHECK(max_abs_diff(r.out.to_vector<double>(), ref.out) < 1e-12);
-  auto m = r.max_logit.to_vector<float>();
+  auto m = r.max_logit.to_vector<float>(), range = r.max_range.to_vector<float>();
   for (int h = 0; h < 3; ++h) {
     CHECK(m[h] <= 2.0f);
     CHECK(m[h] == doctest::Approx(ref.max_logit[h]).epsilon(1e-6));
+    CHECK(range[h] <= 4.0f);  // two capped logits differ by less than 2c
+    CHECK(range[h] == doctest::Approx(ref.max_range[h]).epsilon(1e-6));
   }
   // Tolerances: f64 central differences, eps 1e-6.
   CHECK(gradcheck([&](const std::vector<Tensor>& x) { return attention(x[0], x[1], x[2], spec).out; }, {q, k, v}));

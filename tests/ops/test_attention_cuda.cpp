@@ -86,7 +86,7 @@ TEST_CASE("CUDA attention: a local head visits O(W) key tiles per query tile") {
 namespace {
 
 double tolerance(DType t) { return t == DType::f32 ? 1e-5 : 1e-2; }
-// log-sum-exp and max logit come from f32 accumulation of exact products of the (rounded)
+// log-sum-exp, max logit and max range come from f32 accumulation of exact products of the (rounded)
 // inputs whatever the dtype, so they are held much tighter than the outputs: per element.
 double stat_tolerance(DType t) { return t == DType::f32 ? 1e-5 : 1e-4; }
 // The smallest normal number of f16 (2^-14); bf16 and f32 reach down to 1e-38.
@@ -98,14 +98,14 @@ void check_close(const char* name, const Tensor& got, const Tensor& ref, double 
   const double e = cudatest::worst_row_rel_err(got, ref);
   CHECK_MESSAGE(e < tol, std::string(name) << ": worst row's relative error " << e << " (tolerance " << tol << ")");
 }
-// lse, max_logit: per element.
+// lse, max_logit, max_range: per element.
 void check_stat(const char* name, const Tensor& got, const Tensor& ref, double tol) {
   const double e = cudatest::max_elem_rel_err(got, ref);
   CHECK_MESSAGE(e < tol, std::string(name) << ": worst element's relative error " << e << " (tolerance " << tol << ")");
 }
 
 struct Grads {
-  Tensor out, lse, max_logit, dq, dk, dv;
+  Tensor out, lse, max_logit, max_range, dq, dk, dv;
 };
 
 // dq_i = scale sum_j dS_ij k_j and dk_j = scale sum_i dS_ij q_i, with dS_ij = p_ij (dP_ij - D_i),
@@ -189,7 +189,8 @@ Grads cpu_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   r.out = empty_like(q64);
   r.lse = empty({B, H, T}, {DType::f64});
   r.max_logit = empty({H}, {DType::f32});
-  cpu::attention_forward(q64, k64, v64, window, scale, softcap, r.out, r.lse, r.max_logit);
+  r.max_range = empty({H}, {DType::f32});
+  cpu::attention_forward(q64, k64, v64, window, scale, softcap, r.out, r.lse, r.max_logit, r.max_range);
   r.dq = empty_like(q64), r.dk = empty_like(q64), r.dv = empty_like(q64);
   cpu::attention_backward(q64, k64, v64, r.out, r.lse, g64, window, scale, softcap, r.dq, r.dk, r.dv);
   return r;
@@ -206,7 +207,8 @@ Grads cuda_run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   r.out = full(q.shape(), nan, {q.dtype(), dev});
   r.lse = full({B, H, T}, nan, {DType::f32, dev});
   r.max_logit = full({H}, nan, {DType::f32, dev});
-  cuda::attention_forward(qd, kd, vd, window, scale, softcap, r.out, r.lse, r.max_logit);
+  r.max_range = full({H}, nan, {DType::f32, dev});
+  cuda::attention_forward(qd, kd, vd, window, scale, softcap, r.out, r.lse, r.max_logit, r.max_range);
   r.dq = full(q.shape(), nan, {q.dtype(), dev});
   r.dk = full(q.shape(), nan, {q.dtype(), dev});
   r.dv = full(q.shape(), nan, {q.dtype(), dev});
@@ -240,6 +242,7 @@ void check_case(const Case& c, DType dt, uint64_t seed) {
   check_close("out", got.out, ref.out, tol);
   check_stat("lse", got.lse, ref.lse, stat_tolerance(dt));
   check_stat("max_logit", got.max_logit, ref.max_logit, stat_tolerance(dt));
+  check_stat("max_range", got.max_range, ref.max_range, stat_tolerance(dt));
   const TermScales ts = term_scales(q, k, v, g, ref, c.window, scale, c.softcap, min_normal(dt));
   check_by_terms("dq", got.dq, ref.dq, ts.dq, tol);
   check_by_terms("dk", got.dk, ref.dk, ts.dk, tol);
@@ -331,6 +334,7 @@ TEST_CASE("CUDA attention through the front end: autograd, strided and misaligne
     AttentionResult r = attention(heads(in[0]), heads(in[1]), heads(in[2]), spec);
     CHECK(r.out.device() == dev);
     CHECK(r.max_logit.device() == dev);
+    CHECK(r.max_range.device() == dev);
     CHECK(r.out.requires_grad());
     r.out.backward(g.to(dt).to(dev));
     AttentionResult ref = attention(heads(in64[0]), heads(in64[1]), heads(in64[2]), spec);
@@ -338,6 +342,7 @@ TEST_CASE("CUDA attention through the front end: autograd, strided and misaligne
     const double tol = tolerance(dt);
     check_close("out", r.out, ref.out, tol);
     check_stat("max_logit", r.max_logit, ref.max_logit, stat_tolerance(dt));
+    check_stat("max_range", r.max_range, ref.max_range, stat_tolerance(dt));
     const char* names[] = {"dq", "dk", "dv"};
     for (int a = 0; a < 3; ++a) {
       REQUIRE(in[a].grad().defined());
@@ -369,9 +374,10 @@ TEST_CASE("CUDA attention through the front end: autograd, strided and misaligne
                                       zeros({1, 2, 0, 64}, {DType::bf16, dev}), AttentionSpec::mhsa(2));
   CHECK(e.out.numel() == 0);
   CHECK(e.max_logit.to_vector<float>() == std::vector<float>{0, 0});
+  CHECK(e.max_range.to_vector<float>() == std::vector<float>{0, 0});
 }
 
-TEST_CASE("CUDA attention max_logit: a NaN logit shows in its head only, and the backward is deterministic") {
+TEST_CASE("CUDA attention statistics: a NaN logit shows in its head only, and the backward is deterministic") {
   KEEL_REQUIRE_CUDA();
   const Device dev = Device::cuda(0);
   Generator gen(700);
@@ -384,14 +390,16 @@ TEST_CASE("CUDA attention max_logit: a NaN logit shows in its head only, and the
   for (DType dt : kDTypes) {
     INFO(std::string(dtype_name(dt)));
     AttentionResult r = attention(qn.to(dt).to(dev), k.to(dt).to(dev), v.to(dt).to(dev), {0, window, 0});
-    const std::vector<float> m = r.max_logit.to_vector<float>();
+    const std::vector<float> m = r.max_logit.to_vector<float>(), range = r.max_range.to_vector<float>();
     CHECK(std::isnan(m[1]));
+    CHECK(std::isnan(range[1]));
     const std::vector<double> out = r.out.to_vector<double>();
     CHECK(std::isnan(out[((1 * 2 + 1) * 100 + 70) * 32]));      // the NaN query's row ...
     CHECK(std::isfinite(out[((1 * 2 + 1) * 100 + 69) * 32]));   // ... and no other
     CHECK(std::isfinite(out[((1 * 2 + 0) * 100 + 70) * 32]));
     const Grads ref = cpu_reference(q.to(dt), k.to(dt), v.to(dt), v.to(dt), window, scale, 0);
     CHECK(m[0] == doctest::Approx(ref.max_logit.to_vector<float>()[0]).epsilon(tolerance(dt)));
+    CHECK(range[0] == doctest::Approx(ref.max_range.to_vector<float>()[0]).epsilon(tolerance(dt)));
 
     // No atomics in the backward: two runs give the same bits.
     const Grads a = cuda_run(q.to(dt), k.to(dt), v.to(dt), v.to(dt), window, scale, 0);
@@ -467,6 +475,7 @@ TEST_CASE("CUDA attention on q, k, v as the model's qkv split makes them: non-co
     AttentionResult ref = attention(v64[0], v64[1], v64[2], spec);
     check_close("out", r.out, ref.out, tolerance(dt));
     check_stat("max_logit", r.max_logit, ref.max_logit, stat_tolerance(dt));
+    check_stat("max_range", r.max_range, ref.max_range, stat_tolerance(dt));
     r.out.backward(g.to(dt).to(dev));
     ref.out.backward(g.to(dt).to(DType::f64));
     REQUIRE(leaf.grad().defined());

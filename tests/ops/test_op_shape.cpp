@@ -82,13 +82,13 @@ TEST_CASE("without CUDA, every CUDA kernel of ops raises DeviceError with the wa
     MESSAGE("keel was built with CUDA: the stubs are not linked, nothing to check");
     return;
   }
-  Tensor t = zeros({2, 2}), o = zeros({2, 2}), m, r, l;
+  Tensor t = zeros({2, 2}), o = zeros({2, 2}), m, r, l, x;
   int64_t count = 0;
   const std::vector<int64_t> w = {0};
   check_no_cuda("binary", [&] { cuda::binary(BinaryOp::add, t, t, o); });
   check_no_cuda("unary", [&] { cuda::unary(UnaryOp::exp, t, o); });
   check_no_cuda("relu_backward", [&] { cuda::relu_backward(t, t); });
-  check_no_cuda("attention_forward", [&] { cuda::attention_forward(t, t, t, w, 1, 0, o, m, r); });
+  check_no_cuda("attention_forward", [&] { cuda::attention_forward(t, t, t, w, 1, 0, o, m, r, x); });
   check_no_cuda("attention_backward", [&] { cuda::attention_backward(t, t, t, t, t, t, w, 1, 0, o, m, r); });
   check_no_cuda("cross_entropy_forward", [&] { cuda::cross_entropy_forward(t, t, kIgnoreIndex, l, count); });
   check_no_cuda("cross_entropy_backward", [&] { cuda::cross_entropy_backward(t, t, t, kIgnoreIndex, 1, t); });
