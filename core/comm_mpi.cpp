@@ -8,14 +8,13 @@
 #include "core/error.h"
 
 #if KEEL_WITH_MPI
-#include <mpi.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <thread>
 
+#include "core/comm_mpi_library.h"
 #include "core/copy.h"
 #include "core/factory.h"
 #endif
@@ -32,10 +31,14 @@ bool launched_by_mpi() {
 #if !KEEL_WITH_MPI
 
 bool mpi_built() { return false; }
-std::shared_ptr<Communicator> make_mpi_communicator() {
+void require_mpi() {
   throw ConfigError("mpi", "this keel was built without MPI, so it cannot run several processes on the CPU",
                     "install Open MPI (apt-get install libopenmpi-dev openmpi-bin, as .ci/setup does) and "
                     "rebuild keel");
+}
+std::shared_ptr<Communicator> make_mpi_communicator() {
+  require_mpi();
+  return nullptr;  // not reached
 }
 // The shutdown paths below run while the process is exiting or aborting: they check state
 // instead of throwing, since there is nobody left to report an error to.
@@ -47,6 +50,9 @@ void mpi_abort(int) {}
 bool mpi_built() { return true; }
 
 namespace {
+
+// Every MPI function and handle comes from the library loaded at first use (comm_mpi_library.h).
+const MpiLibrary& mpi() { return mpi_library(); }
 
 // Seconds a collective may take before the watchdog declares a rank lost (KEEL_DIST_TIMEOUT).
 double timeout_s() {
@@ -60,7 +66,7 @@ void check_mpi(int rc, const char* what, const char* file, int line) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
-  MPI_Error_string(rc, msg, &len);
+  mpi().Error_string(rc, msg, &len);
   throw ConfigError("mpi", std::string(what) + " failed (" + file + ":" + std::to_string(line) +
                                "): " + std::string(msg, len));
 }
@@ -75,11 +81,11 @@ DType reduce_dtype(DType t, bool sum = false) {
 }
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DType::bf16: return MPI_UINT16_T;  // with bf16_sum_op only
-    case DType::f32: return MPI_FLOAT;
-    case DType::f64: return MPI_DOUBLE;
-    case DType::i32: return MPI_INT32_T;
-    case DType::i64: return MPI_INT64_T;
+    case DType::bf16: return mpi().uint16;  // with bf16_sum_op only
+    case DType::f32: return mpi().float32;
+    case DType::f64: return mpi().float64;
+    case DType::i32: return mpi().int32;
+    case DType::i64: return mpi().int64;
     default: throw DTypeError("mpi", std::string("no MPI reduction for ") + dtype_name(t));
   }
 }
@@ -96,10 +102,10 @@ void nan_max(const T* in, T* inout, int n) {
   }
 }
 extern "C" void nan_max_op(void* in, void* inout, int* len, MPI_Datatype* dt) {
-  if (*dt == MPI_FLOAT) nan_max(static_cast<float*>(in), static_cast<float*>(inout), *len);
-  else if (*dt == MPI_DOUBLE) nan_max(static_cast<double*>(in), static_cast<double*>(inout), *len);
-  else if (*dt == MPI_INT32_T) nan_max(static_cast<int32_t*>(in), static_cast<int32_t*>(inout), *len);
-  else if (*dt == MPI_INT64_T) nan_max(static_cast<int64_t*>(in), static_cast<int64_t*>(inout), *len);
+  if (*dt == mpi().float32) nan_max(static_cast<float*>(in), static_cast<float*>(inout), *len);
+  else if (*dt == mpi().float64) nan_max(static_cast<double*>(in), static_cast<double*>(inout), *len);
+  else if (*dt == mpi().int32) nan_max(static_cast<int32_t*>(in), static_cast<int32_t*>(inout), *len);
+  else if (*dt == mpi().int64) nan_max(static_cast<int64_t*>(in), static_cast<int64_t*>(inout), *len);
 }
 
 extern "C" void bf16_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
@@ -115,7 +121,7 @@ void wait_for(MPI_Request& req, int rank, const char* op) {
   auto start = std::chrono::steady_clock::now();
   const double limit = timeout_s();
   for (int spins = 0;; ++spins) {
-    KEEL_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE), op);
+    KEEL_CHECK_MPI(mpi().Test(&req, &done, MPI_STATUS_IGNORE), op);
     if (done) return;
     if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     if ((spins & 1023) == 0 &&
@@ -125,7 +131,7 @@ void wait_for(MPI_Request& req, int rank, const char* op) {
                    "aborting every rank (set KEEL_DIST_TIMEOUT to wait longer)\n",
                    rank, op, limit);
       std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 3);
+      mpi().Abort(mpi().comm_world, 3);
     }
   }
 }
@@ -161,7 +167,7 @@ class MpiWork final : public Communicator::Work {
  public:
   MpiWork(Tensor target, Tensor buf, int rank, int world)
       : target_(std::move(target)), buf_(std::move(buf)), rank_(rank), world_(world) {}
-  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Request req{};
   void wait() override {
     if (finished_) return;
     wait_for(req, rank_, "all_reduce_mean");
@@ -170,7 +176,7 @@ class MpiWork final : public Communicator::Work {
   bool test() override {
     if (finished_) return true;
     int done = 0;
-    KEEL_CHECK_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "all_reduce_mean");
+    KEEL_CHECK_MPI(mpi().Test(&req, &done, MPI_STATUS_IGNORE), "all_reduce_mean");
     if (done) finish();
     return finished_;
   }
@@ -189,20 +195,20 @@ class MpiWork final : public Communicator::Work {
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator() {
-    KEEL_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
-    KEEL_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_), "MPI_Comm_size");
-    KEEL_CHECK_MPI(MPI_Op_create(&nan_max_op, 1, &max_op_), "MPI_Op_create");
-    KEEL_CHECK_MPI(MPI_Op_create(&bf16_sum_op, 1, &bf16_sum_), "MPI_Op_create");
+    KEEL_CHECK_MPI(mpi().Comm_rank(mpi().comm_world, &rank_), "MPI_Comm_rank");
+    KEEL_CHECK_MPI(mpi().Comm_size(mpi().comm_world, &world_), "MPI_Comm_size");
+    KEEL_CHECK_MPI(mpi().Op_create(&nan_max_op, 1, &max_op_), "MPI_Op_create");
+    KEEL_CHECK_MPI(mpi().Op_create(&bf16_sum_op, 1, &bf16_sum_), "MPI_Op_create");
   }
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   std::string backend() const override { return "mpi"; }
 
-  void all_reduce_sum(Tensor& t) override { reduce(t, MPI_SUM, false, "all_reduce_sum"); }
+  void all_reduce_sum(Tensor& t) override { reduce(t, mpi().sum, false, "all_reduce_sum"); }
   void all_reduce_mean(Tensor& t) override {
     if (!is_floating(t.dtype()))
       throw DTypeError("all_reduce_mean", std::string("a mean needs a floating tensor, got ") + dtype_name(t.dtype()));
-    reduce(t, MPI_SUM, true, "all_reduce_mean");
+    reduce(t, mpi().sum, true, "all_reduce_mean");
   }
   void all_reduce_max(Tensor& t) override { reduce(t, max_op_, false, "all_reduce_max"); }
 
@@ -211,8 +217,8 @@ class MpiCommunicator final : public Communicator {
       throw DTypeError("all_reduce_mean", std::string("a mean needs a floating tensor, got ") + dtype_name(t.dtype()));
     Tensor buf = staged(t, reduce_dtype(t.dtype(), true));
     auto w = std::make_unique<MpiWork>(t, buf, rank_, world_);
-    KEEL_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), sum_op(buf),
-                             MPI_COMM_WORLD, &w->req),
+    KEEL_CHECK_MPI(mpi().Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), sum_op(buf),
+                             mpi().comm_world, &w->req),
               "MPI_Iallreduce");
     return w;
   }
@@ -222,7 +228,7 @@ class MpiCommunicator final : public Communicator {
       throw ValueError("broadcast", "root " + std::to_string(root) + " is outside [0, " + std::to_string(world_) + ")");
     Tensor buf = staged(t, t.dtype());
     MPI_Request req;
-    KEEL_CHECK_MPI(MPI_Ibcast(buf.raw_data(), int(buf.numel() * dtype_size(buf.dtype())), MPI_BYTE, root, MPI_COMM_WORLD,
+    KEEL_CHECK_MPI(mpi().Ibcast(buf.raw_data(), int(buf.numel() * dtype_size(buf.dtype())), mpi().byte, root, mpi().comm_world,
                          &req),
               "MPI_Ibcast");
     wait_for(req, rank_, "broadcast");
@@ -238,7 +244,7 @@ class MpiCommunicator final : public Communicator {
     Tensor dst = staged(out, out.dtype());
     const int bytes = int(src.numel() * dtype_size(src.dtype()));
     MPI_Request req;
-    KEEL_CHECK_MPI(MPI_Iallgather(src.raw_data(), bytes, MPI_BYTE, dst.raw_data(), bytes, MPI_BYTE, MPI_COMM_WORLD, &req),
+    KEEL_CHECK_MPI(mpi().Iallgather(src.raw_data(), bytes, mpi().byte, dst.raw_data(), bytes, mpi().byte, mpi().comm_world, &req),
               "MPI_Iallgather");
     wait_for(req, rank_, "all_gather");
     write_back(out, dst);
@@ -255,8 +261,8 @@ class MpiCommunicator final : public Communicator {
     Tensor src = staged(in, rd);
     Tensor dst = empty(out.shape(), {rd, Device::cpu()});
     MPI_Request req;
-    KEEL_CHECK_MPI(MPI_Ireduce_scatter_block(src.raw_data(), dst.raw_data(), int(n), mpi_type(rd), sum_op(src),
-                                        MPI_COMM_WORLD, &req),
+    KEEL_CHECK_MPI(mpi().Ireduce_scatter_block(src.raw_data(), dst.raw_data(), int(n), mpi_type(rd), sum_op(src),
+                                        mpi().comm_world, &req),
               "MPI_Ireduce_scatter_block");
     wait_for(req, rank_, "reduce_scatter_sum");
     write_back(out, dst);
@@ -264,19 +270,19 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override {
     MPI_Request req;
-    KEEL_CHECK_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
+    KEEL_CHECK_MPI(mpi().Ibarrier(mpi().comm_world, &req), "MPI_Ibarrier");
     wait_for(req, rank_, "barrier");
   }
 
  private:
-  MPI_Op sum_op(const Tensor& buf) const { return buf.dtype() == DType::bf16 ? bf16_sum_ : MPI_SUM; }
+  MPI_Op sum_op(const Tensor& buf) const { return buf.dtype() == DType::bf16 ? bf16_sum_ : mpi().sum; }
   void reduce(Tensor& t, MPI_Op op, bool mean, const char* name) {
-    const bool sum = op == MPI_SUM;
+    const bool sum = op == mpi().sum;
     Tensor buf = staged(t, reduce_dtype(t.dtype(), sum));
     if (sum) op = sum_op(buf);
     MPI_Request req;
-    KEEL_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), op,
-                             MPI_COMM_WORLD, &req),
+    KEEL_CHECK_MPI(mpi().Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), op,
+                             mpi().comm_world, &req),
               name);
     wait_for(req, rank_, name);
     if (mean) divide(buf, world_);
@@ -284,7 +290,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   int rank_ = 0, world_ = 1;
-  MPI_Op max_op_ = MPI_OP_NULL, bf16_sum_ = MPI_OP_NULL;
+  MPI_Op max_op_{}, bf16_sum_{};
 };
 
 }  // namespace
@@ -293,31 +299,34 @@ std::shared_ptr<Communicator> make_mpi_communicator() {
   static std::shared_ptr<Communicator> comm;
   if (comm) return comm;
   int initialized = 0;
-  KEEL_CHECK_MPI(MPI_Initialized(&initialized), "MPI_Initialized");
+  KEEL_CHECK_MPI(mpi().Initialized(&initialized), "MPI_Initialized");
   if (!initialized) {
     int provided = 0;
-    KEEL_CHECK_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    KEEL_CHECK_MPI(mpi().Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     // Errors come back as codes (turned into exceptions) rather than killing the process.
-    KEEL_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    KEEL_CHECK_MPI(mpi().Comm_set_errhandler(mpi().comm_world, mpi().errors_return), "MPI_Comm_set_errhandler");
   }
   comm = std::make_shared<MpiCommunicator>();
   return comm;
 }
 
+void require_mpi() { mpi_library(); }
+
 // The shutdown paths below run while the process is exiting or aborting: they check state
-// instead of throwing, since there is nobody left to report an error to.
+// instead of throwing, since there is nobody left to report an error to. A process that never
+// loaded MPI never initialised it, and must not load it now (it may not exist).
 void mpi_finalize() {
+  const MpiLibrary* lib = mpi_library_if_loaded();
   int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Finalize();
+  if (lib) lib->Initialized(&initialized), lib->Finalized(&finalized);
+  if (initialized && !finalized) lib->Finalize();
 }
 
 void mpi_abort(int code) {
+  const MpiLibrary* lib = mpi_library_if_loaded();
   int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  if (lib) lib->Initialized(&initialized), lib->Finalized(&finalized);
+  if (initialized && !finalized) lib->Abort(lib->comm_world, code);
 }
 
 #endif

@@ -3,7 +3,9 @@
 //
 // It is what CPU runs and the multi-process tests use, and what a GPU run uses to bootstrap
 // NCCL (the NCCL unique id is broadcast over it). keel builds without MPI too; then
-// make_mpi_communicator() raises a ConfigError saying how to get it.
+// make_mpi_communicator() raises a ConfigError saying how to get it. Built with MPI, keel loads
+// the MPI library only when a communicator is first made (comm_mpi_library.h), so one process
+// runs on a machine without it, and asking for several says that MPI is missing.
 //
 // Reductions: floating tensors are reduced in f32 (f64 stays f64; f16 is widened to f32 and
 // rounded back once; bf16 sums travel as bf16, half the bytes, each pairwise sum computed in
@@ -21,6 +23,11 @@ namespace keel {
 
 // True when keel was built with MPI.
 bool mpi_built();
+
+// Returns when this process can use MPI (keel built with it, and its library loadable), without
+// initialising it; else the ConfigError make_mpi_communicator() would raise, saying what is
+// missing and how to install it. For launchers, before they start processes that need MPI.
+void require_mpi();
 
 // True when this process was started by an MPI launcher (mpirun/mpiexec, srun with PMI/PMIx):
 // read from the launcher's environment, without initialising MPI.

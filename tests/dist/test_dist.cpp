@@ -1,116 +1,13 @@
 // Data parallelism with real processes: `gpt2 train` under `mpirun --oversubscribe -np 2` and
 // with `--nproc 2`, against single-process runs of the same global batch.
-#include <doctest/doctest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
-#include <cstdio>
-#include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <string>
-#include <thread>
-#include <vector>
+#include "dist_test.h"
 
 #include "apps/gpt2/train/distributed.h"
-#include "apps/gpt2/train/metrics.h"
-#include "nn/safetensors.h"
-#include "temp_dir.h"
 
-namespace fs = std::filesystem;
 using namespace keel;
+using namespace keel::dist_test;
 
 namespace {
-
-const std::string kGpt2 = KEEL_GPT2_BIN;
-const std::string kMpirun = std::string(KEEL_MPIEXEC) + " --oversubscribe --bind-to none" +
-                            (::geteuid() == 0 ? " --allow-run-as-root" : "");
-
-struct Scratch {
-  keel::test::TempDir dir{"dist"};
-  Scratch() {
-    // Under AddressSanitizer: Open MPI's allocations outlive MPI_Finalize, which LeakSanitizer
-    // would report as the ranks' leaks.
-    ::setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1:allocator_may_return_null=1", 1);
-  }
-};
-Scratch& scratch() {
-  static Scratch s;
-  return s;
-}
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
-
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-// Runs a shell command, its output in `log`; returns the exit status.
-int run(const std::string& cmd, const fs::path& log) {
-  int st = std::system((cmd + " > " + q(log) + " 2>&1").c_str());
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-const fs::path& dataset() {
-  static fs::path d = [] {
-    fs::path out = scratch().dir / "data";
-    int rc = run(kGpt2 + " prepare -i " + q(fs::path(KEEL_SOURCE_DIR) / "data/corpora/austen_6novels.txt.xz") +
-                     " -o " + q(out) + " --train-vocab 300",
-                 scratch().dir / "prepare.log");
-    REQUIRE(rc == 0);
-    return out;
-  }();
-  return d;
-}
-
-// A tiny model, 10 steps, checkpoints at 5 and 10, evaluation on 2 batches. No biases: the
-// key bias of attention has a gradient that is exactly zero in exact arithmetic, so its
-// computed gradient is pure rounding noise, which Adam scales up to lr-sized steps; any
-// change of summation order (one rank or two) then moves it by ~lr, hiding what is compared.
-std::string train_args(const fs::path& run_dir, const std::string& extra, int max_steps = 10, int ckpt_every = 5) {
-  return " train --preset tiny --n-embd 32 --n-head 2 --seq-len 32 --device cpu --bias 0 --warmup-steps 3 --max-steps " +
-         std::to_string(max_steps) +
-         " --lr 3e-3 --val-every 5 --val-batches 2 --ckpt-every " + std::to_string(ckpt_every) + " --data " + q(dataset()) + " --run-dir " +
-         q(run_dir) + " " + extra;
-}
-
-std::vector<double> losses(const fs::path& run_dir) {
-  std::vector<double> out;
-  for (const auto& r : app::read_metrics(run_dir / "metrics.jsonl"))
-    if (r.kind == app::RecordKind::Train) out.push_back(r.loss);
-  return out;
-}
-
-NamedTensors final_model(const fs::path& run_dir) {
-  return nn::load_safetensors(run_dir / "checkpoints/step_00000010/model.safetensors").tensors;
-}
-
-// Largest relative difference of two runs' per-step losses and final parameters.
-double max_rel_diff(const fs::path& a, const fs::path& b) {
-  auto la = losses(a), lb = losses(b);
-  REQUIRE(la.size() == 10);
-  REQUIRE(lb.size() == 10);
-  double worst = 0;
-  for (size_t i = 0; i < la.size(); ++i) worst = std::max(worst, std::abs(la[i] - lb[i]) / std::abs(lb[i]));
-  auto ma = final_model(a), mb = final_model(b);
-  REQUIRE(ma.size() == mb.size());
-  for (size_t k = 0; k < ma.size(); ++k) {
-    auto va = ma[k].second.to_vector<float>(), vb = mb[k].second.to_vector<float>();
-    REQUIRE(va.size() == vb.size());
-    for (size_t i = 0; i < va.size(); ++i)
-      worst = std::max(worst, double(std::abs(va[i] - vb[i])) / std::max(1.0, double(std::abs(vb[i]))));
-  }
-  return worst;
-}
-bool bit_identical(const fs::path& a, const fs::path& b) {
-  if (losses(a) != losses(b)) return false;
-  auto ma = final_model(a), mb = final_model(b);
-  for (size_t k = 0; k < ma.size(); ++k)
-    if (ma[k].second.to_vector<float>() != mb[k].second.to_vector<float>()) return false;
-  return true;
-}
 
 // The runs several cases compare against, made once.
 const fs::path& world2_run() {

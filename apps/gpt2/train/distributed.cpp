@@ -224,7 +224,7 @@ extern "C" void forward_stop(int) {
 }  // namespace
 
 int launch_local_ranks(int nproc) {
-  if (!mpi_built()) make_mpi_communicator();  // raises the "built without MPI" error
+  require_mpi();  // built without MPI, or its library missing: say so before starting anything
   // This command line, without --nproc: every rank runs exactly what the user typed.
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
   std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

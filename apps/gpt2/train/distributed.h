@@ -75,7 +75,8 @@ int64_t grad_accum_for_resume(const TrainConfig& saved, int saved_world, const T
 
 // `gpt2 train --nproc N`: runs this very command line (without --nproc) as N local ranks
 // under the MPI launcher, forwarding Ctrl-C to every rank as a stop request. Returns the exit
-// status of the job. ConfigError when keel has no MPI.
+// status of the job. ConfigError when keel has no MPI (not built with it, or its library is not
+// installed).
 int launch_local_ranks(int nproc);
 
 }  // namespace keel::app
