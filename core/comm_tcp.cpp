@@ -28,6 +28,42 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A socket listening on `port` (0: a free one) of every interface, IPv6 and IPv4 where the
+// system has both; -1 with *why set when that fails.
+int listen_on(int port, std::string* why) {
+  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  const bool v6 = fd >= 0;
+  if (!v6) fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) {
+    *why = std::string("cannot open a socket: ") + std::strerror(errno);
+    return -1;
+  }
+  int one = 1, zero = 0, rc;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (v6) {
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));  // IPv4 clients too
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_any;
+    a.sin6_port = htons(uint16_t(port));
+    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(uint16_t(port));
+    rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  }
+  // The backlog holds every rank that connects before rank 0 accepts (a few hundred at most).
+  if (rc != 0 || ::listen(fd, 1024) != 0) {
+    *why = std::string("rank 0 cannot listen on port ") + std::to_string(port) + ": " + std::strerror(errno) +
+           " (another job on this MASTER_PORT?)";
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 class TcpCommunicator final : public Communicator {
  public:
   TcpCommunicator(const std::string& host, int port, int rank, int world, double timeout_s)
@@ -38,8 +74,17 @@ class TcpCommunicator final : public Communicator {
     if (port < 1 || port > 65535)
       throw ConfigError("tcp rendezvous", "MASTER_PORT " + std::to_string(port) + " is not a TCP port (1-65535)");
     if (world == 1) return;
-    if (rank == 0) listen_and_accept();
+    if (rank == 0) accept_peers(open_listener(port));
     else connect_to_root();
+  }
+  // Rank 0 on a socket that already listens (TcpListener).
+  TcpCommunicator(int listen_fd, int port, int world, double timeout_s)
+      : host_("0.0.0.0"), port_(port), rank_(0), world_(world), timeout_(timeout_s) {
+    if (world < 1) {
+      ::close(listen_fd);
+      throw ConfigError("tcp rendezvous", "a world of " + std::to_string(world) + " ranks");
+    }
+    accept_peers(listen_fd);
   }
   ~TcpCommunicator() override {
     for (int fd : peers_)
@@ -132,7 +177,9 @@ class TcpCommunicator final : public Communicator {
     const char* p = static_cast<const char*>(data);
     while (n > 0) {
       wait_fd(fd, POLLOUT, start, "sending");
-      ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+      // Non-blocking: a blocking send of more than the socket's buffer holds waits for the peer
+      // without a limit (a link that went down), past the timeout wait_fd enforces.
+      ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (k <= 0) fail(std::string("a peer went away while sending (") + std::strerror(errno) + ")");
       p += k, n -= size_t(k);
@@ -142,7 +189,7 @@ class TcpCommunicator final : public Communicator {
     char* p = static_cast<char*>(data);
     while (n > 0) {
       wait_fd(fd, POLLIN, start, "waiting for a peer");
-      ssize_t k = ::recv(fd, p, n, 0);
+      ssize_t k = ::recv(fd, p, n, MSG_DONTWAIT);
       if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (k <= 0) fail("a peer went away (its process ended or was killed)");
       p += k, n -= size_t(k);
@@ -181,34 +228,19 @@ class TcpCommunicator final : public Communicator {
     return all;
   }
 
-  void listen_and_accept() {
+  int open_listener(int port) const {
+    std::string why;
+    int fd = listen_on(port, &why);
+    if (fd < 0) fail(why);
+    return fd;
+  }
+
+  // Takes over the listening socket fd (closed with the peers) and waits for every rank.
+  void accept_peers(int fd) {
     const auto start = Clock::now();
-    int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
-    bool v6 = fd >= 0;
-    if (!v6) fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) fail(std::string("cannot open a socket: ") + std::strerror(errno));
+    const int one = 1;
     peers_.assign(size_t(world_), -1);
-    peers_[0] = fd;  // closed with the others
-    int one = 1, zero = 0;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    int rc;
-    if (v6) {
-      ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));  // IPv4 clients too
-      sockaddr_in6 a{};
-      a.sin6_family = AF_INET6;
-      a.sin6_addr = in6addr_any;
-      a.sin6_port = htons(uint16_t(port_));
-      rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    } else {
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_ANY);
-      a.sin_port = htons(uint16_t(port_));
-      rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    }
-    if (rc != 0 || ::listen(fd, world_) != 0)
-      fail(std::string("rank 0 cannot listen on port ") + std::to_string(port_) + ": " + std::strerror(errno) +
-           " (another job on this MASTER_PORT?)");
+    peers_[0] = fd;
     for (int joined = 1; joined < world_;) {
       wait_fd(fd, POLLIN, start, ("waiting for " + std::to_string(world_ - joined) + " rank(s) to join").c_str());
       int c = ::accept(fd, nullptr, nullptr);
@@ -265,6 +297,28 @@ class TcpCommunicator final : public Communicator {
 std::shared_ptr<Communicator> make_tcp_bootstrap(const std::string& host, int port, int rank, int world,
                                                  double timeout_s) {
   return std::make_shared<TcpCommunicator>(host, port, rank, world, timeout_s);
+}
+
+TcpListener::TcpListener() {
+  std::string why;
+  fd_ = listen_on(0, &why);
+  if (fd_ < 0) throw ConfigError("tcp rendezvous", why);
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+  port_ = ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&a)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+}
+
+TcpListener::~TcpListener() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::shared_ptr<Communicator> make_tcp_bootstrap(std::unique_ptr<TcpListener> listener, int world,
+                                                 double timeout_s) {
+  const int fd = listener->fd_, port = listener->port_;
+  listener->fd_ = -1;  // the communicator closes it
+  return std::make_shared<TcpCommunicator>(fd, port, world, timeout_s);
 }
 
 }  // namespace keel

@@ -22,4 +22,25 @@ namespace keel {
 std::shared_ptr<Communicator> make_tcp_bootstrap(const std::string& host, int port, int rank, int world,
                                                  double timeout_s = 30.0);
 
+// Rank 0's socket for a rendezvous whose port must be known before the others start, so that
+// it can travel to them with other data: a free port, listening on every interface from
+// construction on (ranks that connect early wait in its backlog). NCCL's unique id carries its
+// bootstrap address that way; the emulated device's NCCL (core/cuda/emu/nccl.cpp) does the same.
+class TcpListener {
+ public:
+  TcpListener();  // ConfigError when no socket can listen
+  ~TcpListener();
+  TcpListener(const TcpListener&) = delete;
+  TcpListener& operator=(const TcpListener&) = delete;
+  int port() const { return port_; }
+
+ private:
+  friend std::shared_ptr<Communicator> make_tcp_bootstrap(std::unique_ptr<TcpListener>, int, double);
+  int fd_ = -1, port_ = 0;
+};
+
+// Rank 0 of `world` on a listener made earlier: accepts the others as the form above does.
+std::shared_ptr<Communicator> make_tcp_bootstrap(std::unique_ptr<TcpListener> listener, int world,
+                                                 double timeout_s = 30.0);
+
 }  // namespace keel

@@ -5,7 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "core/comm_tcp.h"
@@ -92,4 +95,44 @@ TEST_CASE("tcp rendezvous: a rank whose rank 0 never comes stops with the addres
                        ConfigError);
   CHECK_THROWS_AS(make_tcp_bootstrap("127.0.0.1", 0, 0, 2), ConfigError);
   CHECK_THROWS_AS(make_tcp_bootstrap("127.0.0.1", port, 2, 2), ConfigError);
+}
+
+TEST_CASE("tcp rendezvous: over a listener opened first, and a send to a peer that stopped reading times out") {
+  // Rank 0's port is known before anyone connects (what an NCCL unique id carries).
+  auto listener = std::make_unique<TcpListener>();
+  const int port = listener->port();
+  REQUIRE(port > 0);
+  pid_t kid = ::fork();
+  REQUIRE(kid >= 0);
+  if (kid == 0) {
+    int rc = 1;
+    try {
+      auto c = make_tcp_bootstrap("127.0.0.1", port, 1, 2, 1.0);
+      Tensor small = c->all_gather(from_vector<float>({1.0f}, {1}));
+      if (small.to_vector<float>() != std::vector<float>{0.0f, 1.0f}) std::_Exit(3);
+      // 16 MB, more than both sockets' buffers hold: rank 0 never reads it, so the send must
+      // give up at the timeout rather than wait inside send() for as long as the peer lives.
+      Tensor big = zeros({int64_t(4) << 20});
+      Tensor out = zeros({int64_t(8) << 20});
+      c->all_gather(big, out);
+    } catch (const ConfigError& e) {
+      rc = std::string(e.what()).find("timed out sending") != std::string::npos ? 0 : 2;
+    }
+    std::_Exit(rc);
+  }
+  auto root = make_tcp_bootstrap(std::move(listener), 2, 20.0);
+  CHECK(root->rank() == 0);
+  CHECK(root->world_size() == 2);
+  Tensor small = root->all_gather(from_vector<float>({0.0f}, {1}));
+  CHECK(small.to_vector<float>() == std::vector<float>{0.0f, 1.0f});
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 100 && done == 0; ++i) {  // 10 s; the kid's timeout is 1 s
+    done = ::waitpid(kid, &status, WNOHANG);
+    if (done == 0) ::usleep(100000);
+  }
+  if (done == 0) ::kill(kid, SIGKILL), ::waitpid(kid, &status, 0);
+  CHECK(done == kid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
