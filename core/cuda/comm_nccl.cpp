@@ -36,6 +36,14 @@ ncclDataType_t nccl_type(DType t) {
 
 class NcclCommunicator;
 
+// A collective that fails leaves the communicator unusable (a peer lost, a network error):
+// abort it, as the watchdog does, and raise with the statement, file and line.
+#define KEEL_CHECK_COLLECTIVE(stmt)                                      \
+  do {                                                                   \
+    ncclResult_t keel_st_ = (stmt);                                      \
+    if (keel_st_ != ncclSuccess) collective_failed(keel_st_, #stmt, __FILE__, __LINE__); \
+  } while (0)
+
 // A collective queued on the NCCL stream: done when its event has fired.
 class NcclWork final : public Communicator::Work {
  public:
@@ -95,7 +103,7 @@ class NcclCommunicator final : public Communicator {
       throw ValueError("broadcast", "root " + std::to_string(root) + " is outside [0, " + std::to_string(world_) + ")");
     Tensor buf = on_device(t);
     after_compute();
-    KEEL_CHECK_NCCL(ncclBroadcast(buf.raw_data(), buf.raw_data(), size_t(buf.numel()), nccl_type(buf.dtype()), root,
+    KEEL_CHECK_COLLECTIVE(ncclBroadcast(buf.raw_data(), buf.raw_data(), size_t(buf.numel()), nccl_type(buf.dtype()), root,
                                   comm_, stream_));
     finish(t, buf)->wait();
   }
@@ -108,7 +116,7 @@ class NcclCommunicator final : public Communicator {
     Tensor src = on_device(in);
     Tensor dst = on_device(out);
     after_compute();
-    KEEL_CHECK_NCCL(ncclAllGather(src.raw_data(), dst.raw_data(), size_t(src.numel()), nccl_type(src.dtype()), comm_,
+    KEEL_CHECK_COLLECTIVE(ncclAllGather(src.raw_data(), dst.raw_data(), size_t(src.numel()), nccl_type(src.dtype()), comm_,
                                   stream_));
     finish(out, dst)->wait();
   }
@@ -120,7 +128,7 @@ class NcclCommunicator final : public Communicator {
     Tensor src = on_device(in);
     Tensor dst = on_device(out);
     after_compute();
-    KEEL_CHECK_NCCL(ncclReduceScatter(src.raw_data(), dst.raw_data(), size_t(dst.numel()), nccl_type(dst.dtype()),
+    KEEL_CHECK_COLLECTIVE(ncclReduceScatter(src.raw_data(), dst.raw_data(), size_t(dst.numel()), nccl_type(dst.dtype()),
                                       ncclSum, comm_, stream_));
     finish(out, dst)->wait();
   }
@@ -149,6 +157,13 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  [[noreturn]] void collective_failed(ncclResult_t st, const char* stmt, const char* file, int line) {
+    const std::string why = ncclGetErrorString(st);  // before the abort: it may overwrite the message
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    cuda::detail::throw_library("NCCL", static_cast<int>(st), ("rank " + std::to_string(rank_) + ": " + why).c_str(),
+                                stmt, file, line);
+  }
   [[noreturn]] void abort_and_throw(const char* op, const std::string& why) {
     ncclCommAbort(comm_);
     comm_ = nullptr;
@@ -181,7 +196,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Work> run_reduce(Tensor& t, ncclRedOp_t op) {
     Tensor buf = on_device(t);
     after_compute();
-    KEEL_CHECK_NCCL(ncclAllReduce(buf.raw_data(), buf.raw_data(), size_t(buf.numel()), nccl_type(buf.dtype()), op,
+    KEEL_CHECK_COLLECTIVE(ncclAllReduce(buf.raw_data(), buf.raw_data(), size_t(buf.numel()), nccl_type(buf.dtype()), op,
                                   comm_, stream_));
     return finish(t, buf);
   }

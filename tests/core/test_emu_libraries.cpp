@@ -1,5 +1,5 @@
-// The emulated device's cuBLAS, cuBLASLt and NCCL (core/cuda/emu/cublas.cpp, cublaslt.cpp,
-// nccl.cpp), called directly as keel calls the real libraries and checked against a naive f64
+// The emulated device's cuBLAS and cuBLASLt (core/cuda/emu/cublas.cpp, cublaslt.cpp; NCCL is in
+// test_emu_nccl.cpp), called directly as keel calls the real libraries and checked against a naive f64
 // reference computed from the values actually stored (after f16/bf16 rounding). Padding between
 // columns (ld > rows) and C under beta = 0 hold NaN, so a read of either shows in the result.
 // Only the emulated build has these stand-ins (device pointers are host memory there, so host
@@ -10,7 +10,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <doctest/doctest.h>
-#include <nccl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -361,51 +360,6 @@ TEST_SUITE("cuda") {
     Matrix C(CUDA_R_32F, 300, 130, 300);
     REQUIRE(gemm_ex(blas.h, CUBLAS_OP_T, CUBLAS_OP_N, 1.0f, A, B, 0.0f, C) == CUBLAS_STATUS_SUCCESS);
     check_gemm(CUBLAS_OP_T, CUBLAS_OP_N, 1.0f, A, B, 0.0f, C, C);
-  }
-
-  TEST_CASE("emulated NCCL: one rank, every collective is the identity") {
-    ncclUniqueId id;
-    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-    ncclComm_t comm = nullptr;
-    REQUIRE(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
-    std::vector<float> send = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f}, recv(5, NAN);
-    CHECK(ncclAllReduce(send.data(), recv.data(), 5, ncclFloat32, ncclSum, comm, nullptr) == ncclSuccess);
-    CHECK(recv == send);
-    std::vector<float> in_place = send;
-    CHECK(ncclAllReduce(in_place.data(), in_place.data(), 5, ncclFloat32, ncclAvg, comm, nullptr) == ncclSuccess);
-    CHECK(in_place == send);
-    std::vector<uint16_t> half_send = {1, 2, 3}, half_recv(3, 0xffff);  // 2-byte types copy 2 bytes each
-    CHECK(ncclBroadcast(half_send.data(), half_recv.data(), 3, ncclBfloat16, 0, comm, nullptr) == ncclSuccess);
-    CHECK(half_recv == half_send);
-    std::vector<int64_t> longs = {1, -2, 3}, gathered(3, 0);
-    CHECK(ncclAllGather(longs.data(), gathered.data(), 3, ncclInt64, comm, nullptr) == ncclSuccess);
-    CHECK(gathered == longs);
-    std::vector<int64_t> scattered(3, 0);
-    CHECK(ncclReduceScatter(longs.data(), scattered.data(), 3, ncclInt64, ncclSum, comm, nullptr) == ncclSuccess);
-    CHECK(scattered == longs);
-    ncclResult_t async = ncclInternalError;
-    CHECK(ncclCommGetAsyncError(comm, &async) == ncclSuccess);
-    CHECK(async == ncclSuccess);
-    CHECK(ncclBroadcast(send.data(), recv.data(), 5, ncclFloat32, 1, comm, nullptr) == ncclInvalidArgument);
-    CHECK(ncclAllReduce(send.data(), recv.data(), 5, static_cast<ncclDataType_t>(99), ncclSum, comm, nullptr) ==
-          ncclInvalidArgument);
-    CHECK(ncclCommDestroy(comm) == ncclSuccess);
-  }
-
-  TEST_CASE("emulated NCCL refuses more than one rank, and says why") {
-    ncclUniqueId id;
-    REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
-    ncclComm_t comm = nullptr;
-    CHECK(ncclCommInitRank(&comm, 2, id, 0) == ncclInvalidUsage);
-    CHECK(comm == nullptr);
-    const std::string why = ncclGetErrorString(ncclInvalidUsage);
-    CHECK(why.find("world size 1") != std::string::npos);
-    CHECK(std::string(ncclGetLastError(nullptr)).find("nranks = 2") != std::string::npos);
-    CHECK(ncclCommInitRank(&comm, 1, id, 1) == ncclInvalidArgument);  // rank outside [0, 1)
-    ncclUniqueId garbage;
-    std::memset(&garbage, 0, sizeof garbage);
-    CHECK(ncclCommInitRank(&comm, 1, garbage, 0) == ncclInvalidArgument);
-    CHECK(std::string(ncclGetErrorString(ncclSuccess)) == "no error");
   }
 
 }  // TEST_SUITE("cuda")
