@@ -217,9 +217,9 @@ class MpiCommunicator final : public Communicator {
       throw DTypeError("all_reduce_mean", std::string("a mean needs a floating tensor, got ") + dtype_name(t.dtype()));
     Tensor buf = staged(t, reduce_dtype(t.dtype(), true));
     auto w = std::make_unique<MpiWork>(t, buf, rank_, world_);
-    KEEL_CHECK_MPI(mpi().Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), sum_op(buf),
-                             mpi().comm_world, &w->req),
-              "MPI_Iallreduce");
+    KEEL_CHECK_MPI(mpi().Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()),
+                                    sum_op(buf), mpi().comm_world, &w->req),
+                   "MPI_Iallreduce");
     return w;
   }
 
@@ -228,9 +228,9 @@ class MpiCommunicator final : public Communicator {
       throw ValueError("broadcast", "root " + std::to_string(root) + " is outside [0, " + std::to_string(world_) + ")");
     Tensor buf = staged(t, t.dtype());
     MPI_Request req;
-    KEEL_CHECK_MPI(mpi().Ibcast(buf.raw_data(), int(buf.numel() * dtype_size(buf.dtype())), mpi().byte, root, mpi().comm_world,
-                         &req),
-              "MPI_Ibcast");
+    KEEL_CHECK_MPI(mpi().Ibcast(buf.raw_data(), int(buf.numel() * dtype_size(buf.dtype())), mpi().byte, root,
+                                mpi().comm_world, &req),
+                   "MPI_Ibcast");
     wait_for(req, rank_, "broadcast");
     write_back(t, buf);
   }
@@ -244,8 +244,9 @@ class MpiCommunicator final : public Communicator {
     Tensor dst = staged(out, out.dtype());
     const int bytes = int(src.numel() * dtype_size(src.dtype()));
     MPI_Request req;
-    KEEL_CHECK_MPI(mpi().Iallgather(src.raw_data(), bytes, mpi().byte, dst.raw_data(), bytes, mpi().byte, mpi().comm_world, &req),
-              "MPI_Iallgather");
+    KEEL_CHECK_MPI(mpi().Iallgather(src.raw_data(), bytes, mpi().byte, dst.raw_data(), bytes, mpi().byte,
+                                    mpi().comm_world, &req),
+                   "MPI_Iallgather");
     wait_for(req, rank_, "all_gather");
     write_back(out, dst);
   }
@@ -262,8 +263,8 @@ class MpiCommunicator final : public Communicator {
     Tensor dst = empty(out.shape(), {rd, Device::cpu()});
     MPI_Request req;
     KEEL_CHECK_MPI(mpi().Ireduce_scatter_block(src.raw_data(), dst.raw_data(), int(n), mpi_type(rd), sum_op(src),
-                                        mpi().comm_world, &req),
-              "MPI_Ireduce_scatter_block");
+                                               mpi().comm_world, &req),
+                   "MPI_Ireduce_scatter_block");
     wait_for(req, rank_, "reduce_scatter_sum");
     write_back(out, dst);
   }
@@ -282,8 +283,8 @@ class MpiCommunicator final : public Communicator {
     if (sum) op = sum_op(buf);
     MPI_Request req;
     KEEL_CHECK_MPI(mpi().Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), op,
-                             mpi().comm_world, &req),
-              name);
+                                    mpi().comm_world, &req),
+                   name);
     wait_for(req, rank_, name);
     if (mean) divide(buf, world_);
     write_back(t, buf);

@@ -38,10 +38,10 @@ class NcclCommunicator;
 
 // A collective that fails leaves the communicator unusable (a peer lost, a network error):
 // abort it, as the watchdog does, and raise with the statement, file and line.
-#define KEEL_CHECK_COLLECTIVE(stmt)                                      \
-  do {                                                                   \
-    ncclResult_t keel_st_ = (stmt);                                      \
-    if (keel_st_ != ncclSuccess) collective_failed(keel_st_, #stmt, __FILE__, __LINE__); \
+#define KEEL_CHECK_COLLECTIVE(stmt)                                                        \
+  do {                                                                                     \
+    ncclResult_t keel_st_ = (stmt);                                                        \
+    if (keel_st_ != ncclSuccess) collective_failed(keel_st_, #stmt, __FILE__, __LINE__);   \
   } while (0)
 
 // A collective queued on the NCCL stream: done when its event has fired.
@@ -103,8 +103,8 @@ class NcclCommunicator final : public Communicator {
       throw ValueError("broadcast", "root " + std::to_string(root) + " is outside [0, " + std::to_string(world_) + ")");
     Tensor buf = on_device(t);
     after_compute();
-    KEEL_CHECK_COLLECTIVE(ncclBroadcast(buf.raw_data(), buf.raw_data(), size_t(buf.numel()), nccl_type(buf.dtype()), root,
-                                  comm_, stream_));
+    KEEL_CHECK_COLLECTIVE(ncclBroadcast(buf.raw_data(), buf.raw_data(), size_t(buf.numel()), nccl_type(buf.dtype()),
+                                        root, comm_, stream_));
     finish(t, buf)->wait();
   }
 
@@ -116,8 +116,8 @@ class NcclCommunicator final : public Communicator {
     Tensor src = on_device(in);
     Tensor dst = on_device(out);
     after_compute();
-    KEEL_CHECK_COLLECTIVE(ncclAllGather(src.raw_data(), dst.raw_data(), size_t(src.numel()), nccl_type(src.dtype()), comm_,
-                                  stream_));
+    KEEL_CHECK_COLLECTIVE(ncclAllGather(src.raw_data(), dst.raw_data(), size_t(src.numel()), nccl_type(src.dtype()),
+                                        comm_, stream_));
     finish(out, dst)->wait();
   }
   using Communicator::all_gather;
@@ -128,8 +128,8 @@ class NcclCommunicator final : public Communicator {
     Tensor src = on_device(in);
     Tensor dst = on_device(out);
     after_compute();
-    KEEL_CHECK_COLLECTIVE(ncclReduceScatter(src.raw_data(), dst.raw_data(), size_t(dst.numel()), nccl_type(dst.dtype()),
-                                      ncclSum, comm_, stream_));
+    KEEL_CHECK_COLLECTIVE(ncclReduceScatter(src.raw_data(), dst.raw_data(), size_t(dst.numel()),
+                                            nccl_type(dst.dtype()), ncclSum, comm_, stream_));
     finish(out, dst)->wait();
   }
 
@@ -196,8 +196,8 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Work> run_reduce(Tensor& t, ncclRedOp_t op) {
     Tensor buf = on_device(t);
     after_compute();
-    KEEL_CHECK_COLLECTIVE(ncclAllReduce(buf.raw_data(), buf.raw_data(), size_t(buf.numel()), nccl_type(buf.dtype()), op,
-                                  comm_, stream_));
+    KEEL_CHECK_COLLECTIVE(ncclAllReduce(buf.raw_data(), buf.raw_data(), size_t(buf.numel()), nccl_type(buf.dtype()),
+                                        op, comm_, stream_));
     return finish(t, buf);
   }
 

@@ -63,7 +63,8 @@ class TwoHosts {
                     sh("ip -n " + a + " addr add " + addr_a + "/24 dev " + veth_a) &&
                     sh("ip -n " + b + " addr add " + addr_b + "/24 dev " + veth_b) &&
                     sh("ip -n " + a + " link set lo up") && sh("ip -n " + b + " link set lo up") &&
-                    sh("ip -n " + a + " link set " + veth_a + " up") && sh("ip -n " + b + " link set " + veth_b + " up") &&
+                    sh("ip -n " + a + " link set " + veth_a + " up") &&
+                    sh("ip -n " + b + " link set " + veth_b + " up") &&
                     sh("ip netns exec " + b + " unshare --uts true", &why);
     if (!ok) reason = "cannot join two network namespaces with a veth pair here: " + why.substr(0, why.find('\n'));
   }

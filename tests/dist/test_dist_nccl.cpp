@@ -87,7 +87,8 @@ TEST_CASE("NCCL over emulated GPUs: ZeRO-1 equals plain data parallelism, bf16 g
 TEST_CASE("NCCL over emulated GPUs: torchrun variables without MPI, and a killed rank ends the other") {
   // The NCCL id goes from rank 0 to rank 1 through keel's TCP rendezvous at MASTER_ADDR.
   fs::path t = scratch().dir / "cuda_torchrun";
-  Job r1("env " + kTwoGpus + torchrun_env(1) + kGpt2 + cuda_args(t, "--batch-size 2"), scratch().dir / "cuda_torchrun1.log");
+  Job r1("env " + kTwoGpus + torchrun_env(1) + kGpt2 + cuda_args(t, "--batch-size 2"),
+         scratch().dir / "cuda_torchrun1.log");
   int rc = run(kTwoGpus + torchrun_env(0) + kGpt2 + cuda_args(t, "--batch-size 2"),
                scratch().dir / "cuda_torchrun0.log");
   INFO(read_text(scratch().dir / "cuda_torchrun0.log"));

@@ -79,8 +79,8 @@ TEST_CASE("without libmpi, one process trains, and --nproc and mpirun say that M
 
   // mpirun itself does not need libmpi: it starts the ranks, and each says what is missing.
   fs::path mpirun_log = scratch().dir / "no_mpi_mpirun.log";
-  rc = run(without_mpi(kMpirun + " -np 2 " + kGpt2 + train_args(scratch().dir / "no_mpi_mpirun", "--batch-size 2", 2, 0)),
-           mpirun_log);
+  const std::string two_ranks = kMpirun + " -np 2 " + kGpt2;
+  rc = run(without_mpi(two_ranks + train_args(scratch().dir / "no_mpi_mpirun", "--batch-size 2", 2, 0)), mpirun_log);
   text = read_text(mpirun_log);
   INFO(text);
   CHECK(rc != 0);

@@ -25,7 +25,7 @@
 // communicator then stays in that error (ncclCommGetAsyncError), as NCCL's does. Rank 0 must be
 // the process that made the id (keel's is), since it holds the listening socket.
 //
-// World size 1 needs no peers: every collective is the identity (recvbuff = sendbuff).
+// At world size 1 there are no peers, and every collective is the identity.
 // Arguments are checked as NCCL checks them (ncclInvalidArgument), and each failure is explained
 // through ncclGetLastError and ncclGetErrorString.
 #include <cuda_runtime_api.h>
@@ -155,8 +155,8 @@ size_t type_size(ncclDataType_t t) {
   }
 }
 
-// The keel dtype of the NCCL types keel passes (comm_nccl.cpp's nccl_type): what moves between
-// ranks. false for the others, which only world 1 accepts.
+// The keel dtype of the NCCL types keel passes (comm_nccl.cpp's nccl_type); false for the
+// others, which are not emulated.
 bool keel_dtype(ncclDataType_t t, keel::DType* out) {
   switch (t) {
     case ncclFloat32: *out = keel::DType::f32; return true;
@@ -179,9 +179,9 @@ ncclResult_t check(const char* fn, ncclComm_t comm, const void* send, const void
   if (type_size(type) == 0)
     return fail(ncclInvalidArgument, std::string(fn) + ": invalid datatype " + std::to_string(type));
   keel::DType dt;
-  if (comm->nranks > 1 && !keel_dtype(type, &dt))
-    return fail(ncclInvalidArgument, std::string(fn) + ": datatype " + std::to_string(type) +
-                                         " is not emulated between ranks (keel does not use it)");
+  if (!keel_dtype(type, &dt))
+    return fail(ncclInvalidArgument,
+                std::string(fn) + ": datatype " + std::to_string(type) + " is not emulated (keel does not use it)");
   if (count > 0 && (!send || !recv))
     return fail(ncclInvalidArgument, std::string(fn) + (send ? ": recvbuff" : ": sendbuff") + " is NULL");
   return ncclSuccess;
@@ -202,12 +202,14 @@ ncclResult_t in_stream_order(const char* fn, cudaStream_t stream) {
 }
 
 // Every rank's `count` elements at `send` (device memory is host memory here), in rank order:
-// nranks * count elements on every rank. A lost peer puts the communicator in error.
+// nranks * count elements on every rank; at world 1 a copy of this rank's. Every collective is
+// computed from these, so each rank gets the same bits.
 keel::Tensor gather(ncclComm_t comm, const void* send, size_t count, ncclDataType_t type) {
   keel::DType dt{};
   keel_dtype(type, &dt);
   keel::Tensor mine = keel::empty({int64_t(count)}, {dt, keel::Device::cpu()});
   if (count) std::memcpy(mine.raw_data(), send, count * type_size(type));
+  if (!comm->net) return mine;
   keel::Tensor all = keel::empty({int64_t(count) * comm->nranks}, {dt, keel::Device::cpu()});
   comm->net->all_gather(mine, all);
   return all;
@@ -352,10 +354,6 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   if (ncclResult_t r = check(fn, comm, sendbuff, recvbuff, count, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = check_op(fn, op); r != ncclSuccess) return r;
   if (ncclResult_t r = in_stream_order(fn, stream); r != ncclSuccess) return r;
-  if (comm->nranks == 1) {  // one term: sum = avg = max = x
-    if (count > 0 && sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, count * type_size(datatype));
-    return ncclSuccess;
-  }
   return exchange(fn, comm, [&] {
     keel::Tensor all = gather(comm, sendbuff, count, datatype);
     keel::visit_dtype(all.dtype(), [&]<typename T>() {
@@ -373,10 +371,6 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
                                          std::to_string(comm->nranks) + ")");
   if (ncclResult_t r = in_stream_order(fn, stream); r != ncclSuccess) return r;
   const size_t bytes = count * type_size(datatype);
-  if (comm->nranks == 1) {
-    if (count > 0 && sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
-    return ncclSuccess;
-  }
   return exchange(fn, comm, [&] {
     keel::Tensor all = gather(comm, sendbuff, count, datatype);
     if (count) std::memcpy(recvbuff, static_cast<const char*>(all.raw_data()) + size_t(root) * bytes, bytes);
@@ -390,10 +384,6 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   if (ncclResult_t r = check(fn, comm, sendbuff, recvbuff, recvcount, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = check_op(fn, op); r != ncclSuccess) return r;
   if (ncclResult_t r = in_stream_order(fn, stream); r != ncclSuccess) return r;
-  if (comm->nranks == 1) {
-    if (recvcount > 0 && sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, recvcount * type_size(datatype));
-    return ncclSuccess;
-  }
   const size_t per_rank = recvcount * size_t(comm->nranks);
   return exchange(fn, comm, [&] {
     keel::Tensor all = gather(comm, sendbuff, per_rank, datatype);
@@ -410,10 +400,6 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   const char* fn = "ncclAllGather";
   if (ncclResult_t r = check(fn, comm, sendbuff, recvbuff, sendcount, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = in_stream_order(fn, stream); r != ncclSuccess) return r;
-  if (comm->nranks == 1) {
-    if (sendcount > 0 && sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, sendcount * type_size(datatype));
-    return ncclSuccess;
-  }
   return exchange(fn, comm, [&] {
     keel::Tensor all = gather(comm, sendbuff, sendcount, datatype);
     if (sendcount) std::memcpy(recvbuff, all.raw_data(), all.numel() * keel::dtype_size(all.dtype()));
