@@ -40,8 +40,8 @@ TEST_SUITE("cuda") {
     CHECK(ncclCommGetAsyncError(comm, &async) == ncclSuccess);
     CHECK(async == ncclSuccess);
     CHECK(ncclBroadcast(send.data(), recv.data(), 5, ncclFloat32, 1, comm, nullptr) == ncclInvalidArgument);
-    CHECK(ncclAllReduce(send.data(), recv.data(), 5, static_cast<ncclDataType_t>(99), ncclSum, comm, nullptr) ==
-          ncclInvalidArgument);
+    // ncclNumTypes: past the last type, yet a value the enum can hold (99 would be undefined).
+    CHECK(ncclAllReduce(send.data(), recv.data(), 5, ncclNumTypes, ncclSum, comm, nullptr) == ncclInvalidArgument);
     CHECK(ncclCommDestroy(comm) == ncclSuccess);
   }
 
