@@ -21,7 +21,7 @@
 #include <string>
 
 #include "core/autograd.h"
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "core/named_tensors.h"
 #include "optim/adamw.h"
 #include "optim/grad_bucketer.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/autograd.h"
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "optim/grad_sync.h"
 
 namespace keel::optim {

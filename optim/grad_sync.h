@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "core/named_tensors.h"
 #include "core/tensor.h"
 #include "optim/defaults.h"

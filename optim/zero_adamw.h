@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "optim/adamw.h"
 #include "optim/data_parallel.h"
 

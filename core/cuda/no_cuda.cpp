@@ -1,7 +1,7 @@
 // The CUDA entry points of core in a build without CUDA (preset `cpu`): there is no device,
 // so asking for one raises DeviceError with the way out.
 #include "core/cuda/caching_allocator.h"
-#include "core/cuda/comm_nccl.h"
+#include "core/dist/comm_nccl.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"

@@ -5,7 +5,7 @@
 #include <exception>
 #include <thread>
 
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "core/factory.h"
 
 using namespace keel;

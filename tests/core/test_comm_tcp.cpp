@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm_tcp.h"
+#include "core/dist/comm_tcp.h"
 #include "core/factory.h"
 
 using namespace keel;

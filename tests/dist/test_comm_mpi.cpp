@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/comm_mpi.h"
+#include "core/dist/comm_mpi.h"
 #include "core/factory.h"
 
 using namespace keel;

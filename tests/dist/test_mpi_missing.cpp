@@ -8,7 +8,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
-#include "core/comm_mpi_library.h"
+#include "core/dist/comm_mpi_library.h"
 
 using namespace keel;
 using namespace keel::dist_test;

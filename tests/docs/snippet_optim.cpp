@@ -4,7 +4,7 @@
 #include <cmath>
 #include <utility>
 
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "core/factory.h"
 #include "nn/gpt2.h"
 #include "optim/adamw.h"

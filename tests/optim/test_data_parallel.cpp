@@ -6,7 +6,7 @@
 #include <limits>
 #include <thread>
 
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "core/factory.h"
 #include "optim/data_parallel.h"
 

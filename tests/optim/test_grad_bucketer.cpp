@@ -3,7 +3,7 @@
 
 #include <thread>
 
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "core/factory.h"
 #include "ops/arith.h"
 #include "ops/matmul.h"

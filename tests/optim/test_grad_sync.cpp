@@ -4,7 +4,7 @@
 #include <exception>
 #include <thread>
 
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "core/factory.h"
 #include "optim/grad_sync.h"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <thread>
 
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "core/factory.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"

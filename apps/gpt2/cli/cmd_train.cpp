@@ -10,7 +10,7 @@
 #include "apps/gpt2/cli/train_flags.h"
 #include "apps/gpt2/train/distributed.h"
 #include "apps/gpt2/train/trainer.h"
-#include "core/comm_mpi.h"
+#include "core/dist/comm_mpi.h"
 #include "core/io.h"
 
 namespace keel::app {

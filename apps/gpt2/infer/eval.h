@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "core/device.h"
 #include "core/max_logit.h"
 #include "data/dataset.h"

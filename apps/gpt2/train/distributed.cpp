@@ -14,9 +14,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "core/comm_mpi.h"
-#include "core/comm_tcp.h"
-#include "core/cuda/comm_nccl.h"
+#include "core/dist/comm_mpi.h"
+#include "core/dist/comm_tcp.h"
+#include "core/dist/comm_nccl.h"
 #include "core/cuda/runtime.h"
 #include "core/factory.h"
 

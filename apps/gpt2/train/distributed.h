@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/gpt2/train/train_config.h"
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "core/device.h"
 #include "core/max_logit.h"
 #include "core/tensor.h"

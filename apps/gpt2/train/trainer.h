@@ -17,7 +17,7 @@
 
 #include "apps/gpt2/train/setup.h"
 #include "apps/gpt2/train/train_config.h"
-#include "core/comm.h"
+#include "core/dist/comm.h"
 #include "core/device.h"
 #include "core/max_logit.h"
 #include "data/dataset.h"

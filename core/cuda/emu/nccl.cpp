@@ -1,10 +1,10 @@
-// NCCL on the emulated device: the NCCL functions keel calls (core/cuda/comm_nccl.cpp), defined
+// NCCL on the emulated device: the NCCL functions keel calls (core/dist/comm_nccl.cpp), defined
 // against the real nccl.h so that signature drift does not compile.
 //
 // Why: so keel's NCCL communicator, and with it `gpt2 train --device cuda` on several ranks
 // (ZeRO-1 and bf16 gradients included), runs end to end without a GPU. Each rank is a process
 // with its own emulated device, as on real GPUs; the ranks exchange their buffers over keel's own
-// TCP transport (core/comm_tcp.h), found the way NCCL finds its peers:
+// TCP transport (core/dist/comm_tcp.h), found the way NCCL finds its peers:
 //  - ncclGetUniqueId opens a listening socket on a free port and writes its address into the
 //    id: the address of the first interface that is up and not loopback (NCCL's default), or
 //    the first whose name starts with one of NCCL_SOCKET_IFNAME's comma-separated prefixes;
@@ -47,7 +47,7 @@
 #include <string>
 #include <type_traits>
 
-#include "core/comm_tcp.h"
+#include "core/dist/comm_tcp.h"
 #include "core/factory.h"
 
 struct ncclComm {

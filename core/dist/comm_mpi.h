@@ -17,7 +17,7 @@
 
 #include <memory>
 
-#include "core/comm.h"
+#include "core/dist/comm.h"
 
 namespace keel {
 

@@ -1,5 +1,5 @@
 // Loading MPI at run time (see comm_mpi_library.h).
-#include "core/comm_mpi_library.h"
+#include "core/dist/comm_mpi_library.h"
 
 #include <dlfcn.h>
 

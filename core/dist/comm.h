@@ -1,7 +1,7 @@
 // Communicators: the collective operations data-parallel training needs (all-reduce,
 // broadcast, all-gather, barrier), behind one interface so that the trainer does not care
 // whether ranks are threads of this process (CPU backend, tests), separate processes joined
-// by MPI (core/comm_mpi.h), processes on GPUs joined by NCCL (core/cuda/comm_nccl.h) or just
+// by MPI (core/dist/comm_mpi.h), processes on GPUs joined by NCCL (core/dist/comm_nccl.h) or just
 // one rank (LocalCommunicator).
 //
 // Rules every backend follows, NCCL-style:

@@ -1,4 +1,4 @@
-#include "core/comm.h"
+#include "core/dist/comm.h"
 
 #include <barrier>
 #include <cstring>

@@ -3,7 +3,7 @@
 // Wire format of one collective: each rank r > 0 sends [i64 r][i64 n][n bytes] to rank 0;
 // rank 0 answers each with the world's payloads concatenated in rank order, [i64 world*n][bytes].
 // Every rank contributes the same n (the collectives' contract), which rank 0 checks.
-#include "core/comm_tcp.h"
+#include "core/dist/comm_tcp.h"
 
 #include <netdb.h>
 #include <netinet/in.h>

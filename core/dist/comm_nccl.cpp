@@ -1,5 +1,5 @@
 // NCCL communicator (see comm_nccl.h). Built only with the CUDA backend.
-#include "core/cuda/comm_nccl.h"
+#include "core/dist/comm_nccl.h"
 
 #include <nccl.h>
 

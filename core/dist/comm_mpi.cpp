@@ -1,7 +1,7 @@
 // MPI communicator (see comm_mpi.h). Every collective is started non-blocking and completed
 // by polling (wait_for), which is where the watchdog lives: a collective that does not
 // complete within the timeout means a rank died or stopped, and waiting longer would hang.
-#include "core/comm_mpi.h"
+#include "core/dist/comm_mpi.h"
 
 #include <cstdlib>
 
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <thread>
 
-#include "core/comm_mpi_library.h"
+#include "core/dist/comm_mpi_library.h"
 #include "core/copy.h"
 #include "core/factory.h"
 #endif

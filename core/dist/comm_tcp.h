@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "core/comm.h"
+#include "core/dist/comm.h"
 
 namespace keel {
 

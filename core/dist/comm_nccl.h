@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "core/comm.h"
+#include "core/dist/comm.h"
 
 namespace keel {
 
