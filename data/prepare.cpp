@@ -21,14 +21,14 @@
 
 #include "core/error.h"
 #include "data/assets.h"
-#include "data/bpe_trainer.h"
+#include "data/tokenizer/bpe_trainer.h"
 #include "data/dataset.h"
 #include "core/io.h"
 #include "data/file_io.h"
 #include "data/progress.h"
 #include "data/shard.h"
 #include "data/shard_stream.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace keel::data {
 

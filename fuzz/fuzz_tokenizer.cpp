@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "data/assets.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
 // libFuzzer target: the vocabulary loader (encoder.json + vocab.bpe). The input is split at the
 // first NUL byte: encoder.json before it, vocab.bpe after it.
-#include "data/vocab.h"
+#include "data/tokenizer/vocab.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

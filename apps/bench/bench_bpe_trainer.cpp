@@ -8,7 +8,7 @@
 #include <chrono>
 
 #include "core/io.h"
-#include "data/bpe_trainer.h"
+#include "data/tokenizer/bpe_trainer.h"
 #include "data/file_io.h"
 
 int main(int argc, char** argv) {

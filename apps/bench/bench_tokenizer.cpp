@@ -11,7 +11,7 @@
 
 #include "data/assets.h"
 #include "data/file_io.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Measure GPT-2 tokenizer throughput on one core"};

@@ -17,7 +17,7 @@
 #include "data/loader.h"
 #include "data/shard.h"
 #include "data/prepare.h"
-#include "data/vocab.h"
+#include "data/tokenizer/vocab.h"
 #include "test_util.h"
 
 using namespace keel::data;

@@ -4,9 +4,9 @@
 #include <map>
 
 #include "core/error.h"
-#include "data/bpe_trainer.h"
-#include "data/pretokenize.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/bpe_trainer.h"
+#include "data/tokenizer/pretokenize.h"
+#include "data/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 using namespace keel::data;

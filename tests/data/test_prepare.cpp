@@ -10,7 +10,7 @@
 #include "data/file_io.h"
 #include "data/loader.h"
 #include "data/prepare.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 using namespace keel::data;

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "data/pretokenize.h"
-#include "data/unicode.h"
+#include "data/tokenizer/pretokenize.h"
+#include "data/tokenizer/unicode.h"
 
 using namespace keel::data;
 using Pieces = std::vector<std::string_view>;

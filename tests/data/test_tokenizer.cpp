@@ -6,7 +6,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 using namespace keel::data;

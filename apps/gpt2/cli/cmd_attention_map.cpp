@@ -9,7 +9,7 @@
 #include "apps/gpt2/infer/run_model.h"
 #include "apps/gpt2/train/trainer.h"
 #include "core/io.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace keel::app {
 

@@ -13,7 +13,7 @@
 #include "data/assets.h"
 #include "core/io.h"
 #include "data/file_io.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "nn/hf.h"
 
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 #include "apps/gpt2/train/seed.h"
 #include "apps/gpt2/train/trainer.h"
 #include "data/assets.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "nn/hf.h"
 
 namespace fs = std::filesystem;

@@ -8,7 +8,7 @@
 #include "core/io.h"
 #include "core/error.h"
 #include "data/assets.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace keel::app {
 

@@ -1,5 +1,5 @@
 // Incremental byte-level BPE training (see bpe_trainer.h).
-#include "data/bpe_trainer.h"
+#include "data/tokenizer/bpe_trainer.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <queue>
 
 #include "core/error.h"
-#include "data/pretokenize.h"
+#include "data/tokenizer/pretokenize.h"
 
 namespace keel::data {
 

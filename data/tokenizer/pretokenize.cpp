@@ -1,7 +1,7 @@
 // GPT-2's pre-tokenization rule as a scanner (see pretokenize.h for the regex it mirrors).
-#include "data/pretokenize.h"
+#include "data/tokenizer/pretokenize.h"
 
-#include "data/unicode.h"
+#include "data/tokenizer/unicode.h"
 
 namespace keel::data {
 

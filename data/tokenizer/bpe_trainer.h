@@ -16,7 +16,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "data/vocab.h"
+#include "data/tokenizer/vocab.h"
 
 namespace keel::data {
 

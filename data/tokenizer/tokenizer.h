@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/vocab.h"
+#include "data/tokenizer/vocab.h"
 
 namespace keel::data {
 

@@ -1,5 +1,5 @@
 // Byte-level BPE encoding and decoding (see tokenizer.h).
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "data/pretokenize.h"
+#include "data/tokenizer/pretokenize.h"
 
 namespace keel::data {
 

@@ -1,5 +1,5 @@
 // UTF-8 decoding and ICU-backed character classes (see unicode.h).
-#include "data/unicode.h"
+#include "data/tokenizer/unicode.h"
 
 #include <unicode/uchar.h>
 

@@ -1,5 +1,5 @@
 // Reading and writing GPT-2 vocabulary files (see vocab.h).
-#include "data/vocab.h"
+#include "data/tokenizer/vocab.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/io.h"
-#include "data/unicode.h"
+#include "data/tokenizer/unicode.h"
 
 namespace keel::data {
 
