@@ -31,10 +31,7 @@ Attention::Attention(const GPT2Config& c, Generator& init, Generator* dropout_ge
     register_module("q_norm", q_norm.get());
     register_module("k_norm", k_norm.get());
   }
-  spec_.window = c.windows();
-  for (int64_t w : spec_.window)
-    if (w > 0) ++n_local_, window_ = w;  // local heads come first and share one window
-  if (c.attention == AttentionKind::softcap) spec_.softcap = c.softcap;
+  spec_ = c.attention_spec();
   if (dropout_ > 0 && !dropout_gen_)
     throw ConfigError("Attention", "dropout is " + std::to_string(dropout_) + " but no generator was given");
 }
@@ -70,24 +67,22 @@ AttentionOutput Attention::forward(const Tensor& x) const {
 Tensor Attention::probabilities(const Tensor& x) const {
   const int64_t T = x.size(1);
   std::vector<Tensor> qkv = project(x);
-  const double scale = spec_.scale != 0 ? spec_.scale : 1.0 / std::sqrt(static_cast<double>(head_dim_));
-  Tensor s = matmul(qkv[0], transpose(qkv[1], 2, 3)) * scale;  // (B, H, T, T)
+  Tensor s = matmul(qkv[0], transpose(qkv[1], 2, 3)) * spec_.resolved_scale(head_dim_);  // (B, H, T, T)
   if (spec_.softcap > 0) s = tanh(s / spec_.softcap) * spec_.softcap;
   // The causal window of each head as an additive mask (H, T, T): -inf never reaches a max.
   std::vector<float> mask(static_cast<size_t>(n_head_ * T * T), -INFINITY);
   for (int64_t h = 0; h < n_head_; ++h)
     for (int64_t i = 0; i < T; ++i)
-      for (int64_t j = 0; j <= i; ++j)
-        if (spec_.window[h] == 0 || i - j < spec_.window[h]) mask[static_cast<size_t>((h * T + i) * T + j)] = 0;
+      for (int64_t j = spec_.first_key(h, i); j <= i; ++j) mask[static_cast<size_t>((h * T + i) * T + j)] = 0;
   return softmax(s + from_vector(mask, {n_head_, T, T}, {s.dtype(), s.device()}), -1);
 }
 
-// x (B, t, C) at positions [position, position + t) -> (B, t, C), through the KV cache
-Tensor Attention::forward_cached(const Tensor& x, LayerKV& kv, int64_t position) const {
+// x (B, t, C) at positions [cache.length(), + t) -> (B, t, C), through the KV cache
+Tensor Attention::forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const {
   const int64_t B = x.size(0), t = x.size(1), C = x.size(2);
   std::vector<Tensor> qkv = project(x);
-  const double scale = spec_.scale != 0 ? spec_.scale : 1.0 / std::sqrt(static_cast<double>(head_dim_));
-  Tensor y = cached_attention(qkv[0], qkv[1], qkv[2], kv, position, n_local_, window_, scale, spec_.softcap);
+  Tensor y = cached_attention(qkv[0], qkv[1], qkv[2], cache.layers[static_cast<size_t>(layer)], cache, cache.length(),
+                              spec_);
   return c_proj.forward(reshape(transpose(y, 1, 2), {B, t, C}));
 }
 

@@ -32,9 +32,10 @@ class Attention : public Module {
 
   // x (B, T, C) -> out (B, T, C), max_logit (H)
   AttentionOutput forward(const Tensor& x) const;
-  // Generation: x (B, t, C) holds the tokens at positions [position, position + t); their keys and
-  // values join `kv`, and they attend to everything cached before them. -> (B, t, C)
-  Tensor forward_cached(const Tensor& x, LayerKV& kv, int64_t position) const;
+  // Generation: x (B, t, C) holds the tokens at positions [cache.length(), + t); their keys and
+  // values join layer `layer` of the cache, and they attend to everything cached before them.
+  // -> (B, t, C)
+  Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const;
 
   // x (B, T, C) -> (B, H, T, T): the attention probabilities forward() uses, materialised (zero
   // where the head may not look). For inspection (attention maps), not for training: it costs T^2.
@@ -51,8 +52,7 @@ class Attention : public Module {
   int64_t n_head_, head_dim_;
   double dropout_;
   Generator* dropout_gen_;
-  AttentionSpec spec_;
-  int64_t n_local_ = 0, window_ = 0;  // the local head group, for the KV cache
+  AttentionSpec spec_;  // windows, scale and cap: what every path of this module asks
 
   // x (B, T, C) -> q, k, v (B, H, T, D), q and k normalised for qk_norm
   std::vector<Tensor> project(const Tensor& x) const;

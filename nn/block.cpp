@@ -24,8 +24,8 @@ Tensor Block::forward(const Tensor& x, Tensor* max_logit) const {
 }
 
 // x (B, t, C) -> (B, t, C), attending through the KV cache
-Tensor Block::forward_cached(const Tensor& x, LayerKV& kv, int64_t position) const {
-  Tensor h = x + attn.forward_cached(ln_1.forward(x), kv, position);
+Tensor Block::forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const {
+  Tensor h = x + attn.forward_cached(ln_1.forward(x), cache, layer);
   return h + mlp.forward(ln_2.forward(h));
 }
 

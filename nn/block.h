@@ -12,8 +12,9 @@ class Block : public Module {
 
   // x (B, T, C) -> (B, T, C); max_logit (H) of this block's attention is written to *max_logit.
   Tensor forward(const Tensor& x, Tensor* max_logit = nullptr) const;
-  // Generation through the KV cache: x (B, t, C) at positions [position, position + t) -> (B, t, C)
-  Tensor forward_cached(const Tensor& x, LayerKV& kv, int64_t position) const;
+  // Generation through layer `layer` of the KV cache: x (B, t, C) at positions
+  // [cache.length(), + t) -> (B, t, C)
+  Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const;
 
   LayerNorm ln_1;
   Attention attn;

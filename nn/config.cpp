@@ -37,11 +37,11 @@ void GPT2Config::fill_ls_shape() {
 
 int64_t GPT2Config::head_dim() const { return n_head > 0 ? n_embd / n_head : 0; }
 
-std::vector<int64_t> GPT2Config::windows() const {
-  std::vector<int64_t> w(n_head, 0);
-  if (attention == AttentionKind::ls)
-    for (int64_t h = 0; h < ls_local_heads && h < n_head; ++h) w[h] = ls_window;
-  return w;
+AttentionSpec GPT2Config::attention_spec() const {
+  AttentionSpec s = attention == AttentionKind::ls ? AttentionSpec::ls(n_head, ls_local_heads, ls_window)
+                                                    : AttentionSpec::mhsa(n_head);
+  if (attention == AttentionKind::softcap) s.softcap = softcap;
+  return s;
 }
 
 void GPT2Config::validate() const {

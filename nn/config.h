@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "ops/attention.h"
+
 namespace keel::nn {
 
 // The attention variants. kAttentionKinds is the one table of their names: config.json, the
@@ -62,8 +64,9 @@ struct GPT2Config {
   void fill_ls_shape();
 
   int64_t head_dim() const;  // n_embd / n_head (validate() checks it divides)
-  // The per-head windows of AttentionSpec: 0 = full causal, w = last w keys; local heads first.
-  std::vector<int64_t> windows() const;
+  // The attention every layer runs, from the variant's fields: per-head windows (local heads
+  // first), the soft cap, the default scale. The one place a config becomes windows.
+  AttentionSpec attention_spec() const;
   // ConfigError with a clear message for any config that cannot work.
   void validate() const;
   // "12 layers, 12 heads x 64, width 768, T 1024, vocab 50257, bias, tied, mhsa"

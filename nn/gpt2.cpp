@@ -1,5 +1,7 @@
 #include "nn/gpt2.h"
 
+#include <algorithm>
+
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "ops/arith.h"
@@ -76,18 +78,15 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets) {
   return out;
 }
 
-KVCache GPT2::make_cache() const {
-  std::vector<int64_t> w = config_.windows();
-  int64_t n_local = 0, window = 0;
-  for (int64_t x : w)
-    if (x > 0) ++n_local, window = x;
-  return KVCache(config_.n_layer, n_local, window);
+KVCache GPT2::make_cache(int64_t capacity) const {
+  return KVCache(config_.n_layer, config_.block_size, std::min(capacity, config_.block_size));
 }
 
-// ids (B, t) after cache.length() cached tokens -> logits (B, t, V)
-Tensor GPT2::forward_cached(const Tensor& ids, KVCache& cache) {
+// ids (B, t) after cache.length() cached tokens -> logits (B, t, V), or (B, 1, V) for Logits::last
+Tensor GPT2::forward_cached(const Tensor& ids, KVCache& cache, Logits which) {
   static const char* kOp = "GPT2::forward_cached";
-  if (!ids.defined() || ids.dim() != 2) throw ShapeError(kOp, "ids must be (B, t)");
+  if (!ids.defined() || ids.dim() != 2 || ids.size(1) < 1)
+    throw ShapeError(kOp, "ids must be (B, t) with t >= 1, got " + (ids.defined() ? shape_str(ids.shape()) : "undefined"));
   const int64_t P = cache.length(), t = ids.size(1);
   if (P + t > config_.block_size)
     throw ShapeError(kOp,
@@ -99,8 +98,9 @@ Tensor GPT2::forward_cached(const Tensor& ids, KVCache& cache) {
                               std::to_string(config_.n_layer), "make it with make_cache()");
   Tensor pos = add(arange(t, {DType::f64}), double(P)).to(DType::i64).to(wpe.weight.device());
   Tensor x = wte.forward(ids) + wpe.forward(pos);
-  for (size_t l = 0; l < h.size(); ++l) x = h[l]->forward_cached(x, cache.layers[l], P);
+  for (size_t l = 0; l < h.size(); ++l) x = h[l]->forward_cached(x, cache, static_cast<int64_t>(l));
   cache.advance(t);
+  if (which == Logits::last) x = narrow(x, 1, t - 1, 1);
   return lm_head->forward(ln_f.forward(x));
 }
 

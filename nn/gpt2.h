@@ -36,12 +36,16 @@ class GPT2 : public Module {
   // undefined -> logits (B, T, V), loss [], max_logit (L, H). ShapeError when T > block_size.
   GPT2Output forward(const Tensor& ids, const Tensor& targets = {});
 
-  // Generation. An empty cache shaped for this model (local heads keep only their window).
-  KVCache make_cache() const;
-  // ids (B, t): the next t tokens after the cache.length() already cached -> logits (B, t, V).
-  // Appends to the cache. ShapeError when the text would outgrow block_size (learned positions
-  // end there): crop the context and start a new cache.
-  Tensor forward_cached(const Tensor& ids, KVCache& cache);
+  // Generation. An empty cache for this model (local heads keep only their window); `capacity`
+  // positions of the global heads are allocated at the first step (0: what it needs, then
+  // doubling), so a caller that knows the length of its text never grows the cache.
+  KVCache make_cache(int64_t capacity = 0) const;
+  // ids (B, t): the next t tokens after the cache.length() already cached -> logits (B, t, V), or
+  // with Logits::last only the last position's (B, 1, V): a prompt needs no more, and the output
+  // layer is the largest matmul per token. Appends to the cache. ShapeError when the text would
+  // outgrow block_size (learned positions end there): crop the context and start a new cache.
+  enum class Logits { all, last };
+  Tensor forward_cached(const Tensor& ids, KVCache& cache, Logits which = Logits::all);
 
   const GPT2Config& config() const { return config_; }
   // Drives dropout; its state belongs in a checkpoint for a bit-exact resume with dropout > 0.

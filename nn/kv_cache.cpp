@@ -1,43 +1,49 @@
 #include "nn/kv_cache.h"
 
-#include <cmath>
-#include <limits>
+#include <algorithm>
+#include <string>
 
+#include "core/copy.h"
 #include "core/factory.h"
-#include "ops/arith.h"
-#include "ops/matmul.h"
+#include "ops/decode_attention.h"
 #include "ops/shape.h"
-#include "ops/softmax.h"
 
 namespace keel::nn {
 
 namespace {
 int64_t bytes_of(const Tensor& t) { return t.defined() ? t.numel() * int64_t(dtype_size(t.dtype())) : 0; }
 
-// 0 where query position `first_query + a` may see key position `first_key + j`, -inf elsewhere.
-// (t, L), added to the logits before the softmax.
-Tensor window_mask(int64_t first_query, int64_t t, int64_t first_key, int64_t L, int64_t w, DType dtype,
-                   Device device) {
-  std::vector<double> m(t * L);
-  for (int64_t a = 0; a < t; ++a)
-    for (int64_t j = 0; j < L; ++j) {
-      int64_t i = first_query + a, key = first_key + j;
-      bool ok = key <= i && (w == 0 || key > i - w);
-      m[a * L + j] = ok ? 0.0 : -std::numeric_limits<double>::infinity();
-    }
-  return from_vector(m, {t, L}, {dtype, device});
+// x (B, h, n, D), the keys (or values) of positions [first, first + n) -> their slots j % S of
+// cache (B, h, S, D), in at most two runs when the slots wrap around a ring.
+void write_slots(Tensor& cache, const Tensor& x, int64_t first) {
+  const int64_t S = cache.size(2), n = x.size(2);
+  for (int64_t i = 0; i < n;) {
+    const int64_t slot = (first + i) % S, len = std::min(n - i, S - slot);
+    Tensor dst = narrow(cache, 2, slot, len);
+    copy_(dst, narrow(x, 2, i, len));
+    i += len;
+  }
 }
 
-// q (B, h, t, D) against keys/values (B, h, L, D) whose first position is first_key -> (B, h, t, D)
-Tensor attend(const Tensor& q, const Tensor& K, const Tensor& V, int64_t position, int64_t first_key, int64_t w,
-              double scale, double softcap) {
-  Tensor s = mul(matmul(q, transpose(K, -2, -1)), scale);  // (B, h, t, L)
-  if (softcap > 0) s = mul(tanh(mul(s, 1.0 / softcap)), softcap);
-  s = add(s, window_mask(position, q.size(2), first_key, K.size(2), w, s.dtype(), s.device()));
-  return matmul(softmax(s, -1), V);
+// (B, h, S, D) slots for tokens shaped like x (B, H, t, D), not yet written.
+Tensor slots_for(const Tensor& x, int64_t h, int64_t S) {
+  return empty({x.size(0), h, S, x.size(3)}, {x.dtype(), x.device()});
 }
 
-Tensor append(const Tensor& cache, const Tensor& x) { return cache.defined() ? concat({cache, x}, 2) : x.contiguous(); }
+// Room for `needed` global slots in c, keeping its first `kept`: doubling, so a text of n tokens
+// costs O(n) copies in all; never beyond what the cache may hold, never less than asked for.
+void make_room(Tensor& c, const Tensor& x, int64_t h, int64_t needed, int64_t kept, const KVCache& cache) {
+  if (c.defined() && c.size(2) >= needed) return;
+  int64_t S = std::max(needed, cache.capacity());
+  if (c.defined()) S = std::max(S, 2 * c.size(2));
+  S = std::max(needed, std::min(S, cache.max_length()));
+  Tensor fresh = slots_for(x, h, S);
+  if (kept > 0) {
+    Tensor dst = narrow(fresh, 2, 0, kept);
+    copy_(dst, narrow(c, 2, 0, kept));
+  }
+  c = fresh;
+}
 }  // namespace
 
 int64_t KVCache::bytes() const {
@@ -51,25 +57,73 @@ void KVCache::clear() {
   length_ = 0;
 }
 
-Tensor cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, LayerKV& kv, int64_t position,
-                        int64_t n_local, int64_t window, double scale, double softcap) {
-  const int64_t H = q.size(1), t = q.size(2), end = position + t;
+// q, k, v (B, H, t, D) at positions [position, position + t) -> (B, H, t, D)
+Tensor cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, LayerKV& kv, const KVCache& cache,
+                        int64_t position, const AttentionSpec& spec) {
+  const int64_t H = q.size(1), t = q.size(2), Hl = spec.local_heads(), Hg = H - Hl;
+  for (int64_t h = 0; h < Hl; ++h)
+    if (!spec.is_local(h))
+      throw ConfigError("KVCache", "head " + std::to_string(h) + " is global but a later head is local",
+                        "the cache keeps local heads first, as AttentionSpec::ls() and GPT2Config order them");
+  if (t > 1 && position > 0) {
+    // A ring of W slots holds one query's window, not t queries': one token at a time.
+    std::vector<Tensor> outs;
+    for (int64_t a = 0; a < t; ++a)
+      outs.push_back(cached_attention(narrow(q, 2, a, 1), narrow(k, 2, a, 1), narrow(v, 2, a, 1), kv, cache,
+                                      position + a, spec));
+    return concat(outs, 2);
+  }
+  Tensor out;
+  if (position == 0) {
+    kv = LayerKV{};  // a new text, perhaps of another batch size
+    out = attention(q, k, v, spec).out;
+  }
+  if (Hl > 0) {
+    const int64_t W = spec.max_local_window();
+    if (!kv.k_local.defined()) kv.k_local = slots_for(k, Hl, W), kv.v_local = slots_for(v, Hl, W);
+    const int64_t n = std::min(t, W);  // older keys of a long prompt are out of every later window
+    write_slots(kv.k_local, narrow(narrow(k, 1, 0, Hl), 2, t - n, n), position + t - n);
+    write_slots(kv.v_local, narrow(narrow(v, 1, 0, Hl), 2, t - n, n), position + t - n);
+  }
+  if (Hg > 0) {
+    make_room(kv.k_global, k, Hg, position + t, position, cache);
+    make_room(kv.v_global, v, Hg, position + t, position, cache);
+    write_slots(kv.k_global, narrow(k, 1, Hl, Hg), position);
+    write_slots(kv.v_global, narrow(v, 1, Hl, Hg), position);
+  }
+  if (position == 0) return out;
+
   std::vector<Tensor> outs;
-  if (n_local > 0) {
-    Tensor kl = append(kv.k_local, narrow(k, 1, 0, n_local)), vl = append(kv.v_local, narrow(v, 1, 0, n_local));
-    outs.push_back(attend(narrow(q, 1, 0, n_local), kl, vl, position, end - kl.size(2), window, scale, softcap));
-    // The next token sees itself and the w - 1 keys before it: keep no more than those.
-    int64_t keep = std::min<int64_t>(kl.size(2), window - 1);
-    kv.k_local = narrow(kl, 2, kl.size(2) - keep, keep).contiguous();
-    kv.v_local = narrow(vl, 2, vl.size(2) - keep, keep).contiguous();
-  }
-  if (n_local < H) {
-    const int64_t hg = H - n_local;
-    kv.k_global = append(kv.k_global, narrow(k, 1, n_local, hg));
-    kv.v_global = append(kv.v_global, narrow(v, 1, n_local, hg));
-    outs.push_back(attend(narrow(q, 1, n_local, hg), kv.k_global, kv.v_global, position, 0, 0, scale, softcap));
-  }
+  if (Hl > 0)
+    outs.push_back(decode_attention(narrow(q, 1, 0, Hl), kv.k_local, kv.v_local, spec.head_range(0, Hl), position));
+  if (Hg > 0)
+    outs.push_back(decode_attention(narrow(q, 1, Hl, Hg), kv.k_global, kv.v_global, spec.head_range(Hl, Hg), position));
   return outs.size() == 1 ? outs[0] : concat(outs, 1);
+}
+
+void fill_random(KVCache& cache, int64_t B, int64_t length, const AttentionSpec& spec, int64_t D, DType dtype,
+                 Device device, Generator& gen) {
+  if (cache.length() != 0) throw ValueError("fill_random", "the cache already holds a text", "clear() it first");
+  if (length < 1 || length > cache.max_length())
+    throw ValueError("fill_random", "length " + std::to_string(length) + " outside [1, " +
+                                        std::to_string(cache.max_length()) + "]");
+  const int64_t Hl = spec.local_heads(), Hg = spec.heads() - Hl;
+  const Tensor like = empty({B, spec.heads(), 1, D}, {dtype, device});
+  for (LayerKV& kv : cache.layers) {
+    kv = LayerKV{};
+    if (Hl > 0) {
+      const int64_t W = spec.max_local_window();
+      kv.k_local = randn({B, Hl, W, D}, gen, {dtype, device});
+      kv.v_local = randn({B, Hl, W, D}, gen, {dtype, device});
+    }
+    if (Hg > 0) {
+      make_room(kv.k_global, like, Hg, length, 0, cache);
+      make_room(kv.v_global, like, Hg, length, 0, cache);
+      write_slots(kv.k_global, randn({B, Hg, length, D}, gen, {dtype, device}), 0);
+      write_slots(kv.v_global, randn({B, Hg, length, D}, gen, {dtype, device}), 0);
+    }
+  }
+  cache.advance(length);
 }
 
 }  // namespace keel::nn

@@ -1,6 +1,7 @@
 // attention(): argument checks, output allocation, the autograd node, dispatch to the kernels.
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -27,6 +28,34 @@ AttentionSpec AttentionSpec::ls(int64_t H, int64_t local_heads, int64_t w) {
   AttentionSpec spec = mhsa(H);
   for (int64_t h = 0; h < local_heads; ++h) spec.window[h] = w;
   return spec;
+}
+
+int64_t AttentionSpec::local_heads() const {
+  int64_t n = 0;
+  for (int64_t h = 0; h < heads(); ++h) n += is_local(h) ? 1 : 0;
+  return n;
+}
+
+int64_t AttentionSpec::max_local_window() const {
+  int64_t w = 0;
+  for (int64_t x : window) w = std::max(w, x);
+  return w;
+}
+
+double AttentionSpec::resolved_scale(int64_t D) const {
+  if (scale != 0) return scale;
+  // With D = 0 every logit is 0 whatever the scale; 1 avoids 0 * inf = NaN.
+  return D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
+}
+
+AttentionSpec AttentionSpec::head_range(int64_t first, int64_t n) const {
+  if (first < 0 || n < 0 || first + n > heads())
+    throw ValueError("AttentionSpec::head_range",
+                     "heads [" + std::to_string(first) + ", " + std::to_string(first + n) + ") of " +
+                         std::to_string(heads()));
+  AttentionSpec s = *this;
+  s.window.assign(window.begin() + first, window.begin() + first + n);
+  return s;
 }
 
 namespace {
@@ -65,12 +94,6 @@ void check_arguments(const Tensor& q, const Tensor& k, const Tensor& v, const At
                      "use a finite scale, or 0 for 1/sqrt(D)");
 }
 
-double resolve_scale(double scale, int64_t D) {
-  if (scale != 0) return scale;
-  // With D = 0 every logit is 0 whatever the scale; 1 avoids 0 * inf = NaN.
-  return D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
-}
-
 // Saves what the flash backward needs: inputs, output and the row log-sum-exp, not the T x T
 // probabilities, which backward recomputes.
 struct AttentionBackward : Node {
@@ -97,7 +120,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   // Kernels read packed rows; the graph edges still go to the caller's (possibly strided) tensors.
   Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(), vc = v.detach().contiguous();
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-  const double scale = resolve_scale(spec.scale, D);
+  const double scale = spec.resolved_scale(D);
   AttentionResult r;
   r.out = empty({B, H, T, D}, {q.dtype(), q.device()});
   r.max_logit = empty({H}, {DType::f32, q.device()});

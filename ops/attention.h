@@ -30,9 +30,14 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/attention_band.h"
 
 namespace keel {
 
+// What a layer's attention is: the softmax scale, each head's window and the soft cap. It is the
+// one owner of the window rule: every mask, the KV cache, the attention map and the FLOP count
+// ask it (first_key, sees, keys_seen), and it answers with band_start (ops/attention_band.h),
+// which the kernels call too.
 struct AttentionSpec {
   double scale = 0;             // softmax scale; 0 means 1/sqrt(D)
   std::vector<int64_t> window;  // one per head: 0 = full causal, w >= 1 = the last w keys
@@ -42,6 +47,24 @@ struct AttentionSpec {
   static AttentionSpec mhsa(int64_t H);
   // Heads [0, local_heads) get window w (>= 1), the rest full causal: local heads first, as in the paper.
   static AttentionSpec ls(int64_t H, int64_t local_heads, int64_t w);
+
+  int64_t heads() const { return static_cast<int64_t>(window.size()); }
+  // The first key query i of head h sees; it sees keys [first_key(h, i), i].
+  int64_t first_key(int64_t h, int64_t i) const { return band_start(i, window[h]); }
+  // Whether query i of head h sees key j.
+  bool sees(int64_t h, int64_t i, int64_t j) const { return j <= i && j >= first_key(h, i); }
+  // How many keys query i of head h sees: what its row of attention costs.
+  int64_t keys_seen(int64_t h, int64_t i) const { return i + 1 - first_key(h, i); }
+  // A local head has a window; it never needs more than its last `window` keys.
+  bool is_local(int64_t h) const { return window[h] > 0; }
+  // How many heads are local. ls() puts them first; the KV cache requires that (ConfigError).
+  int64_t local_heads() const;
+  // The widest local window (0 without local heads): the keys a local head's cache keeps.
+  int64_t max_local_window() const;
+  // The softmax scale for head dim D: `scale`, or 1/sqrt(D) when it is 0 (1 for D = 0).
+  double resolved_scale(int64_t D) const;
+  // Heads [first, first + n) as a spec of their own, same scale and cap.
+  AttentionSpec head_range(int64_t first, int64_t n) const;
 };
 
 struct AttentionResult {

@@ -6,6 +6,7 @@
 #include "ops/cuda/arith.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cross_entropy.h"
+#include "ops/cuda/decode_attention.h"
 #include "ops/cuda/dropout.h"
 #include "ops/cuda/embedding.h"
 #include "ops/cuda/gelu.h"
@@ -34,6 +35,11 @@ void attention_forward(const Tensor&, const Tensor&, const Tensor&, const std::v
 void attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                         const std::vector<int64_t>&, double, double, Tensor&, Tensor&, Tensor&) {
   no_cuda("attention backward");
+}
+
+void decode_attention_forward(const Tensor&, const Tensor&, const Tensor&, const std::vector<int64_t>&, int64_t, double,
+                              double, Tensor&) {
+  no_cuda("decode_attention");
 }
 
 Tensor cross_entropy_forward(const Tensor&, const Tensor&, int64_t, Tensor&, int64_t&) { no_cuda("cross_entropy"); }

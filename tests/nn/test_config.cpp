@@ -150,7 +150,7 @@ TEST_CASE("keel keys without 'attention' select the variant, contradictions are 
   CHECK(GPT2Config::from_json(with(R"("attn_softcap": 20.0)")).softcap == 20.0);
   GPT2Config ls = GPT2Config::from_json(with(R"("ls_local_heads": 3, "ls_window": 16, "bias": false)"));
   CHECK(ls.attention == AttentionKind::ls);
-  CHECK(ls.windows() == std::vector<int64_t>{16, 16, 16, 0});
+  CHECK(ls.attention_spec().window == std::vector<int64_t>{16, 16, 16, 0});
   CHECK_FALSE(ls.bias);
   CHECK_THROWS_AS(GPT2Config::from_json(with(R"("qk_norm": true, "ls_local_heads": 3, "ls_window": 4)")), ConfigError);
   CHECK_THROWS_AS(GPT2Config::from_json(with(R"("attention": "mhsa", "qk_norm": true)")), ConfigError);

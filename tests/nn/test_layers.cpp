@@ -72,7 +72,7 @@ RefAttention ref_attention(const Attention& a, const GPT2Config& c, const Vec& x
     }
     return v;
   };
-  std::vector<int64_t> window = c.windows();
+  std::vector<int64_t> window = c.attention_spec().window;
   RefAttention r{Vec(B * T * C, 0.0), Vec(H, 0.0)};
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
@@ -181,9 +181,9 @@ TEST_CASE("Attention variants against a loop reference: output and max_logit") {
 
 TEST_CASE("LS-attention: local heads first with the configured window") {
   GPT2Config c = GPT2Config::preset("paper");
-  CHECK(c.windows() == std::vector<int64_t>{50, 50, 50, 50, 50, 0});
+  CHECK(c.attention_spec().window == std::vector<int64_t>{50, 50, 50, 50, 50, 0});
   c.attention = AttentionKind::mhsa;
-  CHECK(c.windows() == std::vector<int64_t>(6, 0));
+  CHECK(c.attention_spec().window == std::vector<int64_t>(6, 0));
   GPT2Config t = GPT2Config::preset("tiny");
   t.attention = AttentionKind::ls;
   Generator gen(1);

@@ -12,6 +12,7 @@
 #include "ops/cpu/arith.h"
 #include "ops/cpu/attention.h"
 #include "ops/cpu/cross_entropy.h"
+#include "ops/cpu/decode_attention.h"
 #include "ops/cpu/dropout.h"
 #include "ops/cpu/embedding.h"
 #include "ops/cpu/gelu.h"
@@ -23,6 +24,7 @@
 #include "ops/cuda/arith.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cross_entropy.h"
+#include "ops/cuda/decode_attention.h"
 #include "ops/cuda/dropout.h"
 #include "ops/cuda/embedding.h"
 #include "ops/cuda/gelu.h"
@@ -41,6 +43,7 @@ SAME_SIGNATURE(unary);
 SAME_SIGNATURE(relu_backward);
 SAME_SIGNATURE(attention_forward);
 SAME_SIGNATURE(attention_backward);
+SAME_SIGNATURE(decode_attention_forward);
 SAME_SIGNATURE(cross_entropy_forward);
 SAME_SIGNATURE(cross_entropy_backward);
 SAME_SIGNATURE(dropout_mask);
@@ -90,6 +93,7 @@ TEST_CASE("without CUDA, every CUDA kernel of ops raises DeviceError with the wa
   check_no_cuda("relu_backward", [&] { cuda::relu_backward(t, t); });
   check_no_cuda("attention_forward", [&] { cuda::attention_forward(t, t, t, w, 1, 0, o, m, r, x); });
   check_no_cuda("attention_backward", [&] { cuda::attention_backward(t, t, t, t, t, t, w, 1, 0, o, m, r); });
+  check_no_cuda("decode_attention_forward", [&] { cuda::decode_attention_forward(t, t, t, w, 0, 1, 0, o); });
   check_no_cuda("cross_entropy_forward", [&] { cuda::cross_entropy_forward(t, t, kIgnoreIndex, l, count); });
   check_no_cuda("cross_entropy_backward", [&] { cuda::cross_entropy_backward(t, t, t, kIgnoreIndex, 1, t); });
   check_no_cuda("dropout_mask", [&] { cuda::dropout_mask(o, 1, 0, 0.5f, 2.0); });

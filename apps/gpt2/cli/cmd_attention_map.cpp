@@ -35,8 +35,9 @@ void run_attention_map(const MapArgs& a) {
   std::vector<float> head(all.begin() + a.head * T * T, all.begin() + (a.head + 1) * T * T);
   std::vector<std::string> labels;
   for (int32_t id : ids) labels.push_back(tok.decode({id}));
-  const int64_t w = c.windows()[static_cast<size_t>(a.head)];
-  const std::string kind = w > 0 ? fmt::format("local head, window {}", w) : "global head";
+  const AttentionSpec spec = c.attention_spec();
+  const std::string kind =
+      spec.is_local(a.head) ? fmt::format("local head, window {}", spec.window[a.head]) : "global head";
   const std::string out = a.out.empty() ? fmt::format("attention_L{}_H{}.svg", a.layer, a.head) : a.out;
   io::write_file_atomic(out,
                         attention_map_svg(head, labels,

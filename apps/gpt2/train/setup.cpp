@@ -45,9 +45,10 @@ double train_flops_per_token(const nn::GPT2Config& m, int64_t T) {
   // Per layer and token, forward: qkv projection, output projection, the 4x MLP (2 FLOPs per MAC).
   double per_layer = 2 * C * 3 * C + 2 * C * C + 2 * 2 * C * 4 * C;
   // Attention: q.k and p.v cost 2 * 2 * D per visible key; average the visible keys over positions.
-  for (int64_t w : m.windows()) {
+  const AttentionSpec spec = m.attention_spec();
+  for (int64_t h = 0; h < spec.heads(); ++h) {
     double keys = 0;
-    for (int64_t i = 0; i < T; ++i) keys += double(w == 0 ? i + 1 : std::min<int64_t>(i + 1, w));
+    for (int64_t i = 0; i < T; ++i) keys += double(spec.keys_seen(h, i));
     per_layer += 4 * D * keys / double(T);
   }
   double forward = double(m.n_layer) * per_layer + 2 * C * V;  // + the lm_head

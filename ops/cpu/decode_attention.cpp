@@ -1,0 +1,90 @@
+// CPU kernel of decode_attention(): each query row against the keys its band reaches in the cache.
+//
+// The (batch, head, query) rows are independent, so OpenMP spreads them over the cores. A row's
+// keys [band_start(p, w), p] sit in consecutive slots of the cache, wrapping once at most when
+// the cache is a ring (a local head's), so its logits are at most two matrix-vector products
+// against contiguous rows of K, and its output two more against V: nothing is copied, masked or
+// materialised, and a local head reads w keys whatever the length of the text.
+#include "ops/cpu/decode_attention.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+
+#include "ops/attention_band.h"
+
+namespace keel::cpu {
+
+namespace {
+
+template <typename Real>
+using Mat = Eigen::Matrix<Real, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename Real>
+using Vec = Eigen::Matrix<Real, Eigen::Dynamic, 1>;
+
+// A run of n consecutive keys that starts at slot `slot` and at offset `at` of the row's keys.
+struct Run {
+  int64_t slot, at, n;
+};
+
+// Keys [lo, lo + n) in a cache of S slots (key j in slot j % S): one run, or two when it wraps.
+int runs_of(int64_t lo, int64_t n, int64_t S, Run* runs) {
+  const int64_t first = lo % S, head = std::min(n, S - first);
+  runs[0] = {first, 0, head};
+  if (head == n) return 1;
+  runs[1] = {0, head, n - head};
+  return 2;
+}
+
+// q (B, H, t, D), k, v (B, H, S, D) -> out (B, H, t, D)
+template <typename Real>
+void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& window,
+                  int64_t position, double scale, double softcap, Tensor& out) {
+  const int64_t B = q.size(0), H = q.size(1), t = q.size(2), D = q.size(3), S = k.size(2);
+  const Real *qp = q.data<Real>(), *kp = k.data<Real>(), *vp = v.data<Real>();
+  Real* op = out.data<Real>();
+  const Real sc = static_cast<Real>(scale), cap = static_cast<Real>(softcap);
+  // Waking a thread team costs tens of microseconds: a short cache stays on one thread.
+  const bool threads = B * H * t * (position + t) * D >= (int64_t(1) << 16);
+
+#pragma omp parallel for schedule(dynamic, 1) if (threads)
+  for (int64_t r = 0; r < B * H * t; ++r) {
+    const int64_t bh = r / t, p = position + r % t, w = window[bh % H];
+    const int64_t lo = band_start(p, w), n = p - lo + 1;
+    Eigen::Map<const Vec<Real>> qv(qp + r * D, D);
+    Eigen::Map<Vec<Real>> o(op + r * D, D);
+    const Real* K = kp + bh * S * D;
+    const Real* V = vp + bh * S * D;
+    Run runs[2];
+    const int nruns = runs_of(lo, n, S, runs);
+    Vec<Real> s(n);
+    for (int i = 0; i < nruns; ++i) {
+      Eigen::Map<const Mat<Real>> Kr(K + runs[i].slot * D, runs[i].n, D);
+      s.segment(runs[i].at, runs[i].n).noalias() = Kr * qv;
+    }
+    s *= sc;
+    if (cap > 0) s = cap * (s.array() / cap).tanh();
+    // Subtract the row max before exp so that large logits cannot overflow.
+    const Real m = s.maxCoeff();
+    s = (s.array() - m).exp();
+    const Real l = s.sum();
+    o.setZero();
+    for (int i = 0; i < nruns; ++i) {
+      Eigen::Map<const Mat<Real>> Vr(V + runs[i].slot * D, runs[i].n, D);
+      o.noalias() += Vr.transpose() * s.segment(runs[i].at, runs[i].n);
+    }
+    o /= l;
+  }
+}
+
+}  // namespace
+
+void decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& window,
+                              int64_t position, double scale, double softcap, Tensor& out) {
+  if (q.numel() == 0) return;
+  visit_dtype<CpuFloat>(q.dtype(), "decode_attention", [&]<typename Real>() {
+    forward_impl<Real>(q, k, v, window, position, scale, softcap, out);
+  });
+}
+
+}  // namespace keel::cpu
