@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -22,8 +23,20 @@ namespace {
 struct SampleArgs {
   std::string run_dir, init_from, prompt, vocab, device = "auto";
   int64_t num_samples = 1;
+  bool stats = false;
   SampleOptions opt;
 };
+
+// Where the time went: the prompt (prefill) and the tokens after it (decode), and the cache.
+void print_stats(const SampleStats& st) {
+  fmt::print(stderr, "[prefill: {} tokens in {:.3f} s, {:.1f} tokens/s]\n", st.prompt_tokens, st.prefill_seconds,
+             double(st.prompt_tokens) / std::max(st.prefill_seconds, 1e-9));
+  if (st.decode_steps > 0)
+    fmt::print(stderr, "[decode: {} steps in {:.3f} s, {:.1f} tokens/s, {:.2f} ms/token]\n", st.decode_steps,
+               st.decode_seconds, double(st.decode_steps) / std::max(st.decode_seconds, 1e-9),
+               1e3 * st.decode_seconds / double(st.decode_steps));
+  fmt::print(stderr, "[KV cache: {:.2f} MiB ({} bytes)]\n", double(st.cache_bytes) / (1 << 20), st.cache_bytes);
+}
 
 void run_sample(const SampleArgs& a) {
   auto model = load_model(a.run_dir, a.init_from, "sample");
@@ -44,17 +57,22 @@ void run_sample(const SampleArgs& a) {
     if (a.num_samples > 1) fmt::print("--- sample {} ---\n", s + 1);
     fmt::print("{}", a.prompt);
     auto t0 = std::chrono::steady_clock::now();
+    SampleStats st;
     // Tokens print as they come; a multi-byte character split across tokens completes itself.
-    auto n = generate(*model, prompt, opt, [&](int32_t id) {
-      if (id == tok.eot_id()) return;
-      std::string piece = tok.decode({id});
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    });
+    auto n = generate(
+        *model, prompt, opt,
+        [&](int32_t id) {
+          if (id == tok.eot_id()) return;
+          std::string piece = tok.decode({id});
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        },
+        &st);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("\n");
     fmt::print(stderr, "[{} tokens in {:.2f} s, {:.1f} tokens/s on {}]\n", n.size(), secs, double(n.size()) / secs,
                device.str());
+    if (a.stats) print_stats(st);
   }
 }
 }  // namespace
@@ -72,6 +90,7 @@ void add_sample_command(CLI::App& app) {
   cmd->add_option("--num-samples", a->num_samples, "independent samples (seeds seed, seed+1, ...)")->check(CLI::PositiveNumber);
   cmd->add_option("--vocab", a->vocab, "vocabulary directory (default: the run's, or GPT-2's)");
   cmd->add_option("--device", a->device, "auto | cpu | cuda | cuda:N");
+  cmd->add_flag("--stats", a->stats, "print prefill and decode tokens/s and the KV cache size (stderr)");
   cmd->callback([a] { run_sample(*a); });
 }
 

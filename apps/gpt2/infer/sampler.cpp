@@ -1,6 +1,7 @@
 #include "apps/gpt2/infer/sampler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -38,7 +39,7 @@ int32_t sample_token(const std::vector<float>& logits, double temperature, int64
 }
 
 std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
-                              const std::function<void(int32_t)>& on_token) {
+                              const std::function<void(int32_t)>& on_token, SampleStats* stats) {
   if (prompt.empty()) throw ValueError("sample", "the prompt has no tokens", "start from <|endoftext|>");
   NoGradGuard no_grad;
   model.eval();
@@ -49,14 +50,22 @@ std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& promp
       throw ValueError("sample", "prompt token " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(V));
   Generator gen(opt.seed);
   std::vector<int32_t> text = prompt, out;
-  nn::KVCache cache = model.make_cache();
+  SampleStats st;
+  // The whole text fits the context: room for all of it now, so no step grows the cache.
+  nn::KVCache cache = model.make_cache(int64_t(prompt.size()) + opt.max_new_tokens);
   // Feeds `ids` after what the cache holds; returns the logits of the last position.
   auto feed = [&](const std::vector<int32_t>& ids) {
-    Tensor logits = model.forward_cached(from_vector(ids, {1, int64_t(ids.size())}).to(device), cache);
-    return narrow(logits, 1, logits.size(1) - 1, 1).to(DType::f32).to_vector<float>();
+    Tensor ids_t = from_vector(ids, {1, int64_t(ids.size())}).to(device);
+    Tensor logits = model.forward_cached(ids_t, cache, nn::GPT2::Logits::last);
+    return logits.to(DType::f32).to_vector<float>();
   };
   auto window = [&](size_t n) { return std::vector<int32_t>(text.end() - std::min<size_t>(n, text.size()), text.end()); };
+  using Clock = std::chrono::steady_clock;
+  auto t0 = Clock::now();
   std::vector<float> logits = feed(window(ctx));
+  st.prompt_tokens = std::min<int64_t>(ctx, int64_t(text.size()));
+  st.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  t0 = Clock::now();
   for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
     int32_t next = sample_token(logits, opt.temperature, opt.top_k, gen);
     text.push_back(next);
@@ -69,7 +78,11 @@ std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& promp
     } else {
       logits = feed({next});
     }
+    ++st.decode_steps;
   }
+  st.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  st.cache_bytes = cache.bytes();
+  if (stats) *stats = st;
   return out;
 }
 

@@ -24,10 +24,21 @@ struct SampleOptions {
 // drawn with a Philox uniform from gen.
 int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, Generator& gen);
 
+// Where the time of one generate() call went, for `gpt2 sample --stats`.
+struct SampleStats {
+  int64_t prompt_tokens = 0;   // fed at once (the prompt, cropped to the context)
+  int64_t decode_steps = 0;    // single tokens fed after it (every new token but the last)
+  double prefill_seconds = 0;  // the prompt, up to the first token's logits on the host
+  double decode_seconds = 0;   // every step after that, a restart of the cache included
+  int64_t cache_bytes = 0;     // the KV cache at the end (KVCache::bytes)
+};
+
 // Continues `prompt` (non-empty) by up to max_new_tokens, calling on_token for each new one.
-// When the text reaches the model's context length, the cache restarts from the last half of
-// it (learned positions end at block_size). Returns the new tokens.
+// The prompt is one prefill step (only its last position's logits are computed), then each
+// token one decode step. When the text reaches the model's context length, the cache restarts
+// from the last half of it (learned positions end at block_size). Returns the new tokens;
+// fills *stats when given.
 std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
-                              const std::function<void(int32_t)>& on_token = {});
+                              const std::function<void(int32_t)>& on_token = {}, SampleStats* stats = nullptr);
 
 }  // namespace keel::app

@@ -1,0 +1,185 @@
+#include "apps/gpt2/infer/bench_sample.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "core/allocator.h"
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/random.h"
+#include "nn/kv_cache.h"
+
+namespace keel::app {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The q-quantile (0..1) of xs by the nearest rank; xs not empty.
+double quantile(std::vector<double> xs, double q) {
+  std::sort(xs.begin(), xs.end());
+  const auto i = static_cast<size_t>(std::clamp(q * double(xs.size()) - 1e-9, 0.0, double(xs.size() - 1)));
+  return xs[i];
+}
+
+// logits (B, 1, V) -> the greedy token of each row, as (B, 1) ids on `device`. Reading the
+// logits back waits for the device, so a step's time is its whole time.
+Tensor greedy(const Tensor& logits, Device device, std::vector<int32_t>* row0 = nullptr) {
+  const int64_t B = logits.size(0), V = logits.size(2);
+  const std::vector<float> l = logits.to(DType::f32).to_vector<float>();
+  std::vector<int32_t> next(B);
+  for (int64_t b = 0; b < B; ++b)
+    next[b] = int32_t(std::max_element(l.begin() + b * V, l.begin() + (b + 1) * V) - (l.begin() + b * V));
+  if (row0) row0->push_back(next[0]);
+  return from_vector(next, {B, 1}).to(device);
+}
+
+BenchRecord base_record(const nn::GPT2& model, const std::string& variant, const char* phase, int64_t B) {
+  const Tensor& w = model.wte.weight;
+  BenchRecord r;
+  r["bench"] = "sample";
+  r["impl"] = "keel";
+  r["phase"] = phase;
+  r["variant"] = variant;
+  r["device"] = w.device().str();
+  r["dtype"] = dtype_name(w.dtype());
+  r["model"] = model.config().summary();
+  r["B"] = B;
+  return r;
+}
+
+}  // namespace
+
+std::vector<int32_t> bench_prompt(int64_t P, int64_t V, uint64_t seed) {
+  std::vector<int32_t> ids(P);
+  for (int64_t i = 0; i < P; ++i)
+    ids[i] = static_cast<int32_t>(std::min<double>(double(V - 1), philox_uniform(seed, 0, uint64_t(i)) * double(V)));
+  return ids;
+}
+
+void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSampleOptions& o,
+                  const std::function<void(const BenchRecord&)>& emit) {
+  const nn::GPT2Config& c = model.config();
+  const int64_t ctx = c.block_size, P = o.prompt_tokens;
+  if (P < 1 || P + o.check_tokens > ctx)
+    throw ConfigError("--prompt-tokens", fmt::format("a prompt of {} tokens and {} more do not fit the context {}", P,
+                                                     o.check_tokens, ctx),
+                      "use a shorter prompt or a model with a longer context (--seq-len)");
+  for (int64_t L : o.contexts)
+    if (L < 1 || L + o.warmup + o.steps > ctx)
+      throw ConfigError("--contexts", fmt::format("context {} and {} decode steps do not fit the context length {}", L,
+                                                  o.warmup + o.steps, ctx),
+                        "drop that context or give the model a longer one (--seq-len)");
+  if (o.steps < 1 || o.prefill_reps < 1) throw ConfigError("bench-sample", "--steps and --prefill-reps must be >= 1");
+  NoGradGuard no_grad;
+  model.eval();
+  const Tensor& w = model.wte.weight;
+  const Device dev = w.device();
+  const AttentionSpec spec = model.h.front()->attn.spec();
+  const std::vector<int32_t> prompt = bench_prompt(P, c.vocab_size, o.seed);
+
+  for (int64_t B : o.batch_sizes) {
+    std::vector<int32_t> ids;
+    for (int64_t b = 0; b < B; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
+    const Tensor prompt_ids = from_vector(ids, {B, P}).to(dev);
+    std::vector<double> times;
+    std::vector<int32_t> tokens;
+    nn::KVCache cache = model.make_cache(P + o.check_tokens);
+    reset_peak_memory(dev);
+    for (int64_t rep = 0; rep < o.prefill_reps; ++rep) {
+      cache.clear();
+      tokens.clear();
+      const auto t0 = Clock::now();
+      Tensor next = greedy(model.forward_cached(prompt_ids, cache, nn::GPT2::Logits::last), dev, &tokens);
+      times.push_back(seconds_since(t0));
+      if (rep + 1 == o.prefill_reps)  // the greedy continuation, for another implementation to match
+        for (int64_t i = 1; i < o.check_tokens; ++i)
+          next = greedy(model.forward_cached(next, cache, nn::GPT2::Logits::last), dev, &tokens);
+    }
+    BenchRecord r = base_record(model, variant, "prefill", B);
+    r["P"] = P;
+    r["seconds"] = quantile(times, 0.5);
+    r["seconds_min"] = *std::min_element(times.begin(), times.end());
+    r["reps"] = o.prefill_reps;
+    r["tokens_per_s"] = double(B * P) / quantile(times, 0.5);
+    r["peak_mem_bytes"] = memory_stats(dev).peak;
+    r["greedy"] = tokens;
+    emit(r);
+
+    for (int64_t L : o.contexts) {
+      nn::KVCache kv = model.make_cache(L + o.warmup + o.steps);
+      Generator gen(o.seed + 1);
+      reset_peak_memory(dev);
+      nn::fill_random(kv, B, L, spec, c.head_dim(), w.dtype(), dev, gen);
+      Tensor next = from_vector(std::vector<int32_t>(B, 1), {B, 1}).to(dev);
+      std::vector<double> ms;
+      for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
+        const auto t0 = Clock::now();
+        next = greedy(model.forward_cached(next, kv, nn::GPT2::Logits::last), dev);
+        if (s >= o.warmup) ms.push_back(1e3 * seconds_since(t0));
+      }
+      BenchRecord d = base_record(model, variant, "decode", B);
+      d["context"] = L;
+      d["ms"] = quantile(ms, 0.5);
+      d["ms_p90"] = quantile(ms, 0.9);
+      d["steps"] = o.steps;
+      d["tokens_per_s"] = 1e3 * double(B) / quantile(ms, 0.5);
+      d["kv_bytes"] = kv.bytes();
+      d["peak_mem_bytes"] = memory_stats(dev).peak;
+      emit(d);
+    }
+  }
+}
+
+std::string bench_sample_table(const std::vector<BenchRecord>& records) {
+  std::string s = "prefill\n";
+  s += fmt::format("  {:<10} {:>5} {:>6} {:>10} {:>12} {:>11}\n", "variant", "batch", "P", "seconds", "tokens/s",
+                   "peak MiB");
+  std::vector<std::string> variants;
+  std::map<std::pair<int64_t, int64_t>, std::map<std::string, const BenchRecord*>> decode;  // (B, L) -> variant
+  for (const BenchRecord& r : records) {
+    const std::string v = r["variant"];
+    if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
+    if (r["phase"] == "prefill")
+      s += fmt::format("  {:<10} {:>5} {:>6} {:>10.3f} {:>12.0f} {:>11.1f}\n", v, r["B"].get<int64_t>(),
+                       r["P"].get<int64_t>(), r["seconds"].get<double>(), r["tokens_per_s"].get<double>(),
+                       r["peak_mem_bytes"].get<double>() / (1 << 20));
+    else
+      decode[{r["B"].get<int64_t>(), r["context"].get<int64_t>()}][v] = &r;
+  }
+  const bool pair = std::find(variants.begin(), variants.end(), "mhsa") != variants.end() &&
+                    std::find(variants.begin(), variants.end(), "ls") != variants.end();
+  s += "decode, per token: median ms (p90), KV cache MiB\n";
+  s += fmt::format("  {:>5} {:>7}", "batch", "context");
+  for (const std::string& v : variants) s += fmt::format(" {:>20} {:>9}", v + " ms (p90)", v + " KV");
+  if (pair) s += fmt::format(" {:>12} {:>11}", "ls speed-up", "ls/mhsa KV");
+  s += "\n";
+  for (const auto& [key, by] : decode) {
+    s += fmt::format("  {:>5} {:>7}", key.first, key.second);
+    for (const std::string& v : variants) {
+      const auto it = by.find(v);
+      if (it == by.end()) {
+        s += fmt::format(" {:>20} {:>9}", "-", "-");
+        continue;
+      }
+      const BenchRecord& r = *it->second;
+      s += fmt::format(" {:>20} {:>9.2f}", fmt::format("{:.2f} ({:.2f})", r["ms"].get<double>(), r["ms_p90"].get<double>()),
+                       r["kv_bytes"].get<double>() / (1 << 20));
+    }
+    if (pair && by.count("mhsa") && by.count("ls")) {
+      const BenchRecord &m = *by.at("mhsa"), &l = *by.at("ls");
+      s += fmt::format(" {:>11.2f}x {:>10.1f}%", m["ms"].get<double>() / l["ms"].get<double>(),
+                       100.0 * l["kv_bytes"].get<double>() / m["kv_bytes"].get<double>());
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+}  // namespace keel::app
