@@ -12,6 +12,7 @@
 #include "core/factory.h"
 #include "core/random.h"
 #include "ops/arith.h"
+#include "ops/attention.h"
 #include "ops/matmul.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
@@ -25,16 +26,18 @@ namespace {
 // Far below any logit a fit reaches, yet finite, so 0 * mask stays 0 in the loss.
 constexpr double kMasked = -1e9;
 
-bool allowed(int64_t i, int64_t j, int64_t window) { return j <= i && (window == 0 || i - j < window); }
+// Whether query i sees key j in a head of this window (0 = full causal): the model's rule.
+bool allowed(int64_t i, int64_t j, int64_t window) { return AttentionSpec{0, {window}, 0}.sees(0, i, j); }
 
-// The target (n, n): row i puts `floor` evenly on keys 0..i and the rest evenly on its band, keys
-// max(0, i-p+1)..i.
+// The target (n, n): row i puts `floor` evenly on keys 0..i and the rest evenly on its band, the
+// keys a head of window p sees, max(0, i-p+1)..i.
 Tensor band_target(int64_t n, int64_t p, double floor) {
+  const AttentionSpec band{0, {p}, 0};
   std::vector<float> t(static_cast<size_t>(n * n), 0.0f);
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t width = std::min(i + 1, p);
+    const int64_t width = band.keys_seen(0, i);
     for (int64_t j = 0; j <= i; ++j) {
-      const double v = floor / double(i + 1) + (i - j < width ? (1 - floor) / double(width) : 0.0);
+      const double v = floor / double(i + 1) + (band.sees(0, i, j) ? (1 - floor) / double(width) : 0.0);
       t[static_cast<size_t>(i * n + j)] = static_cast<float>(v);
     }
   }
