@@ -44,8 +44,10 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const std::
   const Real *qp = q.data<Real>(), *kp = k.data<Real>(), *vp = v.data<Real>();
   Real* op = out.data<Real>();
   const Real sc = static_cast<Real>(scale), cap = static_cast<Real>(softcap);
-  // Waking a thread team costs tens of microseconds: a short cache stays on one thread.
-  const bool threads = B * H * t * (position + t) * D >= (int64_t(1) << 16);
+  // Waking a thread team costs tens of microseconds: a few short rows stay on one thread.
+  int64_t keys = 0;  // read by all rows, about
+  for (int64_t h = 0; h < H; ++h) keys += position + t - band_start(position + t - 1, window[h]);
+  const bool threads = B * t * keys * D >= (int64_t(1) << 16);
 
 #pragma omp parallel for schedule(dynamic, 1) if (threads)
   for (int64_t r = 0; r < B * H * t; ++r) {
