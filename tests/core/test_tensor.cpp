@@ -121,3 +121,30 @@ TEST_CASE("an allocation the machine cannot satisfy is an OutOfMemoryError, not 
     CHECK_FALSE(e.hint().empty());
   }
 }
+
+TEST_CASE("strided copies with packed rows: heads transposed, a slice of a cache written in place") {
+  // x (B=2, T=3, H=4, D=9) viewed as (B, H, T, D): rows of D stay packed, everything else strides.
+  std::vector<float> v(2 * 3 * 4 * 9);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i);
+  const Tensor x = from_vector(v, {2, 3, 4, 9});
+  const Tensor xt = x.as_strided({2, 4, 3, 9}, {108, 9, 36, 1}, 0);
+  std::vector<float> want;
+  for (int b = 0; b < 2; ++b)
+    for (int h = 0; h < 4; ++h)
+      for (int t = 0; t < 3; ++t)
+        for (int d = 0; d < 9; ++d) want.push_back(v[((b * 3 + t) * 4 + h) * 9 + d]);
+  CHECK(xt.contiguous().to_vector<float>() == want);
+  // Into slots [2, 5) of a (2, 4, 8, 9) cache: both sides strided, the rest of the cache untouched.
+  Tensor cache = full({2, 4, 8, 9}, -1.0);
+  Tensor slots = cache.as_strided({2, 4, 3, 9}, {288, 72, 9, 1}, 2 * 9);
+  copy_(slots, xt);
+  const std::vector<float> c = cache.to_vector<float>();
+  for (int b = 0; b < 2; ++b)
+    for (int h = 0; h < 4; ++h)
+      for (int s = 0; s < 8; ++s)
+        for (int d = 0; d < 9; ++d) {
+          const float got = c[((b * 4 + h) * 8 + s) * 9 + d];
+          CHECK(got == (s >= 2 && s < 5 ? v[((b * 3 + (s - 2)) * 4 + h) * 9 + d] : -1.0f));
+        }
+  CHECK(xt.to(DType::f64).to_vector<double>() == std::vector<double>(want.begin(), want.end()));  // dtypes differ
+}
