@@ -49,7 +49,7 @@ PRESETS = {
 
 
 def windows_of(cfg, attention):
-    """Per-head windows as GPT2Config::windows(): local heads first, 0 = full causal."""
+    """Per-head windows as GPT2Config::attention_spec(): local heads first, 0 = full causal."""
     H = cfg["n_head"]
     if attention == "ls":
         return [cfg["ls_window"]] * cfg["ls_local_heads"] + [0] * (H - cfg["ls_local_heads"])
