@@ -30,8 +30,9 @@ Tensor slots_for(const Tensor& x, int64_t h, int64_t S) {
   return empty({x.size(0), h, S, x.size(3)}, {x.dtype(), x.device()});
 }
 
-// Room for `needed` global slots in c, keeping its first `kept`: doubling, so a text of n tokens
-// costs O(n) copies in all; never beyond what the cache may hold, never less than asked for.
+// Room for `needed` slots in c (B, h, S, D), keeping its first `kept`; x (B, H, t, D) gives the
+// batch, head dim, dtype and device. Doubling, so a text of n tokens costs O(n) copies in all;
+// never beyond what the cache may hold, never less than asked for.
 void make_room(Tensor& c, const Tensor& x, int64_t h, int64_t needed, int64_t kept, const KVCache& cache) {
   if (c.defined() && c.size(2) >= needed) return;
   int64_t S = std::max(needed, cache.capacity());
