@@ -5,6 +5,8 @@
 // returns a, so a plain max silently turns a diverged head into a healthy-looking number; a
 // model with one NaN weight must report NaN for that head and for every head it feeds.
 // |logit| >= 0, so 0 is the identity of the merge and a fresh MaxLogit holds zeros.
+// The row logit range (max_range, ops/attention.h) is >= 0 and merges the same way, so it is held
+// in a MaxLogit too.
 #pragma once
 
 #include <cmath>

@@ -52,7 +52,7 @@ std::vector<Tensor> Attention::project(const Tensor& x) const {
   return qkv;
 }
 
-// x (B, T, C) -> out (B, T, C), max_logit (H)
+// x (B, T, C) -> out (B, T, C), max_logit (H), max_range (H)
 AttentionOutput Attention::forward(const Tensor& x) const {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   std::vector<Tensor> qkv = project(x);
@@ -60,7 +60,7 @@ AttentionOutput Attention::forward(const Tensor& x) const {
   Tensor y = reshape(transpose(r.out, 1, 2), {B, T, C});  // heads side by side again
   y = c_proj.forward(y);
   if (dropout_ > 0 && training()) y = dropout(y, dropout_, *dropout_gen_, true);
-  return {y, r.max_logit};
+  return {y, r.max_logit, r.max_range};
 }
 
 // x (B, T, C) -> (B, H, T, T), the same logits as ops/attention.h spells out, then the softmax

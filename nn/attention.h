@@ -22,6 +22,7 @@ namespace keel::nn {
 struct AttentionOutput {
   Tensor out;        // (B, T, C)
   Tensor max_logit;  // (H) f32 on the input's device: the largest |pre-softmax logit| per head
+  Tensor max_range;  // (H) f32 likewise: the largest max - min of one row's logits (ops/attention.h)
 };
 
 class Attention : public Module {
@@ -30,7 +31,7 @@ class Attention : public Module {
   // `dropout_gen` (may be null when config.dropout is 0) drives the output dropout.
   Attention(const GPT2Config& config, Generator& init, Generator* dropout_gen);
 
-  // x (B, T, C) -> out (B, T, C), max_logit (H)
+  // x (B, T, C) -> out (B, T, C), max_logit (H), max_range (H)
   AttentionOutput forward(const Tensor& x) const;
   // Generation: x (B, t, C) holds the tokens at positions [cache.length(), + t); their keys and
   // values join layer `layer` of the cache, and they attend to everything cached before them.

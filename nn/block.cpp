@@ -16,9 +16,10 @@ Block::Block(const GPT2Config& c, Generator& init, Generator* dropout_gen)
 }
 
 // x (B, T, C) -> (B, T, C)
-Tensor Block::forward(const Tensor& x, Tensor* max_logit) const {
+Tensor Block::forward(const Tensor& x, Tensor* max_logit, Tensor* max_range) const {
   AttentionOutput a = attn.forward(ln_1.forward(x));
   if (max_logit) *max_logit = a.max_logit;
+  if (max_range) *max_range = a.max_range;
   Tensor h = x + a.out;
   return h + mlp.forward(ln_2.forward(h));
 }

@@ -10,8 +10,9 @@ class Block : public Module {
  public:
   Block(const GPT2Config& config, Generator& init, Generator* dropout_gen);
 
-  // x (B, T, C) -> (B, T, C); max_logit (H) of this block's attention is written to *max_logit.
-  Tensor forward(const Tensor& x, Tensor* max_logit = nullptr) const;
+  // x (B, T, C) -> (B, T, C); the statistics (H) of this block's attention are written to
+  // *max_logit and *max_range when given.
+  Tensor forward(const Tensor& x, Tensor* max_logit = nullptr, Tensor* max_range = nullptr) const;
   // Generation through layer `layer` of the KV cache: x (B, t, C) at positions
   // [cache.length(), + t) -> (B, t, C)
   Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const;

@@ -42,7 +42,7 @@ GPT2::GPT2(const GPT2Config& config, uint64_t seed)
   register_module("lm_head", lm_head.get());
 }
 
-// ids (B, T), targets (B, T) or undefined -> logits (B, T, V), loss [], max_logit (L, H)
+// ids (B, T), targets (B, T) or undefined -> logits (B, T, V), loss [], max_logit, max_range (L, H)
 GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets) {
   static const char* kOp = "GPT2::forward";
   if (!ids.defined() || ids.dim() != 2)
@@ -62,8 +62,10 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets) {
   Tensor x = wte.forward(ids) + wpe.forward(pos);  // (B, T, C) + (T, C)
   if (config_.dropout > 0 && training()) x = dropout(x, config_.dropout, dropout_gen_, true);
 
-  std::vector<Tensor> max_logits(h.size());
-  for (size_t l = 0; l < h.size(); ++l) x = h[l]->forward(x, &max_logits[l]);
+  // Per layer: max_logit in [0, L), max_range in [L, 2L), so one concat gathers both.
+  const size_t L = h.size();
+  std::vector<Tensor> stats(2 * L);
+  for (size_t l = 0; l < L; ++l) x = h[l]->forward(x, &stats[l], &stats[L + l]);
 
   GPT2Output out;
   out.logits = lm_head->forward(ln_f.forward(x));
@@ -71,9 +73,12 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets) {
   {
     NoGradGuard no_grad;
     const int64_t H = config_.n_head;
-    for (Tensor& m : max_logits) m = reshape(m, {1, H});
-    // One transfer for all layers: on CUDA the statistic stays on the device until here.
-    out.max_logit = concat(max_logits, 0).to(DType::f32).to(Device::cpu());
+    for (Tensor& m : stats) m = reshape(m, {1, H});
+    // One transfer for all layers: on CUDA the statistics stay on the device until here.
+    const Tensor both = concat(stats, 0).to(DType::f32).to(Device::cpu());  // (2L, H)
+    const int64_t nl = static_cast<int64_t>(L);
+    out.max_logit = slice(both, 0, 0, nl).contiguous();
+    out.max_range = slice(both, 0, nl, 2 * nl).contiguous();
   }
   return out;
 }

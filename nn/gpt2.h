@@ -25,6 +25,7 @@ struct GPT2Output {
   Tensor logits;     // (B, T, V), the parameters' dtype and device
   Tensor loss;       // [] mean cross-entropy over non-ignored targets; undefined without targets
   Tensor max_logit;  // (L, H) f32 on the CPU: largest |pre-softmax logit| per layer and head
+  Tensor max_range;  // (L, H) f32 on the CPU: largest logit range of one row (ops/attention.h)
 };
 
 class GPT2 : public Module {
@@ -33,7 +34,8 @@ class GPT2 : public Module {
   explicit GPT2(const GPT2Config& config, uint64_t seed = 0);
 
   // ids (B, T) i32/i64 token ids, T <= block_size; targets (B, T) token ids, -100 = ignore, or
-  // undefined -> logits (B, T, V), loss [], max_logit (L, H). ShapeError when T > block_size.
+  // undefined -> logits (B, T, V), loss [], max_logit (L, H), max_range (L, H). ShapeError when
+  // T > block_size.
   GPT2Output forward(const Tensor& ids, const Tensor& targets = {});
 
   // Generation. An empty cache for this model (local heads keep only their window); `capacity`

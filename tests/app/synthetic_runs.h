@@ -17,6 +17,7 @@ struct SyntheticRun {
   int64_t steps = 200;
   int layers = 2, heads = 4;
   double logit_growth = 0;     // logits grow like exp(growth * step) (MHSA on long sequences)
+  double range_share = 0.8;    // max_range = range_share * max_logit
   int64_t diverge_at = -1;     // loss is NaN from this step on
   int64_t val_every = 20;
   bool write_config = true;
@@ -47,10 +48,13 @@ inline void make_run(const std::filesystem::path& dir, const SyntheticRun& r) {
     t.elapsed_s = 0.1 * static_cast<double>(s);
     for (int l = 0; l < r.layers; ++l) {
       auto& row = t.max_logit.emplace_back();
-      for (int h = 0; h < r.heads; ++h)
+      auto& range = t.max_range.emplace_back();
+      for (int h = 0; h < r.heads; ++h) {
         row.push_back(dead ? nan
                            : (2.0 + l + 0.5 * h) *
                                  std::exp(r.logit_growth * (1 + l) * static_cast<double>(s)));
+        range.push_back(r.range_share * row.back());
+      }
     }
     log.write(t);
     if (s % r.val_every == 0) {

@@ -29,6 +29,7 @@ MetricsRecord train(int64_t step, double loss) {
   r.lr = 6e-4;
   r.grad_norm = 0.75;
   r.max_logit = {{1.5, 2.25}, {3.0, 0.1}};
+  r.max_range = {{1.0, 2.5}, {0.75, 0.0}};
   r.tokens_per_s = 12345.5;
   r.mfu = 0.41;
   r.mem_bytes = int64_t{3} << 33;
@@ -53,6 +54,7 @@ TEST_CASE("metrics round trip keeps every field, NaN and infinity included") {
   MetricsRecord t = train(7, kNaN);
   t.grad_norm = kInf;
   t.max_logit[1][0] = -kInf;
+  t.max_range[0][1] = kNaN;
   t.skipped = true;
   MetricsRecord v;
   v.kind = RecordKind::Val;
@@ -60,6 +62,7 @@ TEST_CASE("metrics round trip keeps every field, NaN and infinity included") {
   v.val_loss = 3.25;
   v.val_ppl = std::exp(3.25);
   v.max_logit = {{kNaN, 4.0}};
+  v.max_range = {{kInf, 3.5}};
   {
     MetricsLog log(dir.path());
     log.write(train(6, 2.5));
@@ -90,11 +93,14 @@ TEST_CASE("metrics round trip keeps every field, NaN and infinity included") {
   CHECK(a.elapsed_s == want.elapsed_s);
   CHECK_FALSE(a.skipped);
   CHECK(a.max_logit == want.max_logit);
+  CHECK(a.max_range == want.max_range);
 
   const auto& b = recs[1];
   CHECK(std::isnan(b.loss));
   CHECK((std::isinf(b.grad_norm) && b.grad_norm > 0));
   CHECK((std::isinf(b.max_logit[1][0]) && b.max_logit[1][0] < 0));
+  CHECK(std::isnan(b.max_range[0][1]));
+  CHECK(b.max_range[1][0] == 0.75);
   CHECK(b.skipped);
 
   const auto& c = recs[2];
@@ -104,6 +110,9 @@ TEST_CASE("metrics round trip keeps every field, NaN and infinity included") {
   REQUIRE(c.max_logit.size() == 1);
   CHECK(std::isnan(c.max_logit[0][0]));
   CHECK(c.max_logit[0][1] == 4.0);
+  REQUIRE(c.max_range.size() == 1);
+  CHECK(std::isinf(c.max_range[0][0]));
+  CHECK(c.max_range[0][1] == 3.5);
 
   CHECK(recs[3].kind == RecordKind::Event);
   CHECK(recs[3].event == "nonfinite");
@@ -124,6 +133,7 @@ TEST_CASE("metrics fields a writer leaves out read back as missing") {
   CHECK(recs[0].mem_bytes == -1);
   CHECK_FALSE(recs[0].skipped);
   CHECK(recs[0].max_logit.empty());
+  CHECK(recs[0].max_range.empty());  // a log from before max_range existed
   CHECK(std::isnan(recs[1].val_loss));
   CHECK(std::isinf(recs[1].val_ppl));
 }
@@ -158,6 +168,9 @@ TEST_CASE("metrics reader reports a corrupt line with file and line number") {
 
   write_text(p, "{\"kind\":\"train\",\"loss\":1}\n");
   expect_error<keel::IoError>([&] { read_metrics(p); }, {":1", "\"step\""});
+
+  write_text(p, "{\"kind\":\"val\",\"step\":1,\"max_range\":[1,2]}\n");
+  expect_error<keel::IoError>([&] { read_metrics(p); }, {":1", "\"max_range\" is not an array of arrays"});
 
   write_text(p, "[1,2]\n");
   expect_error<keel::IoError>([&] { read_metrics(p); }, {":1", "not a JSON object"});

@@ -45,6 +45,7 @@ TEST_CASE("summarize computes the run's headline numbers") {
   CHECK(s.best_val_ppl == s.final_val_ppl);
   CHECK(s.best_val_step == 200);
   CHECK(s.max_logit == doctest::Approx(2.0 + 1 + 0.5 * 3));  // layer 1, head 3
+  CHECK(s.max_range == doctest::Approx(0.8 * (2.0 + 1 + 0.5 * 3)));
   REQUIRE(s.final_max_logit_per_layer.size() == 2);
   CHECK(s.final_max_logit_per_layer[0] == doctest::Approx(3.5));
   CHECK(s.final_max_logit[1].size() == 4);
@@ -123,11 +124,20 @@ TEST_CASE("write_report writes a self-contained report with a chart per layer") 
   CHECK(html.find("https://") == std::string::npos);
   CHECK(html.find("<script") == std::string::npos);
   CHECK(html.find("<link") == std::string::npos);
-  for (const char* layer : {"Layer 0<", "Layer 1<", "Layer 2<"}) CHECK(count(html, layer) == 1);
-  CHECK(html.find("Layer 3<") == std::string::npos);
-  // loss, val ppl, lr, one per layer, one per-head heatmap per run
-  CHECK(count(html, "<svg class=\"chart\"") == 3 + 3 + 3);
-  CHECK(count(html, "<table class=\"heat\"") == 3);
+  for (const char* layer : {"Layer 0", "Layer 1", "Layer 2"}) {
+    CHECK(count(html, std::string(layer) + ": max |logit|<") == 1);
+    CHECK(count(html, std::string(layer) + ": max range<") == 1);
+  }
+  CHECK(html.find("Layer 3") == std::string::npos);
+  // loss, val ppl, lr, then for each statistic one chart per layer and one per-head heatmap per run
+  CHECK(count(html, "<svg class=\"chart\"") == 3 + 2 * (3 + 3));
+  CHECK(count(html, "<table class=\"heat\"") == 2 * 3);
+  // The toggle between the statistics: radio buttons and CSS, max |logit| first.
+  CHECK(count(html, "<input type=\"radio\" name=\"signal\"") == 2);
+  CHECK(html.find("id=\"signal-logit\" checked/>") != std::string::npos);
+  CHECK(html.find("#signal-range:checked~.signal-range{display:block}") != std::string::npos);
+  CHECK(html.find("<div class=\"signal-logit\">") < html.find("<div class=\"signal-range\">"));
+  CHECK(html.find("<th>max range</th>") != std::string::npos);
   CHECK(html.find(">diverged<") != std::string::npos);  // the divergence marker
   CHECK(html.find("qk_norm&lt;&amp;&gt;") != std::string::npos);
   CHECK(html.find("qk_norm<&>") == std::string::npos);
@@ -159,9 +169,10 @@ TEST_CASE("write_report copes with an empty log and a run that is NaN from the s
   const std::string html = read_text(out);
   CHECK(html.find("no data") != std::string::npos);  // the val chart has no finite point
   CHECK(html.find("diverged at step 1") != std::string::npos);
-  // loss, val ppl, lr, 2 layers, a per-head heatmap per run (the empty run's says so)
-  CHECK(count(html, "<svg class=\"chart\"") == 3 + 2 + 2);
-  CHECK(count(html, "no attention logits logged") == 1);
+  // loss, val ppl, lr, then per statistic 2 layers and a per-head heatmap per run (the empty run's
+  // says so)
+  CHECK(count(html, "<svg class=\"chart\"") == 3 + 2 * (2 + 2));
+  CHECK(count(html, "no attention logits logged") == 2);
   const std::string table = compare_table({e, summarize(dir / "dead")});
   CHECK(table.find("dead") != std::string::npos);
 }

@@ -73,8 +73,41 @@ TEST_CASE("the report shows the lr schedule, spike markers and per-head heatmaps
   CHECK(count(html, "Learning-rate schedule") == 1);
   CHECK(count(html, "Validation perplexity") == 1);
   CHECK(count(html, "Max |logit| per head over training") == 1);
+  CHECK(count(html, "Max logit range per head over training") == 1);
   CHECK(count(html, "mhsa: loss spike at step 77") == 1);   // on the loss curve
-  CHECK(count(html, "loss spike at step 77</title>") == 2);  // and above the heatmap
+  CHECK(count(html, "loss spike at step 77</title>") == 3);  // and above both heatmaps
   CHECK(count(html, "font-size=\"14\"") >= 5);
   CHECK(html.find("font-size=\"11\"") == std::string::npos);
+}
+
+TEST_CASE("the per-head heatmap draws the statistic it is given, and the report survives logs without max_range") {
+  TempDir dir("heatmap-range");
+  make_run(dir / "mhsa", {.name = "mhsa", .steps = 20, .layers = 1, .heads = 2, .range_share = 0.5});
+  const auto records = read_metrics(metrics_path(dir / "mhsa"));
+  // Values 2 and 2.5 (max |logit|) or 1 and 1.25 (range) on a scale from 1 to 2.5: the range's
+  // head 0 sits at the pale end, max |logit|'s does not.
+  const std::string logit = svg::logit_heatmap(records, 1.0, 2.5, "m", 20);
+  const std::string range = svg::logit_heatmap(records, 1.0, 2.5, "m", 20, &MetricsRecord::max_range, "max range");
+  CHECK(well_formed(range));
+  CHECK(range.find(">max range</text>") != std::string::npos);
+  CHECK(logit.find(">max |logit|</text>") != std::string::npos);
+  CHECK(range.find("fill=\"rgb(255,247,188)\"") != std::string::npos);
+  CHECK(logit.find("fill=\"rgb(255,247,188)\"") == std::string::npos);
+
+  // A log from before keel recorded max_range: the max |logit| half as before, a note for the other.
+  std::string old;
+  for (const auto& r : records) {
+    MetricsRecord copy = r;
+    copy.max_range.clear();
+    old += to_json_line(copy) + "\n";
+  }
+  std::filesystem::create_directories(dir / "old");
+  keel::test::write_text(dir / "old" / "metrics.jsonl", old);
+  const auto out = dir / "report.html";
+  write_report({(dir / "old").string()}, out.string(), "old");
+  const std::string html = read_text(out);
+  CHECK(well_formed(html.substr(html.find("<html"))));
+  CHECK(html.find("No run logged max range") != std::string::npos);
+  CHECK(count(html, "Layer 0: max |logit|<") == 1);
+  CHECK(summarize(dir / "old").max_range != summarize(dir / "old").max_range);  // NaN: nothing logged
 }

@@ -24,7 +24,7 @@ Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("GPT2 forward: logits from the parts, loss from the logits, max_logit (L, H)") {
+TEST_CASE("GPT2 forward: logits from the parts, loss from the logits, max_logit and max_range (L, H)") {
   for (bool tied : {true, false}) {
     GPT2Config c = nn::testing::micro_config();
     c.tie_embeddings = tied;
@@ -37,6 +37,9 @@ TEST_CASE("GPT2 forward: logits from the parts, loss from the logits, max_logit 
     CHECK(out.max_logit.shape() == Shape{c.n_layer, c.n_head});
     CHECK(out.max_logit.dtype() == DType::f32);
     CHECK(out.max_logit.device().is_cpu());
+    CHECK(out.max_range.shape() == Shape{c.n_layer, c.n_head});
+    CHECK(out.max_range.dtype() == DType::f32);
+    CHECK(out.max_range.device().is_cpu());
 
     // x = wte[ids] + wpe[t], blocks, ln_f, lm_head
     std::vector<double> wte = m.wte.weight.to_vector<double>(), wpe = m.wpe.weight.to_vector<double>();
@@ -46,13 +49,16 @@ TEST_CASE("GPT2 forward: logits from the parts, loss from the logits, max_logit 
       for (int64_t t = 0; t < T; ++t)
         for (int64_t k = 0; k < C; ++k) x[(b * T + t) * C + k] = wte[idv[b * T + t] * C + k] + wpe[t * C + k];
     Tensor h = from_vector<double>(x, {B, T, C});
-    std::vector<float> ml;
+    std::vector<float> ml, mr;
     for (auto& blk : m.h) {
-      Tensor mlt;
-      h = blk->forward(h, &mlt);
+      Tensor mlt, mrt;
+      h = blk->forward(h, &mlt, &mrt);
       for (float v : mlt.to_vector<float>()) ml.push_back(v);
+      for (float v : mrt.to_vector<float>()) mr.push_back(v);
     }
     CHECK(out.max_logit.to_vector<float>() == ml);
+    CHECK(out.max_range.to_vector<float>() == mr);
+    CHECK(ml != mr);  // two statistics, not one copied
     std::vector<double> hn = m.ln_f.forward(h).to_vector<double>();
     std::vector<double> head = (tied ? m.wte.weight : m.lm_head->weight).to_vector<double>();
     std::vector<double> logits = out.logits.to_vector<double>();

@@ -1,5 +1,5 @@
 // Each module's forward against a reference written with plain loops over std::vector<double>
-// (independent of the ops), on tiny f64 inputs; attention variants; max_logit.
+// (independent of the ops), on tiny f64 inputs; attention variants; max_logit and max_range.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -57,6 +57,7 @@ Vec opt_vec(const Tensor& t) { return t.defined() ? vec(t) : Vec{}; }
 struct RefAttention {
   Vec out;        // (B, T, C)
   Vec max_logit;  // (H)
+  Vec max_range;  // (H)
 };
 
 // The Attention module from its own weights, with loops: x (B, T, C) -> (B, T, C).
@@ -73,12 +74,12 @@ RefAttention ref_attention(const Attention& a, const GPT2Config& c, const Vec& x
     return v;
   };
   std::vector<int64_t> window = c.attention_spec().window;
-  RefAttention r{Vec(B * T * C, 0.0), Vec(H, 0.0)};
+  RefAttention r{Vec(B * T * C, 0.0), Vec(H, 0.0), Vec(H, 0.0)};
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < T; ++i) {
         Vec q = get(b, i, 0, h), logits(T, -std::numeric_limits<double>::infinity());
-        double m = -std::numeric_limits<double>::infinity();
+        double m = -std::numeric_limits<double>::infinity(), lo = std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j <= i; ++j) {
           if (window[h] > 0 && j <= i - window[h]) continue;
           Vec k = get(b, j, 1, h);
@@ -87,8 +88,10 @@ RefAttention ref_attention(const Attention& a, const GPT2Config& c, const Vec& x
           if (c.attention == AttentionKind::softcap) s = c.softcap * std::tanh(s / c.softcap);
           logits[j] = s;
           m = std::max(m, s);
+          lo = std::min(lo, s);
           r.max_logit[h] = std::max(r.max_logit[h], std::abs(s));
         }
+        r.max_range[h] = std::max(r.max_range[h], m - lo);
         double z = 0;
         for (int64_t j = 0; j < T; ++j) z += std::exp(logits[j] - m);
         for (int64_t j = 0; j < T; ++j) {
@@ -149,7 +152,7 @@ TEST_CASE("MLP is c_proj(gelu_tanh(c_fc(x)))") {
   CHECK(max_diff(vec(mlp.forward(x)), y) < 1e-12);
 }
 
-TEST_CASE("Attention variants against a loop reference: output and max_logit") {
+TEST_CASE("Attention variants against a loop reference: output, max_logit and max_range") {
   for (AttentionKind kind : {AttentionKind::mhsa, AttentionKind::ls, AttentionKind::qk_norm, AttentionKind::softcap})
     for (bool bias : {true, false}) {
       GPT2Config c = f64_config(kind);
@@ -171,7 +174,9 @@ TEST_CASE("Attention variants against a loop reference: output and max_logit") {
       CHECK(out.out.shape() == Shape{B, T, c.n_embd});
       CHECK(max_diff(vec(out.out), ref.out) < 1e-10);
       CHECK(out.max_logit.shape() == Shape{c.n_head});
-      CHECK(max_diff(vec(out.max_logit), ref.max_logit) < 1e-5);  // the statistic is f32
+      CHECK(max_diff(vec(out.max_logit), ref.max_logit) < 1e-5);  // the statistics are f32
+      CHECK(out.max_range.shape() == Shape{c.n_head});
+      CHECK(max_diff(vec(out.max_range), ref.max_range) < 1e-5);
       if (kind == AttentionKind::softcap) {
         CHECK(attn.spec().softcap == 0.7);
         for (double m : ref.max_logit) CHECK(m <= 0.7);
@@ -224,7 +229,8 @@ TEST_CASE("Block is pre-LayerNorm with two residuals") {
   Tensor ht = from_vector<double>(h, x.shape());
   Vec m = vec(blk.mlp.forward(blk.ln_2.forward(ht)));
   for (size_t i = 0; i < h.size(); ++i) h[i] += m[i];
-  Tensor ml;
-  CHECK(max_diff(vec(blk.forward(x, &ml)), h) < 1e-12);
+  Tensor ml, mr;
+  CHECK(max_diff(vec(blk.forward(x, &ml, &mr)), h) < 1e-12);
   CHECK(ml.shape() == Shape{c.n_head});
+  CHECK(mr.shape() == Shape{c.n_head});
 }

@@ -90,6 +90,12 @@ TEST_CASE("gpt2 eval --json reports NaN for a head poisoned by one NaN weight, a
   for (size_t h = 1; h < ml[0].size(); ++h) CHECK_MESSAGE(ml[0][h].is_number(), line);  // heads 1.. are untouched
   for (const auto& v : ml[1]) CHECK_MESSAGE(is_nan_entry(v), line);
   CHECK(is_nan_entry(j.at("loss")));
+  // The row range is poisoned exactly like max |logit|.
+  const auto& mr = j.at("max_range");
+  REQUIRE(mr.size() == 2);
+  CHECK_MESSAGE(is_nan_entry(mr[0][0]), line);
+  for (size_t h = 1; h < mr[0].size(); ++h) CHECK_MESSAGE(mr[0][h].is_number(), line);
+  for (const auto& v : mr[1]) CHECK_MESSAGE(is_nan_entry(v), line);
 }
 #endif
 

@@ -41,10 +41,25 @@ TEST_CASE("a tiny GPT-2 trains on the CPU and its loss falls") {
   CHECK(r.val_loss < losses.front() - 0.7);
   CHECK(fs::exists(fs::path(c.run_dir) / "config.json"));
   CHECK(latest_checkpoint(c.run_dir).has_value());
-  // Every train record carries the max attention logit of every layer and head.
+  // Every train and val record carries both attention statistics of every layer and head. Two
+  // logits of a row differ by at most twice the largest |logit|.
   auto recs = read_metrics(metrics_path(c.run_dir));
   CHECK(recs.front().max_logit.size() == 2);
   CHECK(recs.front().max_logit[0].size() == 4);
+  int checked = 0;
+  for (const auto& rec : recs) {
+    if (rec.kind == RecordKind::Event) continue;
+    REQUIRE(rec.max_range.size() == 2);
+    for (size_t l = 0; l < 2; ++l) {
+      REQUIRE(rec.max_range[l].size() == 4);
+      for (size_t h = 0; h < 4; ++h) {
+        CHECK(rec.max_range[l][h] > 0);
+        CHECK(rec.max_range[l][h] <= 2 * rec.max_logit[l][h] * (1 + 1e-6));
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked >= 41 * 8);  // 40 train records and the final val record
 }
 
 TEST_CASE("a resumed run logs the same losses as an uninterrupted one") {
@@ -169,6 +184,17 @@ TEST_CASE("a diverging run stops with a diagnosis, or skips the bad steps when a
   for (const auto& r : read_metrics(metrics_path(c.run_dir)))
     logged |= r.kind == RecordKind::Event && r.event == "nonfinite";
   CHECK(logged);
+
+  // --spike-signal max_range: the diagnosis names the hottest head by the row range.
+  TrainConfig by_range = c;
+  by_range.run_dir = testing::scratch_dir("diverge_range").string();
+  by_range.spike_signal = "max_range";
+  try {
+    train(by_range);
+    FAIL("the run did not diverge");
+  } catch (const ValueError& e) {
+    CHECK(std::string(e.what()).find("max range") != std::string::npos);
+  }
 
   TrainConfig s = c;
   s.run_dir = testing::scratch_dir("diverge_skip").string();

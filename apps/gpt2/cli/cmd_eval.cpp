@@ -71,19 +71,22 @@ void run_eval(const EvalArgs& a) {
   if (T > m.block_size)
     throw ConfigError("eval", fmt::format("--seq-len {} is longer than the model's context {}", T, m.block_size));
   EvalResult r = evaluate(*model, split, a.batch_size, T, a.max_batches, device);
-  const std::vector<float>& ml = r.max_logit.values();
+  const std::vector<float>&ml = r.max_logit.values(), &mr = r.max_range.values();
   if (a.json) {
     // json_number(): a NaN loss or max logit prints as "nan" (as in metrics.jsonl), never as null.
     nlohmann::ordered_json out{{"loss", json_number(r.loss)},
                                {"perplexity", json_number(r.perplexity)},
                                {"tokens", r.tokens},
-                               {"max_logit", logits_json(r.max_logit.rows())}};
+                               {"max_logit", logits_json(r.max_logit.rows())},
+                               {"max_range", logits_json(r.max_range.rows())}};
     fmt::print("{}\n", out.dump());
   } else {
     fmt::print("loss {:.4f}  perplexity {:.3f}  over {} tokens\n", r.loss, r.perplexity, r.tokens);
     for (int64_t l = 0; l < m.n_layer; ++l) {
       fmt::print("layer {:>2} max |logit| per head:", l);
       for (int64_t h = 0; h < m.n_head; ++h) fmt::print(" {:7.2f}", ml[l * m.n_head + h]);
+      fmt::print("\n         max range per head:  ");
+      for (int64_t h = 0; h < m.n_head; ++h) fmt::print(" {:7.2f}", mr[l * m.n_head + h]);
       fmt::print("\n");
     }
   }
@@ -104,7 +107,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--seq-len", a->seq_len, "sequence length (default: the model's context)");
   cmd->add_option("--max-batches", a->max_batches, "stop after this many batches (0 = all)");
   cmd->add_option("--device", a->device, "auto | cpu | cuda | cuda:N");
-  cmd->add_flag("--json", a->json, "print one JSON object: loss, perplexity, max_logit per layer and head");
+  cmd->add_flag("--json", a->json,
+                "print one JSON object: loss, perplexity, max_logit and max_range per layer and head");
   cmd->callback([a] { run_eval(*a); });
 }
 

@@ -21,7 +21,7 @@ EvalResult evaluate(nn::GPT2& model, std::shared_ptr<const data::TokenSplit> spl
   // of k batches of one rank (exactly when R divides k).
   if (max_batches > 0) max_batches = (max_batches + world - 1) / world;
   const int64_t L = model.config().n_layer, H = model.config().n_head;
-  MaxLogit max_logit(L, H);
+  MaxLogit max_logit(L, H), max_range(L, H);
   double loss_sum = 0;
   int64_t tokens = 0, batches = 0;
   data::Batch b;
@@ -33,6 +33,7 @@ EvalResult evaluate(nn::GPT2& model, std::shared_ptr<const data::TokenSplit> spl
     loss_sum += out.loss.item() * double(b.valid_targets);
     tokens += b.valid_targets;
     max_logit.merge(out.max_logit.to_vector<float>());
+    max_range.merge(out.max_range.to_vector<float>());
   }
   if (was_training) model.train();
   if (world > 1) {
@@ -40,10 +41,12 @@ EvalResult evaluate(nn::GPT2& model, std::shared_ptr<const data::TokenSplit> spl
     comm->all_reduce_sum(sums);
     auto v = sums.to_vector<double>();
     loss_sum = v[0], tokens = int64_t(v[1]);
-    Tensor m = from_vector<float>(max_logit.values(), {L * H});
-    comm->all_reduce_max(m);
-    max_logit = MaxLogit(L, H);
-    max_logit.merge(m.to_vector<float>());
+    for (MaxLogit* stat : {&max_logit, &max_range}) {
+      Tensor m = from_vector<float>(stat->values(), {L * H});
+      comm->all_reduce_max(m);
+      *stat = MaxLogit(L, H);
+      stat->merge(m.to_vector<float>());
+    }
   }
   if (tokens == 0)
     throw ConfigError("evaluate", "the validation split has no tokens to predict",
@@ -53,6 +56,7 @@ EvalResult evaluate(nn::GPT2& model, std::shared_ptr<const data::TokenSplit> spl
   r.perplexity = std::exp(r.loss);
   r.tokens = tokens;
   r.max_logit = max_logit;
+  r.max_range = max_range;
   return r;
 }
 

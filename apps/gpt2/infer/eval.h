@@ -1,5 +1,5 @@
-// Evaluation of a model on a dataset split: the mean next-token loss, perplexity and max attention
-// logits, used by `gpt2 eval` and by the trainer's validation.
+// Evaluation of a model on a dataset split: the mean next-token loss, perplexity and the attention
+// statistics (max |logit|, max row range), used by `gpt2 eval` and by the trainer's validation.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@ struct EvalResult {
   double loss = 0, perplexity = 0;
   int64_t tokens = 0;
   MaxLogit max_logit;  // (L, H), merged over the batches (NaN wins)
+  MaxLogit max_range;  // (L, H) the row logit range (ops/attention.h), merged the same way
 };
 // Mean next-token loss over (up to max_batches, 0 = all) batches of the split. With a
 // communicator of several ranks, each rank evaluates its share of those batches' windows and

@@ -28,15 +28,15 @@ std::string ramp(double v, double lo, double hi) {
 }  // namespace
 
 std::string logit_heatmap(const std::vector<MetricsRecord>& records, double lo, double hi, const std::string& title,
-                          size_t columns) {
+                          size_t columns, StatField field, const std::string& key) {
   std::vector<const MetricsRecord*> train;
   std::vector<int64_t> spikes;
   size_t L = 0, H = 0;
   for (const auto& r : records) {
-    if (r.kind == RecordKind::Train && !r.max_logit.empty()) {
+    if (r.kind == RecordKind::Train && !(r.*field).empty()) {
       train.push_back(&r);
-      L = std::max(L, r.max_logit.size());
-      for (const auto& row : r.max_logit) H = std::max(H, row.size());
+      L = std::max(L, (r.*field).size());
+      for (const auto& row : r.*field) H = std::max(H, row.size());
     }
     if (r.kind == RecordKind::Event && r.event == "spike") spikes.push_back(r.step);
   }
@@ -56,10 +56,11 @@ std::string logit_heatmap(const std::vector<MetricsRecord>& records, double lo, 
   std::vector<std::vector<double>> cell(L * H, std::vector<double>(cols, -INFINITY));
   for (const MetricsRecord* r : train) {
     const auto c = std::min(cols - 1, static_cast<size_t>(double(r->step - first) / span * double(cols)));
-    for (size_t l = 0; l < r->max_logit.size(); ++l)
-      for (size_t h = 0; h < r->max_logit[l].size(); ++h) {
+    const auto& stat = r->*field;
+    for (size_t l = 0; l < stat.size(); ++l)
+      for (size_t h = 0; h < stat[l].size(); ++h) {
         double& v = cell[l * H + h][c];
-        const double x = r->max_logit[l][h];
+        const double x = stat[l][h];
         if (!std::isfinite(x)) v = NAN;  // a non-finite head marks its bin for good
         else if (!std::isnan(v)) v = std::max(v, x);
       }
@@ -104,8 +105,9 @@ std::string logit_heatmap(const std::vector<MetricsRecord>& records, double lo, 
     s += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"18\" height=\"{:.2f}\" fill=\"{}\"/>", kx, top + kh * i / 20, kh / 20 + 0.3, ramp(v, lo, hi));
   }
   s += fmt::format("\n<text x=\"{}\" y=\"{}\">{}</text><text x=\"{}\" y=\"{:.1f}\">{}</text>"
-                   "<text x=\"{}\" y=\"{:.1f}\" font-size=\"12\">max |logit|</text>\n",
-                   kx + 22, top + 12, short_number(hi), kx + 22, top + kh, short_number(lo), kx - 4, top - 8);
+                   "<text x=\"{}\" y=\"{:.1f}\" font-size=\"12\">{}</text>\n",
+                   kx + 22, top + 12, short_number(hi), kx + 22, top + kh, short_number(lo), kx - 4, top - 8,
+                   escape(key));
   return s + "</svg>\n";
 }
 

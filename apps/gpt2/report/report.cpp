@@ -12,7 +12,7 @@
 #include <set>
 #include <tuple>
 
-#include "apps/gpt2/report/logit_heatmap.h"
+#include "apps/gpt2/report/signal_sections.h"
 #include "apps/gpt2/report/svg_chart.h"
 #include "core/error.h"
 #include "core/io.h"
@@ -84,7 +84,11 @@ saturates, and gradients become erratic &mdash; first loss spikes, then (often) 
 and a diverged run, marked with a cross on the charts. LS-attention keeps most heads local (a
 short window) and so its logits stay bounded and its loss curve smooth. The baselines show the
 usual fixes: QK-norm normalizes queries and keys, soft-capping squashes logits with a tanh.
-Compare the curves' <i>shape</i> (bounded or climbing) as much as their final values.</p></div>
+Compare the curves' <i>shape</i> (bounded or climbing) as much as their final values.</p>
+<p>A softmax ignores a constant added to a whole row of logits, but max |logit| does not: it also
+grows when a row merely shifts. The <b>max range</b> (the largest max minus min of one row's logits)
+ignores such shifts and grows only when a head really sharpens; the switch above the attention
+charts shows either statistic.</p></div>
 )";
 
 std::string num_cell(double v, int decimals) {
@@ -93,17 +97,17 @@ std::string num_cell(double v, int decimals) {
 
 std::string summary_table(const std::vector<ReportRun>& runs) {
   std::string s = "<table><tr><th>run</th><th>steps</th><th>final train loss</th><th>val ppl</th>"
-                  "<th>best val ppl (step)</th><th>max logit</th><th>tokens/s (median)</th>"
+                  "<th>best val ppl (step)</th><th>max logit</th><th>max range</th><th>tokens/s (median)</th>"
                   "<th>status</th></tr>\n";
   for (const auto& r : runs) {
     const auto& m = r.summary;
     s += fmt::format("<tr><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>"
-                     "<td class=\"num\">{}</td>{}{}<td class=\"num\">{}</td>{}"
+                     "<td class=\"num\">{}</td>{}{}<td class=\"num\">{}</td>{}{}"
                      "<td class=\"num\">{}</td><td{}>{}</td></tr>\n",
                      r.color, svg::escape(m.name), m.steps, num_cell(m.final_train_loss, 4),
                      num_cell(m.final_val_ppl, 2),
                      m.best_val_step < 0 ? "-" : fmt::format("{} ({})", cell(m.best_val_ppl, 2), m.best_val_step),
-                     num_cell(m.max_logit, 1),
+                     num_cell(m.max_logit, 1), num_cell(m.max_range, 1),
                      std::isnan(m.median_tokens_per_s) ? "-" : svg::short_number(m.median_tokens_per_s),
                      m.diverged ? " style=\"color:#c00;font-weight:bold\"" : "", svg::escape(m.status()));
   }
@@ -174,18 +178,10 @@ std::vector<svg::Series> series_of(const std::vector<ReportRun>& runs, RecordKin
   return out;
 }
 
-// Charts of the report use 14px text so they read when projected in a classroom.
-svg::ChartOptions large(svg::ChartOptions o) {
-  o.font_size = 14;
-  o.width += 20;  // two still fit side by side in the page's 1180px
-  o.height += 30;
-  return o;
-}
-
 std::string render_html(const std::vector<ReportRun>& runs, const std::string& title) {
   std::string h = fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                              "<title>{0}</title><style>{1}</style></head><body>\n<h1>{0}</h1>\n",
-                              svg::escape(title), kStyle);
+                              "<title>{0}</title><style>{1}{2}</style></head><body>\n<h1>{0}</h1>\n",
+                              svg::escape(title), kStyle, kSignalStyle);
   h += fmt::format("<p>{} run{}: {}</p>\n", runs.size(), runs.size() == 1 ? "" : "s",
                    [&] {
                      std::string dirs;
@@ -212,72 +208,24 @@ std::string render_html(const std::vector<ReportRun>& runs, const std::string& t
     loss.push_back(std::move(se));
     loss.push_back(std::move(smooth));
   }
-  svg::ChartOptions loss_opt = large({"Training loss (faint: raw, solid: average, \u25bc: spike)", "step",
+  svg::ChartOptions loss_opt = svg::projected({"Training loss (faint: raw, solid: average, \u25bc: spike)", "step",
                                        "loss", svg::Scale::Linear, 560, 340});
   loss_opt.y_max = late_max * 1.15;
   h += "<h2>Loss</h2>\n<div class=\"grid\">";
   h += svg::line_chart(loss, loss_opt);
   h += svg::line_chart(
       series_of(runs, RecordKind::Val, [](const MetricsRecord& r) { return r.val_ppl; }),
-      large({"Validation perplexity", "step", "perplexity", svg::Scale::Log, 560, 340}));
+      svg::projected({"Validation perplexity", "step", "perplexity", svg::Scale::Log, 560, 340}));
   auto lr_series = series_of(runs, RecordKind::Train, [](const MetricsRecord& r) { return r.lr; });
   for (auto& se : lr_series) se.mark_divergence = false;
-  svg::ChartOptions lr_opt = large({"Learning-rate schedule", "step", "learning rate", svg::Scale::Linear, 560, 340});
+  svg::ChartOptions lr_opt = svg::projected({"Learning-rate schedule", "step", "learning rate", svg::Scale::Linear, 560, 340});
   h += svg::line_chart(lr_series, lr_opt);
   h += "</div>\n";
 
-  size_t layers = 0;
-  for (const auto& r : runs)
-    for (const auto& rec : r.records) layers = std::max(layers, rec.max_logit.size());
-  h += "<h2>Max attention logit per layer</h2>\n<p>The largest pre-softmax logit over the "
-       "layer's heads at each training step.</p>\n<div class=\"grid\">";
-  for (size_t l = 0; l < layers; ++l)
-    h += svg::line_chart(
-        series_of(runs, RecordKind::Train,
-                  [l](const MetricsRecord& r) -> std::optional<double> {
-                    if (l >= r.max_logit.size()) return std::nullopt;
-                    // One non-finite head makes the layer's max undefined: a gap (and a
-                    // divergence marker), not the max of the heads that survived.
-                    const auto& heads = r.max_logit[l];
-                    if (std::any_of(heads.begin(), heads.end(), [](double v) { return !std::isfinite(v); }))
-                      return RunSummary::kNaN;
-                    return max_finite(heads);
-                  }),
-        large({fmt::format("Layer {}", l), "step", "max logit", svg::Scale::Auto, 560, 300}));
-  if (!layers) h += "<p>No attention logits were logged.</p>";
-  h += "</div>\n";
-
-  // One colour scale for every run so the heatmaps compare directly.
-  double lo = INFINITY, hi = -INFINITY;
-  for (const auto& r : runs)
-    for (const auto& row : r.summary.final_max_logit)
-      for (double v : row)
-        if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
-  h += "<h2>Per-head max logit at the final step</h2>\n<p>Rows are layers, columns heads; "
-       "darker is larger (one colour scale for all runs). A diverged run shows its last finite "
-       "step.</p>\n<div class=\"grid\">";
-  for (const auto& r : runs) {
-    h += fmt::format("<div><b><span class=\"swatch\" style=\"background:{}\"></span>{}</b>",
-                     r.color, svg::escape(r.summary.name));
-    h += r.summary.final_max_logit.empty()
-             ? std::string("<p>no logits logged</p>")
-             : svg::heatmap_table(r.summary.final_max_logit, lo, hi, "layer ", "h");
-    h += "</div>";
-  }
-  h += "</div>\n";
-
-  // The same statistic for every head over the whole run, one heatmap per run on one scale.
-  double step_lo = INFINITY, step_hi = -INFINITY;
-  for (const auto& r : runs)
-    for (const auto& rec : r.records)
-      for (const auto& row : rec.max_logit)
-        for (double v : row)
-          if (std::isfinite(v) && v > 0) step_lo = std::min(step_lo, v), step_hi = std::max(step_hi, v);
-  h += "<h2>Max |logit| per head over training</h2>\n<p>Rows are heads (grouped by layer), columns "
-       "steps; darker is larger, black is non-finite, one log colour scale for all runs. Triangles mark "
-       "logged loss spikes.</p>\n<div class=\"grid\">";
-  for (const auto& r : runs) h += svg::logit_heatmap(r.records, step_lo, step_hi, r.summary.name);
-  return h + "</div>\n</body></html>\n";
+  std::vector<SignalRun> signal_runs;
+  for (const auto& r : runs) signal_runs.push_back({r.summary.name, r.color, &r.records});
+  h += signal_sections(signal_runs);
+  return h + "</body></html>\n";
 }
 
 }  // namespace
@@ -305,6 +253,10 @@ RunSummary summarize(const std::vector<MetricsRecord>& records) {
           s.nonfinite_logit_step = r.step;
       const double m = max_finite(layer);
       if (!(m <= s.max_logit)) s.max_logit = std::isnan(s.max_logit) ? m : std::max(s.max_logit, m);
+    }
+    for (const auto& layer : r.max_range) {
+      const double m = max_finite(layer);
+      if (!(m <= s.max_range)) s.max_range = std::isnan(s.max_range) ? m : std::max(s.max_range, m);
     }
     switch (r.kind) {
       case RecordKind::Train:
@@ -376,12 +328,12 @@ std::pair<RunSummary, std::vector<MetricsRecord>> load_run(const fs::path& run_d
 RunSummary summarize(const fs::path& run_dir) { return load_run(run_dir).first; }
 
 std::string compare_table(const std::vector<RunSummary>& runs) {
-  const std::vector<std::string> head = {"run",     "steps",     "train loss", "val ppl",
-                                         "best ppl", "max logit", "tokens/s",   "status"};
+  const std::vector<std::string> head = {"run",       "steps",     "train loss", "val ppl", "best ppl",
+                                         "max logit", "max range", "tokens/s",   "status"};
   std::vector<std::vector<std::string>> rows;
   for (const auto& r : runs)
     rows.push_back({r.name, std::to_string(r.steps), cell(r.final_train_loss, 4),
-                    cell(r.final_val_ppl, 2), cell(r.best_val_ppl, 2), cell(r.max_logit, 1),
+                    cell(r.final_val_ppl, 2), cell(r.best_val_ppl, 2), cell(r.max_logit, 1), cell(r.max_range, 1),
                     std::isnan(r.median_tokens_per_s) ? "-" : svg::short_number(r.median_tokens_per_s),
                     r.status()});
   std::vector<size_t> width(head.size());

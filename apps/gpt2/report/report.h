@@ -32,6 +32,7 @@ struct RunSummary {
   double best_val_ppl = kNaN;     // lowest finite val perplexity
   int64_t best_val_step = -1;
   double max_logit = kNaN;        // over every layer, head and record (train and val)
+  double max_range = kNaN;        // the row logit range, likewise (NaN when none was logged)
   // Of the last train record that has logits: max over heads per layer, and the full matrix.
   std::vector<double> final_max_logit_per_layer;
   std::vector<std::vector<double>> final_max_logit;
@@ -56,7 +57,7 @@ RunSummary summarize(const std::filesystem::path& run_dir);
 RunSummary summarize(const std::vector<MetricsRecord>& records);
 
 // A fixed-width table for the terminal, one row per run:
-// run, steps, final train loss, val ppl (final), best val ppl, max logit, tokens/s, status.
+// run, steps, final train loss, val ppl (final), best val ppl, max logit, max range, tokens/s, status.
 std::string compare_table(const std::vector<RunSummary>& runs);
 
 // Writes the HTML report comparing the runs to out_html (atomically). IoError as summarize;

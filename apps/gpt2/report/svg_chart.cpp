@@ -67,6 +67,13 @@ std::vector<Point> decimate(const std::vector<Point>& pts) {
 
 }  // namespace
 
+ChartOptions projected(ChartOptions o) {
+  o.font_size = 14;
+  o.width += 20;
+  o.height += 30;
+  return o;
+}
+
 std::string palette_color(size_t i) {
   static const char* colors[] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1",
                                  "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac"};

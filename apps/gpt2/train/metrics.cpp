@@ -80,16 +80,17 @@ std::string get_str(const json& obj, const char* key, const LineRef& at) {
   return it->get<std::string>();
 }
 
-std::vector<std::vector<double>> get_logits(const json& obj, const LineRef& at) {
+// A [layer][head] statistic: "max_logit" or "max_range".
+std::vector<std::vector<double>> get_logits(const json& obj, const char* key, const LineRef& at) {
   std::vector<std::vector<double>> out;
-  auto it = obj.find("max_logit");
+  auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return out;
-  const char* msg = "field \"max_logit\" is not an array of arrays of numbers";
+  const std::string msg = fmt::format("field \"{}\" is not an array of arrays of numbers", key);
   if (!it->is_array()) bad_line(at, msg);
   for (const auto& layer : *it) {
     if (!layer.is_array()) bad_line(at, msg);
     auto& row = out.emplace_back();
-    for (const auto& v : layer) row.push_back(num_value(v, "max_logit", at));
+    for (const auto& v : layer) row.push_back(num_value(v, key, at));
   }
   return out;
 }
@@ -137,12 +138,14 @@ std::optional<ParsedLine> parse_line(std::string_view text, const LineRef& at) {
       if (!s->is_boolean()) bad_line(at, "field \"skipped\" is not true/false");
       r.skipped = s->get<bool>();
     }
-    r.max_logit = get_logits(j, at);
+    r.max_logit = get_logits(j, "max_logit", at);
+    r.max_range = get_logits(j, "max_range", at);
   } else if (kind == "val") {
     r.kind = RecordKind::Val;
     r.val_loss = get_num(j, "val_loss", at);
     r.val_ppl = get_num(j, "val_ppl", at);
-    r.max_logit = get_logits(j, at);
+    r.max_logit = get_logits(j, "max_logit", at);
+    r.max_range = get_logits(j, "max_range", at);
   } else if (kind == "event") {
     r.kind = RecordKind::Event;
     r.event = get_str(j, "event", at);
@@ -194,6 +197,7 @@ std::string to_json_line(const MetricsRecord& r) {
       j["lr"] = json_number(r.lr);
       j["grad_norm"] = json_number(r.grad_norm);
       j["max_logit"] = logits_json(r.max_logit);
+      j["max_range"] = logits_json(r.max_range);
       j["tokens_per_s"] = json_number(r.tokens_per_s);
       j["mfu"] = json_number(r.mfu);
       j["mem_bytes"] = r.mem_bytes;
@@ -205,6 +209,7 @@ std::string to_json_line(const MetricsRecord& r) {
       j["val_loss"] = json_number(r.val_loss);
       j["val_ppl"] = json_number(r.val_ppl);
       j["max_logit"] = logits_json(r.max_logit);
+      j["max_range"] = logits_json(r.max_range);
       break;
     case RecordKind::Event:
       j["event"] = r.event;

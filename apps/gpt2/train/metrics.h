@@ -3,18 +3,21 @@
 // Schema (every line has "kind" and "step"; "step" is the optimizer step the record belongs to):
 //
 //   {"kind":"train", "step":int, "loss":num, "lr":num, "grad_norm":num,
-//    "max_logit":[[num per head] per layer], "tokens_per_s":num, "mfu":num, "mem_bytes":int,
-//    "loss_scale":num, "skipped":bool, "elapsed_s":num}
-//   {"kind":"val", "step":int, "val_loss":num, "val_ppl":num, "max_logit":[[...] per layer]}
+//    "max_logit":[[num per head] per layer], "max_range":[[num per head] per layer],
+//    "tokens_per_s":num, "mfu":num, "mem_bytes":int, "loss_scale":num, "skipped":bool, "elapsed_s":num}
+//   {"kind":"val", "step":int, "val_loss":num, "val_ppl":num, "max_logit":[[...] per layer],
+//    "max_range":[[...] per layer]}
 //   {"kind":"event", "step":int, "event":"spike"|"nonfinite"|"checkpoint"|"resume"|"stop",
 //    "message":str}
 //
-// max_logit is the largest pre-softmax attention logit seen in that step, per layer and head.
+// max_logit is the largest |pre-softmax attention logit| seen in that step, per layer and head;
+// max_range the largest max - min of one attention row's logits (ops/attention.h), the signal
+// that a shift of a whole row does not move. Logs written before max_range existed lack it.
 //
 // Non-finite numbers: JSON has no NaN or infinity, and a diverged run is exactly the one whose
 // log must survive, so any num above may also be the string "nan", "inf" or "-inf" (the writer
 // emits those; the reader also accepts null as NaN). Fields a writer leaves out read back as NaN
-// (numbers), -1 (mem_bytes), false (skipped) or empty (max_logit, strings), so a trainer that
+// (numbers), -1 (mem_bytes), false (skipped) or empty (max_logit, max_range, strings), so a trainer that
 // cannot measure e.g. MFU on the CPU simply omits it.
 //
 // Durability: each record is written as one line and flushed, so a crash loses at most the
@@ -63,6 +66,7 @@ struct MetricsRecord {
 
   // train and val: [layer][head]
   std::vector<std::vector<double>> max_logit;
+  std::vector<std::vector<double>> max_range;
 
   // val
   double val_loss = kMissing;

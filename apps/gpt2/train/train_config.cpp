@@ -118,6 +118,9 @@ void for_each_field(TrainConfig& c, F&& f) {
   f("keep_checkpoints", c.keep_checkpoints, "how many checkpoints to keep");
   f("on_nonfinite", c.on_nonfinite, "on a NaN/inf loss or gradient: stop | skip");
   f("spike_factor", c.spike_factor, "log a loss spike when loss > factor * recent mean");
+  f("spike_signal", c.spike_signal,
+    "attention statistic that spike and divergence messages and the progress line report: max_logit | max_range "
+    "(the largest max - min of one row's logits, which a shift of the row does not move)");
   f("dist_backend", c.dist_backend, "data-parallel backend: auto | local | mpi | nccl (auto: mpi on CPUs, nccl on GPUs)");
   f("bucket_mb", c.bucket_mb, "data parallelism: gradient all-reduce bucket size in MB");
   f("nproc", c.nproc, "start N local ranks of this command under mpirun (data parallelism on one machine)");
@@ -252,6 +255,8 @@ void TrainConfig::validate() const {
        "val-every", "--log-every, --val-every, --val-batches and --ckpt-every are at most 2^40");
   need(keep_checkpoints >= 1, "keep-checkpoints", "must be at least 1");
   need(spike_factor > 1, "spike-factor", "must be above 1");
+  need(spike_signal == "max_logit" || spike_signal == "max_range", "spike-signal",
+       "unknown signal '" + spike_signal + "'", "use max_logit or max_range");
   need(dist_backend == "auto" || dist_backend == "local" || dist_backend == "mpi" || dist_backend == "nccl",
        "dist-backend", "unknown backend '" + dist_backend + "'", "use auto, local, mpi or nccl");
   need(bucket_mb > 0, "bucket-mb", "must be positive");
@@ -268,7 +273,7 @@ nlohmann::json identity_of(const TrainConfig& cfg) {
   nlohmann::json j = cfg.to_json();
   // What may change between an interrupted run and its resumption without changing the run.
   for (const char* key : {"run_dir", "name", "log_every", "val_every", "val_batches", "ckpt_every",
-                          "keep_checkpoints", "on_nonfinite", "spike_factor", "device", "data", "dist_backend",
+                          "keep_checkpoints", "on_nonfinite", "spike_factor", "spike_signal", "device", "data", "dist_backend",
                           "bucket_mb", "nproc", "zero", "reduce_dtype"})
     j.erase(key);
   // A variant's own knobs change nothing in the others' models: an MHSA run that recorded the

@@ -68,6 +68,7 @@ struct TrainConfig {
   int64_t log_every = 1, val_every = 50, val_batches = 20, ckpt_every = 100, keep_checkpoints = 2;
   std::string on_nonfinite = "stop";  // stop | skip
   double spike_factor = 2.0;          // log a spike when loss > factor * recent mean
+  std::string spike_signal = "max_logit";  // the statistic a spike names its hottest head by: max_logit | max_range
   bool resume = false;
 
   // --- data parallelism (docs/distributed.md) ---

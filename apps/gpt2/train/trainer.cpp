@@ -44,14 +44,20 @@ struct StepResult {
   double loss = 0, grad_norm = 0;
   bool finite = true, skipped = false;
   MaxLogit max_logit;  // (L, H), merged over the step's micro-batches
+  MaxLogit max_range;  // (L, H), likewise
+
+  // The statistic --spike-signal names: max_logit or max_range.
+  const MaxLogit& signal(const std::string& name) const { return name == "max_range" ? max_range : max_logit; }
 };
 
-// "layer 3 head 1 (max |logit| 212.4)": where a diverging model's attention logits are largest.
-std::string hottest_head(const MaxLogit& m) {
+// "layer 3 head 1 (max |logit| 212.4)": where a diverging model's attention logits are largest,
+// by the statistic --spike-signal chose (max_logit, or the shift-free max_range).
+std::string hottest_head(const StepResult& s, const std::string& signal) {
+  const MaxLogit& m = s.signal(signal);
   if (m.values().empty()) return "no attention statistics";
   const size_t at = m.top_index();
-  return fmt::format("layer {} head {} (max |logit| {:.1f})", int64_t(at) / m.heads(), int64_t(at) % m.heads(),
-                     m.values()[at]);
+  return fmt::format("layer {} head {} ({} {:.1f})", int64_t(at) / m.heads(), int64_t(at) % m.heads(),
+                     signal == "max_range" ? "max range" : "max |logit|", m.values()[at]);
 }
 
 class Trainer {
@@ -297,6 +303,7 @@ void Trainer::event(const std::string& kind, const std::string& message, int64_t
 StepResult Trainer::train_step(double lr) {
   StepResult s;
   s.max_logit = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
+  s.max_range = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
   opt_->zero_grad();  // bf16/f16 parameters get f32 gradient buffers: the micro-batches add up in f32
   for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
     auto [ids, targets] = batch_tensors(loader_->next(), device_);
@@ -310,10 +317,12 @@ StepResult Trainer::train_step(double lr) {
     }
     s.loss += out.loss.item() / double(cfg_.grad_accum);
     s.max_logit.merge(out.max_logit.to_vector<float>());
+    s.max_range.merge(out.max_range.to_vector<float>());
   }
   s.grad_norm = opt_->finish_gradients(*scaler_, cfg_.grad_clip);
   s.loss = mean_over_ranks(*dist_.comm, s.loss);
   max_over_ranks(*dist_.comm, s.max_logit);
+  max_over_ranks(*dist_.comm, s.max_range);
   const bool grads_finite = std::isfinite(s.grad_norm);
   s.finite = grads_finite && std::isfinite(s.loss);
   if (s.finite) opt_->step(lr);
@@ -331,6 +340,7 @@ void Trainer::log_step(const StepResult& s, double lr, double seconds) {
   r.lr = lr;
   r.grad_norm = s.grad_norm;
   r.max_logit = s.max_logit.rows();
+  r.max_range = s.max_range.rows();
   r.tokens_per_s = tokens / seconds;
   if (peak_ > 0) r.mfu = flops_per_token_ * r.tokens_per_s / peak_;
   r.mem_bytes = int64_t(memory_stats(device_).peak);
@@ -344,7 +354,7 @@ void Trainer::log_step(const StepResult& s, double lr, double seconds) {
     double mean = std::accumulate(recent_.begin(), recent_.end(), 0.0) / double(recent_.size());
     if (s.loss > cfg_.spike_factor * mean)
       event("spike", fmt::format("loss {:.4f} is {:.1f}x the mean of the last {} steps; hottest attention: {}", s.loss,
-                                 s.loss / mean, recent_.size(), hottest_head(s.max_logit)));
+                                 s.loss / mean, recent_.size(), hottest_head(s, cfg_.spike_signal)));
   }
   if (std::isfinite(s.loss)) recent_.push_back(s.loss);
   if (recent_.size() > 50) recent_.pop_front();
@@ -354,9 +364,10 @@ void Trainer::log_step(const StepResult& s, double lr, double seconds) {
   const bool tty = isatty(STDOUT_FILENO);
   const int64_t every = std::max<int64_t>(1, cfg_.max_steps / 20);
   if (tty || step_ % every == 0 || step_ + 1 == cfg_.max_steps) {
-    const double top = s.max_logit.top();
-    fmt::print("{}step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | max logit {:6.2f} | {:.0f} tok/s | ETA {:.0f}s{}",
-               tty ? "\r" : "", step_ + 1, cfg_.max_steps, s.loss, lr, s.grad_norm, top, r.tokens_per_s, eta,
+    const double top = s.signal(cfg_.spike_signal).top();
+    fmt::print("{}step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {} {:6.2f} | {:.0f} tok/s | ETA {:.0f}s{}",
+               tty ? "\r" : "", step_ + 1, cfg_.max_steps, s.loss, lr, s.grad_norm,
+               cfg_.spike_signal == "max_range" ? "max range" : "max logit", top, r.tokens_per_s, eta,
                tty ? "   " : "\n");
     std::fflush(stdout);
   }
@@ -373,6 +384,7 @@ void Trainer::validate_now() {
   r.val_loss = e.loss;
   r.val_ppl = e.perplexity;
   r.max_logit = e.max_logit.rows();
+  r.max_range = e.max_range.rows();
   log_->write(r);
   fmt::print("{}step {:>6} | val loss {:.4f} | val ppl {:.2f}\n", isatty(STDOUT_FILENO) ? "\n" : "", step_ + 1, e.loss,
              e.perplexity);
@@ -411,7 +423,7 @@ TrainResult Trainer::run() {
     if (!s.finite && !scaler_->enabled()) {
       std::string what = fmt::format("non-finite {} at step {}; hottest attention: {}",
                                      std::isfinite(s.loss) ? "gradient" : "loss", step_ + 1,
-                                     hottest_head(s.max_logit));
+                                     hottest_head(s, cfg_.spike_signal));
       event("nonfinite", what);
       if (cfg_.on_nonfinite == "stop")
         throw ValueError("train", "training diverged: " + what,
