@@ -1,12 +1,17 @@
 // `gpt2 prepare`: text or JSON Lines files -> token shards + vocabulary in a dataset directory,
 // streamed in bounded memory on every core, resumable after an interruption (data/prepare.h).
+// With --synthetic KIND the corpus is generated (data/synthetic.h) instead of read.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "apps/gpt2/cli/commands.h"
+#include "apps/gpt2/train/seed.h"
 #include "core/io.h"
 #include "data/prepare.h"
+#include "data/synthetic.h"
 
 namespace keel::app {
 
@@ -26,6 +31,31 @@ CLI::Option* add_count_option(CLI::App* cmd, const std::string& flag, uint64_t& 
       ->type_name("INT")
       ->default_str(std::to_string(value));
 }
+
+// Generates the corpus into a JSON Lines file beside the output, prepares it, deletes it, and
+// records the generator's options in OUT/synthetic.json so the dataset says how it was made.
+void prepare_synthetic(data::PrepareOptions opts, const data::SyntheticOptions& syn) {
+  data::validate(syn);
+  const std::filesystem::path corpus = opts.out.string() + ".synthetic.jsonl";
+  const uint64_t bytes = data::write_synthetic_corpus(syn, corpus.string());
+  if (opts.log)
+    opts.log(fmt::format("synthetic {}: {} documents of {} words ({} bytes of text)", syn.kind, syn.documents,
+                         syn.doc_words, bytes));
+  opts.inputs = {corpus};
+  try {
+    data::prepare_dataset(opts);
+  } catch (...) {
+    std::filesystem::remove(corpus);
+    throw;
+  }
+  std::filesystem::remove(corpus);
+  const nlohmann::json meta = {{"kind", syn.kind},          {"words", syn.words},
+                               {"order", syn.order},        {"noise", syn.noise},
+                               {"recall_rate", syn.recall_rate}, {"documents", syn.documents},
+                               {"doc_words", syn.doc_words}, {"seed", syn.seed},
+                               {"vocabulary", data::synthetic_vocabulary(syn)}};
+  io::write_file_atomic(opts.out / "synthetic.json", meta.dump(1) + "\n", "prepare --synthetic");
+}
 }  // namespace
 
 void add_prepare_command(CLI::App& app) {
@@ -34,15 +64,39 @@ void add_prepare_command(CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto vocab = std::make_shared<std::string>();
   auto quiet = std::make_shared<bool>(false);
+  auto syn = std::make_shared<data::SyntheticOptions>();
+  auto syn_kind = std::make_shared<std::string>();
 
   CLI::App* cmd = app.add_subcommand(
       "prepare",
       "Tokenize text files into train/val token shards (documents separated by <|endoftext|>); "
-      "re-running an interrupted prepare continues it");
-  cmd->add_option("--input,-i", *inputs,
-                  "text (.txt) or JSON Lines (.jsonl) files, optionally .xz / .gz; folders (every "
-                  "such file inside); quoted globs ('shards/*.jsonl.gz'); - for stdin")
-      ->required();
+      "re-running an interrupted prepare continues it; --synthetic generates the corpus instead");
+  auto* in = cmd->add_option("--input,-i", *inputs,
+                             "text (.txt) or JSON Lines (.jsonl) files, optionally .xz / .gz; folders (every "
+                             "such file inside); quoted globs ('shards/*.jsonl.gz'); - for stdin");
+  auto* synthetic = cmd->add_option("--synthetic", *syn_kind,
+                                    "generate the corpus instead of reading one: " + data::synthetic_kind_names() +
+                                        " (data/synthetic.h; docs/instability.md)");
+  in->excludes(synthetic);
+  const data::SyntheticOptions d;
+  cmd->add_option("--words", syn->words, "--synthetic: distinct words W of the rule")->default_val(d.words)->needs(synthetic);
+  cmd->add_option("--order", syn->order, "--synthetic: a word follows from the k words before it")
+      ->default_val(d.order)
+      ->needs(synthetic);
+  cmd->add_option("--noise", syn->noise, "--synthetic: probability that a word is random instead of the rule's")
+      ->default_val(d.noise)
+      ->needs(synthetic);
+  cmd->add_option("--recall-rate", syn->recall_rate,
+                  "--synthetic recall: probability of a 'recall <key>' pair at each position")
+      ->default_val(d.recall_rate)
+      ->needs(synthetic);
+  cmd->add_option("--documents", syn->documents, "--synthetic: documents to generate")
+      ->default_val(d.documents)
+      ->needs(synthetic);
+  cmd->add_option("--doc-words", syn->doc_words, "--synthetic: words per document")
+      ->default_val(d.doc_words)
+      ->needs(synthetic);
+  add_seed_option(*cmd, syn->seed, "--synthetic: seed of the generated text")->needs(synthetic);
   cmd->add_option("--out,-o", *out, "output dataset directory (replaced atomically)")->required();
   auto* v = cmd->add_option("--vocab", *vocab,
                             "vocabulary directory (encoder.json + vocab.bpe); default: GPT-2's");
@@ -64,12 +118,19 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_flag("--quiet,-q", *quiet, "no progress bars or summary");
 
   cmd->callback([=] {
+    if (inputs->empty() && syn_kind->empty())
+      throw CLI::RequiredError("--input (or --synthetic KIND)");
     for (const auto& s : *inputs) opts->inputs.emplace_back(s);
     opts->out = *out;
     opts->vocab_dir = *vocab;
     opts->progress = !*quiet;
     if (!*quiet) opts->log = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
-    data::prepare_dataset(*opts);
+    if (!syn_kind->empty()) {
+      syn->kind = *syn_kind;
+      prepare_synthetic(*opts, *syn);
+    } else {
+      data::prepare_dataset(*opts);
+    }
   });
 }
 
