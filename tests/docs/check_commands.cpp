@@ -34,7 +34,7 @@ TEST_CASE("the gpt2 flags written in the docs exist") {
   for (const auto& e : fs::directory_iterator(root / "docs"))
     if (e.path().extension() == ".md") files.push_back(e.path());
   const std::regex command(
-      R"(gpt2 (lab dof|attention-map|bench-sample|prepare|tokenize|train|eval|sample|compare|export|convert)\b([^`|;]*))");
+      R"(gpt2 (lab dof|attention-map|attention-stats|bench-sample|prepare|tokenize|train|eval|sample|compare|export|convert)\b([^`|;]*))");
   const std::regex flag(R"((^|[^\w-])(--[a-z][a-z0-9-]*))");
   std::map<std::string, std::string> helps;
   int flags_checked = 0;

@@ -25,5 +25,6 @@ void add_convert_command(CLI::App& app);
 void add_lab_command(CLI::App& app);
 void add_attention_map_command(CLI::App& app);
 void add_bench_sample_command(CLI::App& app);
+void add_attention_stats_command(CLI::App& app);
 
 }  // namespace keel::app

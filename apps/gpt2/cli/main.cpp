@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   keel::app::add_lab_command(app);
   keel::app::add_attention_map_command(app);
   keel::app::add_bench_sample_command(app);
+  keel::app::add_attention_stats_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
