@@ -7,6 +7,7 @@ add_library(keel_app STATIC
   ${CMAKE_CURRENT_LIST_DIR}/report/svg_chart.cpp
   ${CMAKE_CURRENT_LIST_DIR}/report/logit_heatmap.cpp
   ${CMAKE_CURRENT_LIST_DIR}/report/signal_sections.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/report/sweep_section.cpp
 )
 target_include_directories(keel_app PUBLIC
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/keel>)

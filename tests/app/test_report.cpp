@@ -5,6 +5,7 @@
 
 #include "app_test_util.h"
 #include "apps/gpt2/report/report.h"
+#include "apps/gpt2/report/sweep_section.h"
 #include "core/error.h"
 #include "synthetic_runs.h"
 
@@ -46,6 +47,8 @@ TEST_CASE("summarize computes the run's headline numbers") {
   CHECK(s.best_val_step == 200);
   CHECK(s.max_logit == doctest::Approx(2.0 + 1 + 0.5 * 3));  // layer 1, head 3
   CHECK(s.max_range == doctest::Approx(0.8 * (2.0 + 1 + 0.5 * 3)));
+  CHECK(s.late_max_logit == doctest::Approx(2.0 + 1 + 0.5 * 3));  // constant over the run
+  CHECK(s.late_max_range == doctest::Approx(0.8 * (2.0 + 1 + 0.5 * 3)));
   REQUIRE(s.final_max_logit_per_layer.size() == 2);
   CHECK(s.final_max_logit_per_layer[0] == doctest::Approx(3.5));
   CHECK(s.final_max_logit[1].size() == 4);
@@ -175,4 +178,30 @@ TEST_CASE("write_report copes with an empty log and a run that is NaN from the s
   CHECK(count(html, "no attention logits logged") == 2);
   const std::string table = compare_table({e, summarize(dir / "dead")});
   CHECK(table.find("dead") != std::string::npos);
+}
+
+TEST_CASE("the sweep section plots a point per run against the swept value, n/d for seq_len") {
+  // Runs as `gpt2 compare --sweep seq-len=...` leaves them: flattened config.json keys.
+  auto run = [](const std::string& attention, int T, double ppl, double range) {
+    RunSummary s;
+    s.name = attention + " seq-len=" + std::to_string(T);
+    s.config = {{"train.seq_len", std::to_string(T)}, {"model.attention", attention},
+                {"model.n_embd", "16"}, {"model.n_head", "4"}, {"train.ls_window", "8"}};
+    s.final_val_ppl = ppl, s.late_max_range = range, s.late_max_logit = range / 2;
+    return s;
+  };
+  const std::vector<RunSummary> runs = {run("mhsa", 64, 6.5, 40), run("mhsa", 256, 7.5, 90), run("ls", 64, 6.6, 10),
+                                        run("ls", 256, 6.7, 11)};
+  CHECK(sweep_x(runs[1], "seq_len") == 64.0);  // T = 256 over D = 16 / 4
+  CHECK(sweep_x(runs[1], "ls_window") == 8.0);
+  CHECK_FALSE(sweep_x(runs[1], "lr").has_value());
+  CHECK(sweep_axis_label("seq_len") == "n/d (sequence length / head width)");
+  CHECK(sweep_axis_label("ls_window") == "--ls-window");
+  const std::string h = sweep_section(runs, {"#111", "#111", "#222", "#222"}, "seq_len");
+  CHECK(count(h, "<svg class=\"chart\"") == 3);  // perplexity, max range, max |logit|
+  CHECK(count(h, "<tr><td>") == 4);
+  CHECK(h.find("<td>mhsa</td><td class=\"num\">64</td><td class=\"num\">7.50</td><td class=\"num\">90.0</td>") !=
+        std::string::npos);
+  CHECK(h.find("n/d (sequence length / head width)") != std::string::npos);
+  CHECK(sweep_section(runs, {"#1", "#1", "#2", "#2"}, "lr").find("No run records the swept value") != std::string::npos);
 }

@@ -1,9 +1,17 @@
 // `gpt2 compare`: the experiment of this project. One training run per attention variant with
 // the same seed, data, model size and step budget, then a table and a self-contained HTML
 // report (loss, validation perplexity, max attention logit per layer over steps).
+//
+// --sweep KEY=V1,V2,... turns it into a class exercise: one run per variant and value, and a report
+// that opens with the sweep's charts (report/sweep_section.h). Several --sweep flags of equal
+// length vary together (the i-th values form the i-th run), e.g. seq-len and batch-size so that
+// every run sees the same tokens per step. A variant whose model and training the swept keys do
+// not change (MHSA under an ls-window sweep) runs once.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <set>
 #include <sstream>
 
 #include "apps/gpt2/train/checkpoint.h"
@@ -26,8 +34,70 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+// One --sweep flag: the TrainConfig field (as a flag, --ls-window) and its values.
+struct SweepAxis {
+  std::string flag;  // "--ls-window"
+  std::vector<std::string> values;
+};
+
+std::vector<SweepAxis> parse_sweeps(const std::vector<std::string>& specs) {
+  std::vector<SweepAxis> axes;
+  for (const std::string& spec : specs) {
+    const size_t eq = spec.find('=');
+    std::string key = eq == std::string::npos ? "" : spec.substr(0, eq);
+    if (key.rfind("--", 0) == 0) key = key.substr(2);
+    std::replace(key.begin(), key.end(), '_', '-');
+    SweepAxis a{"--" + key, eq == std::string::npos ? std::vector<std::string>{} : split_list(spec.substr(eq + 1))};
+    if (key.empty() || a.values.empty())
+      throw ConfigError("compare", "--sweep " + spec + ": expected KEY=V1,V2,...", "e.g. --sweep ls-window=16,32,64,128");
+    for (const char* fixed : {"attention", "run-dir", "name", "data", "config", "resume", "nproc"})
+      if (key == fixed)
+        throw ConfigError("compare", "--sweep " + spec + ": --" + key + " cannot be swept",
+                          key == std::string("attention") ? "list the variants with --variants instead"
+                                                          : "sweep a model, data or training setting");
+    if (!axes.empty() && a.values.size() != axes.front().values.size())
+      throw ConfigError("compare",
+                        fmt::format("--sweep {}: {} values, but {} has {}", spec, a.values.size(),
+                                    axes.front().flag, axes.front().values.size()),
+                        "several --sweep flags vary together and need the same number of values");
+    axes.push_back(std::move(a));
+  }
+  return axes;
+}
+
+// base with run i of the sweep applied, parsed as the train flags are (the same types, ranges
+// and messages), then validated.
+TrainConfig apply_sweep(const TrainConfig& base, const std::vector<SweepAxis>& axes, size_t i) {
+  TrainConfig cfg = base;
+  std::string unused;
+  CLI::App parser;
+  add_train_flags(parser, &cfg, &unused);
+  std::vector<std::string> args;  // CLI11 reads a vector from the back
+  for (auto a = axes.rbegin(); a != axes.rend(); ++a) args.insert(args.end(), {a->values[i], a->flag});
+  try {
+    parser.parse(args);
+  } catch (const CLI::ParseError& e) {
+    throw ConfigError("compare", fmt::format("--sweep: {}", e.what()), "sweep a flag of `gpt2 train --help`");
+  }
+  cfg.validate();
+  return cfg;
+}
+
+// "ls-window=16 seq-len=128" and "ls-window-16_seq-len-128" for run i.
+std::pair<std::string, std::string> sweep_label(const std::vector<SweepAxis>& axes, size_t i) {
+  std::string name, dir;
+  for (const SweepAxis& a : axes) {
+    std::string v = a.values[i];
+    for (char& c : v)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';
+    name += (name.empty() ? "" : " ") + a.flag.substr(2) + "=" + a.values[i];
+    dir += (dir.empty() ? "" : "_") + a.flag.substr(2) + "-" + v;
+  }
+  return {name, dir};
+}
+
 void run_compare(CLI::App& cmd, const TrainConfig& flags, const std::string& config_file, const std::string& out,
-                 const std::string& variants, const std::string& include) {
+                 const std::string& variants, const std::string& include, const std::vector<std::string>& sweeps) {
   if (out.empty()) throw ConfigError("compare", "--out is required", "e.g. --out runs/compare");
   std::vector<std::string> names = split_list(variants);
   if (names.empty()) throw ConfigError("compare", "--variants is empty", "e.g. --variants mhsa,ls");
@@ -39,12 +109,38 @@ void run_compare(CLI::App& cmd, const TrainConfig& flags, const std::string& con
     }
   }
   TrainConfig base = resolve_train_config(cmd, flags, config_file);
-  std::vector<std::string> dirs;
+  const std::vector<SweepAxis> axes = parse_sweeps(sweeps);
+  // Every run planned (and every sweep value checked) before the first one starts.
+  std::vector<TrainConfig> plan;
   for (const std::string& v : names) {
     TrainConfig cfg = base;
     cfg.model.attention = v;
     cfg.name = v;
     cfg.run_dir = (fs::path(out) / v).string();
+    if (axes.empty()) {
+      plan.push_back(cfg);
+      continue;
+    }
+    std::vector<TrainConfig> runs;
+    std::set<std::string> identities;
+    for (size_t i = 0; i < axes.front().values.size(); ++i) {
+      TrainConfig r = apply_sweep(cfg, axes, i);
+      identities.insert(identity_of(r).dump());
+      const auto [name, dir] = sweep_label(axes, i);
+      r.name = v + " " + name;
+      r.run_dir = (fs::path(out) / v / dir).string();
+      runs.push_back(r);
+    }
+    if (identities.size() == 1) {  // the sweep does not touch this variant: one run is enough
+      runs.front().name = v;
+      runs.front().run_dir = cfg.run_dir;
+      runs.resize(1);
+    }
+    plan.insert(plan.end(), runs.begin(), runs.end());
+  }
+  std::vector<std::string> dirs;
+  for (TrainConfig cfg : plan) {
+    const std::string v = cfg.name;
     dirs.push_back(cfg.run_dir);
     auto latest = latest_checkpoint(cfg.run_dir);
     if (latest && load_checkpoint(*latest).trainer.value("step", int64_t(0)) >= cfg.max_steps) {
@@ -70,7 +166,11 @@ void run_compare(CLI::App& cmd, const TrainConfig& flags, const std::string& con
   for (const auto& d : dirs) summaries.push_back(summarize(d));
   fmt::print("\n{}", compare_table(summaries));
   fs::path html = fs::path(out) / "report.html";
-  write_report(dirs, html.string(), "keel: attention variants compared");
+  std::string sweep_key = axes.empty() ? "" : axes.front().flag.substr(2);
+  std::replace(sweep_key.begin(), sweep_key.end(), '-', '_');
+  write_report(dirs, html.string(),
+               axes.empty() ? "keel: attention variants compared" : "keel: a sweep over " + axes.front().flag,
+               sweep_key);
   fmt::print("gpt2 compare: report written to {}\n", html.string());
 }
 }  // namespace
@@ -81,15 +181,20 @@ void add_compare_command(CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto variants = std::make_shared<std::string>("mhsa,ls");
   auto include = std::make_shared<std::string>();
+  auto sweeps = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand(
       "compare", "Train one run per attention variant under the same budget; print a table, write report.html");
   cmd->add_option("--out", *out, "directory for the runs (OUT/<variant>) and OUT/report.html");
   cmd->add_option("--variants", *variants, "comma-separated attention variants: " + nn::attention_kind_names());
   cmd->add_option("--include", *include,
                   "comma-separated run directories trained elsewhere to add to the table and report");
+  cmd->add_option("--sweep", *sweeps,
+                  "KEY=V1,V2,...: one run per variant and value of the train flag KEY (e.g. ls-window=16,32,64,128, "
+                  "seq-len=64,128,256); repeat it to vary several flags together; runs go to OUT/<variant>/KEY-V")
+      ->allow_extra_args(false);
   add_train_flags(*cmd, flags.get(), config_file.get());
-  cmd->callback([cmd, flags, config_file, out, variants, include] {
-    run_compare(*cmd, *flags, *config_file, *out, *variants, *include);
+  cmd->callback([cmd, flags, config_file, out, variants, include, sweeps] {
+    run_compare(*cmd, *flags, *config_file, *out, *variants, *include, *sweeps);
   });
 }
 

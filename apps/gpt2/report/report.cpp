@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "apps/gpt2/report/signal_sections.h"
+#include "apps/gpt2/report/sweep_section.h"
 #include "apps/gpt2/report/svg_chart.h"
 #include "core/error.h"
 #include "core/io.h"
@@ -178,7 +179,7 @@ std::vector<svg::Series> series_of(const std::vector<ReportRun>& runs, RecordKin
   return out;
 }
 
-std::string render_html(const std::vector<ReportRun>& runs, const std::string& title) {
+std::string render_html(const std::vector<ReportRun>& runs, const std::string& title, const std::string& sweep_key) {
   std::string h = fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                               "<title>{0}</title><style>{1}{2}</style></head><body>\n<h1>{0}</h1>\n",
                               svg::escape(title), kStyle, kSignalStyle);
@@ -190,6 +191,12 @@ std::string render_html(const std::vector<ReportRun>& runs, const std::string& t
                      return dirs;
                    }());
   h += "<h2>Summary</h2>\n" + summary_table(runs) + config_table(runs) + events_table(runs);
+  if (!sweep_key.empty()) {
+    std::vector<RunSummary> summaries;
+    std::vector<std::string> colors;
+    for (const auto& r : runs) summaries.push_back(r.summary), colors.push_back(r.color);
+    h += sweep_section(summaries, colors, sweep_key);
+  }
   h += kExplanation;
 
   // Loss: the raw curve faint, a moving average on top so runs can be told apart. The first
@@ -289,6 +296,20 @@ RunSummary summarize(const std::vector<MetricsRecord>& records) {
     double sum = 0;
     for (size_t i = train.size() - k; i < train.size(); ++i) sum += train[i]->loss;
     s.final_train_loss = sum / static_cast<double>(k);
+    const auto late = [&](std::vector<std::vector<double>> MetricsRecord::*field) {
+      double total = 0;
+      for (size_t i = train.size() - k; i < train.size(); ++i) {
+        const auto& m = train[i]->*field;
+        if (m.empty()) return RunSummary::kNaN;
+        double top = 0;
+        for (const auto& row : m)
+          for (double v : row) top = std::isnan(v) || std::isnan(top) ? RunSummary::kNaN : std::max(top, v);
+        total += top;
+      }
+      return total / static_cast<double>(k);
+    };
+    s.late_max_logit = late(&MetricsRecord::max_logit);
+    s.late_max_range = late(&MetricsRecord::max_range);
   }
   if (!tps.empty()) {
     std::sort(tps.begin(), tps.end());
@@ -361,7 +382,7 @@ std::string compare_table(const std::vector<RunSummary>& runs) {
 }
 
 void write_report(const std::vector<std::string>& run_dirs, const std::string& out_html,
-                  const std::string& title) {
+                  const std::string& title, const std::string& sweep_key) {
   if (run_dirs.empty())
     throw ValueError("write_report", "no run directories given", "pass at least one run");
   std::vector<ReportRun> runs;
@@ -377,7 +398,7 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
   for (auto& r : runs)
     if (name_count[r.summary.name] > 1)
       r.summary.name += " (" + r.summary.dir.lexically_normal().string() + ")";
-  io::write_file_atomic(out_html, render_html(runs, title), "report");
+  io::write_file_atomic(out_html, render_html(runs, title, sweep_key), "report");
 }
 
 }  // namespace keel::app

@@ -33,6 +33,10 @@ struct RunSummary {
   int64_t best_val_step = -1;
   double max_logit = kNaN;        // over every layer, head and record (train and val)
   double max_range = kNaN;        // the row logit range, likewise (NaN when none was logged)
+  // Where training left the signals: the max over every layer and head of a train record, averaged
+  // over the last 10% of train records (as final_train_loss). A record with a non-finite head
+  // makes the average NaN, on purpose.
+  double late_max_logit = kNaN, late_max_range = kNaN;
   // Of the last train record that has logits: max over heads per layer, and the full matrix.
   std::vector<double> final_max_logit_per_layer;
   std::vector<std::vector<double>> final_max_logit;
@@ -61,8 +65,9 @@ RunSummary summarize(const std::vector<MetricsRecord>& records);
 std::string compare_table(const std::vector<RunSummary>& runs);
 
 // Writes the HTML report comparing the runs to out_html (atomically). IoError as summarize;
-// ValueError when run_dirs is empty.
+// ValueError when run_dirs is empty. With a sweep_key (a TrainConfig field, e.g. "ls_window"), the
+// report opens with the sweep's charts (sweep_section.h).
 void write_report(const std::vector<std::string>& run_dirs, const std::string& out_html,
-                  const std::string& title);
+                  const std::string& title, const std::string& sweep_key = "");
 
 }  // namespace keel::app

@@ -242,12 +242,22 @@ std::string line_chart(const std::vector<Series>& series, const ChartOptions& op
     y1 = std::ceil(ymax / ystep - 1e-9) * ystep;
     yticks = nice_ticks(y0, y1, static_cast<int>(std::lround((y1 - y0) / ystep)), &ystep);
   }
-  if (xmax <= xmin) xmin -= 1, xmax += 1;
-  if (xmin > 0 && xmin <= 0.05 * (xmax - xmin)) xmin = 0;  // steps from 1: start the axis at 0
-  double xstep;
-  auto xticks = nice_ticks(xmin, xmax, std::max(2, static_cast<int>((right - left) / 90)), &xstep);
-  if (opt.integer_x && xstep < 1) xticks = nice_ticks(xmin, xmax, std::max(1, static_cast<int>(xmax - xmin)), &xstep);
-  const auto px = [&](double x) { return left + (x - xmin) / (xmax - xmin) * (right - left); };
+  const bool log_x = opt.log_x && xmin > 0;
+  if (xmax <= xmin) log_x ? (xmin /= 2, xmax *= 2) : (xmin -= 1, xmax += 1);
+  if (!log_x && xmin > 0 && xmin <= 0.05 * (xmax - xmin)) xmin = 0;  // steps from 1: start the axis at 0
+  double xstep = 1;
+  std::vector<double> xticks = opt.x_ticks;
+  if (xticks.empty()) {
+    xticks = nice_ticks(xmin, xmax, std::max(2, static_cast<int>((right - left) / 90)), &xstep);
+    if (opt.integer_x && xstep < 1) xticks = nice_ticks(xmin, xmax, std::max(1, static_cast<int>(xmax - xmin)), &xstep);
+  }
+  // A log axis gets 4% of margin at each end, so the first and last points are not on the frame.
+  const double lx0 = log_x ? std::log(xmin) - 0.04 * std::log(xmax / xmin) : 0;
+  const double lx1 = log_x ? std::log(xmax) + 0.04 * std::log(xmax / xmin) : 1;
+  const auto px = [&](double x) {
+    const double t = log_x ? (std::log(x) - lx0) / (lx1 - lx0) : (x - xmin) / (xmax - xmin);
+    return left + t * (right - left);
+  };
   const auto py = [&](double y) {
     const double t = log ? (std::log10(y) - y0) / (y1 - y0) : (y - y0) / (y1 - y0);
     return bottom - t * (bottom - top);
@@ -266,7 +276,7 @@ std::string line_chart(const std::vector<Series>& series, const ChartOptions& op
                    "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#e4e4e4\"/>"
                    "<line x1=\"{0:.1f}\" y1=\"{2}\" x2=\"{0:.1f}\" y2=\"{3}\" stroke=\"#888\"/>"
                    "<text x=\"{0:.1f}\" y=\"{4}\" text-anchor=\"middle\" fill=\"#444\">{5}</text>\n",
-                   x, top, bottom, bottom + 4, bottom + 16 * em, tick_label(t, xstep));
+                   x, top, bottom, bottom + 4, bottom + 16 * em, opt.x_ticks.empty() ? tick_label(t, xstep) : short_number(t));
   }
   fmt::format_to(out, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
                  (left + right) / 2, H - 10, escape(opt.x_label));

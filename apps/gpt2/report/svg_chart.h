@@ -34,6 +34,8 @@ struct ChartOptions {
   // Lets a loss chart show the end of training instead of the first steps' steep drop.
   double y_max = std::numeric_limits<double>::quiet_NaN();
   bool integer_x = true;  // x is a step count: no ticks between whole numbers
+  bool log_x = false;     // x on a log scale (x > 0), e.g. a sweep over sequence lengths that double
+  std::vector<double> x_ticks = {};  // when not empty: the x ticks (e.g. a sweep's values), else chosen
   double font_size = 11;  // labels and ticks; the title is 2px larger (14+ reads on a projector)
 };
 
