@@ -273,8 +273,8 @@ nlohmann::json identity_of(const TrainConfig& cfg) {
   nlohmann::json j = cfg.to_json();
   // What may change between an interrupted run and its resumption without changing the run.
   for (const char* key : {"run_dir", "name", "log_every", "val_every", "val_batches", "ckpt_every",
-                          "keep_checkpoints", "on_nonfinite", "spike_factor", "spike_signal", "device", "data", "dist_backend",
-                          "bucket_mb", "nproc", "zero", "reduce_dtype"})
+                          "keep_checkpoints", "on_nonfinite", "spike_factor", "spike_signal", "device", "data",
+                          "dist_backend", "bucket_mb", "nproc", "zero", "reduce_dtype"})
     j.erase(key);
   // A variant's own knobs change nothing in the others' models: an MHSA run that recorded the
   // softcap default of its day (30 before it became nn's 50) resumes under today's default.
