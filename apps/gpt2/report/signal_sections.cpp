@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <limits>
 
 #include "apps/gpt2/report/logit_heatmap.h"
 #include "apps/gpt2/report/svg_chart.h"
