@@ -12,7 +12,7 @@
 #include "core/io.h"
 #include "data/dataset.h"
 #include "data/file_io.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace keel::app {
 
