@@ -203,5 +203,6 @@ TEST_CASE("the sweep section plots a point per run against the swept value, n/d 
   CHECK(h.find("<td>mhsa</td><td class=\"num\">64</td><td class=\"num\">7.50</td><td class=\"num\">90.0</td>") !=
         std::string::npos);
   CHECK(h.find("n/d (sequence length / head width)") != std::string::npos);
-  CHECK(sweep_section(runs, {"#1", "#1", "#2", "#2"}, "lr").find("No run records the swept value") != std::string::npos);
+  const std::string none = sweep_section(runs, {"#1", "#1", "#2", "#2"}, "lr");
+  CHECK(none.find("No run records the swept value") != std::string::npos);
 }

@@ -50,7 +50,8 @@ std::vector<SweepAxis> parse_sweeps(const std::vector<std::string>& specs) {
     std::replace(key.begin(), key.end(), '_', '-');
     SweepAxis a{"--" + key, eq == std::string::npos ? std::vector<std::string>{} : split_list(spec.substr(eq + 1))};
     if (key.empty() || a.values.empty())
-      throw ConfigError("compare", "--sweep " + spec + ": expected KEY=V1,V2,...", "e.g. --sweep ls-window=16,32,64,128");
+      throw ConfigError("compare", "--sweep " + spec + ": expected KEY=V1,V2,...",
+                        "e.g. --sweep ls-window=16,32,64,128");
     for (const char* fixed : {"attention", "run-dir", "name", "data", "config", "resume", "nproc"})
       if (key == fixed)
         throw ConfigError("compare", "--sweep " + spec + ": --" + key + " cannot be swept",

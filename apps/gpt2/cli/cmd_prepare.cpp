@@ -79,7 +79,9 @@ void add_prepare_command(CLI::App& app) {
                                         " (data/synthetic.h; docs/instability.md)");
   in->excludes(synthetic);
   const data::SyntheticOptions d;
-  cmd->add_option("--words", syn->words, "--synthetic: distinct words W of the rule")->default_val(d.words)->needs(synthetic);
+  cmd->add_option("--words", syn->words, "--synthetic: distinct words W of the rule")
+      ->default_val(d.words)
+      ->needs(synthetic);
   cmd->add_option("--order", syn->order, "--synthetic: a word follows from the k words before it")
       ->default_val(d.order)
       ->needs(synthetic);

@@ -97,8 +97,8 @@ AttentionStats attention_stats(nn::GPT2& model, const std::vector<std::vector<in
                model.wpe.forward(arange(T, {DType::i64, dev}));
     for (int64_t l = 0; l < c.n_layer; ++l) {
       const nn::Block& block = *model.h[size_t(l)];
-      const std::vector<float> p =
-          block.attn.probabilities(block.ln_1.forward(x)).to(DType::f32).to(Device::cpu()).contiguous().to_vector<float>();
+      const Tensor probs = block.attn.probabilities(block.ln_1.forward(x));  // (1, H, T, T)
+      const std::vector<float> p = probs.to(DType::f32).to(Device::cpu()).contiguous().to_vector<float>();
       for (int64_t h = 0; h < c.n_head; ++h) {
         const HeadStats one = head_stats(std::vector<float>(p.begin() + h * T * T, p.begin() + (h + 1) * T * T), T);
         HeadStats& acc = out.layers[size_t(l)][size_t(h)];

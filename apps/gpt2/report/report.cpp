@@ -225,7 +225,8 @@ std::string render_html(const std::vector<ReportRun>& runs, const std::string& t
       svg::projected({"Validation perplexity", "step", "perplexity", svg::Scale::Log, 560, 340}));
   auto lr_series = series_of(runs, RecordKind::Train, [](const MetricsRecord& r) { return r.lr; });
   for (auto& se : lr_series) se.mark_divergence = false;
-  svg::ChartOptions lr_opt = svg::projected({"Learning-rate schedule", "step", "learning rate", svg::Scale::Linear, 560, 340});
+  svg::ChartOptions lr_opt =
+      svg::projected({"Learning-rate schedule", "step", "learning rate", svg::Scale::Linear, 560, 340});
   h += svg::line_chart(lr_series, lr_opt);
   h += "</div>\n";
 

@@ -276,7 +276,8 @@ std::string line_chart(const std::vector<Series>& series, const ChartOptions& op
                    "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#e4e4e4\"/>"
                    "<line x1=\"{0:.1f}\" y1=\"{2}\" x2=\"{0:.1f}\" y2=\"{3}\" stroke=\"#888\"/>"
                    "<text x=\"{0:.1f}\" y=\"{4}\" text-anchor=\"middle\" fill=\"#444\">{5}</text>\n",
-                   x, top, bottom, bottom + 4, bottom + 16 * em, opt.x_ticks.empty() ? tick_label(t, xstep) : short_number(t));
+                   x, top, bottom, bottom + 4, bottom + 16 * em,
+                   opt.x_ticks.empty() ? tick_label(t, xstep) : short_number(t));
   }
   fmt::format_to(out, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
                  (left + right) / 2, H - 10, escape(opt.x_label));
