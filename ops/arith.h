@@ -4,12 +4,9 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/op_kinds.h"
 
 namespace keel {
-
-// The elementwise operations the kernels of both devices implement (ops/cpu/arith.h, ops/cuda/arith.h).
-enum class BinaryOp { add, sub, mul, div };
-enum class UnaryOp { neg, exp, log, tanh, relu, square, add_scalar, mul_scalar };
 
 // a, b: broadcastable shapes, same dtype and device -> broadcast shape.
 Tensor add(const Tensor& a, const Tensor& b);

@@ -1,5 +1,7 @@
 #include "ops/common.h"
 
+#include <algorithm>
+
 namespace keel::detail {
 
 std::string describe(const char* name, const Tensor& t) {
@@ -78,3 +80,22 @@ void check_min_dim(const char* op, const Arg& arg, int64_t min_ndim) {
 }
 
 }  // namespace keel::detail
+
+namespace keel {
+
+Shape matmul_batch_shape(const Tensor& a, const Tensor& b, const char* op) {
+  int64_t na = a.dim() - 2, nb = b.dim() - 2, n = std::max(na, nb);
+  Shape batch(n);
+  for (int64_t d = 0; d < n; ++d) {
+    int64_t sa = d - (n - na) >= 0 ? a.shape()[d - (n - na)] : 1;
+    int64_t sb = d - (n - nb) >= 0 ? b.shape()[d - (n - nb)] : 1;
+    if (sa != sb && sa != 1 && sb != 1)
+      throw ShapeError(op, "batch dimensions do not broadcast: " + detail::describe("a", a) + ", " +
+                               detail::describe("b", b),
+                       "the dims before the last two must be equal or 1 (or b a plain matrix)");
+    batch[d] = sa == 1 ? sb : sa;
+  }
+  return batch;
+}
+
+}  // namespace keel

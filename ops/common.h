@@ -33,3 +33,12 @@ void check_dim(const char* op, const Arg& arg, int64_t ndim);           // exact
 void check_min_dim(const char* op, const Arg& arg, int64_t min_ndim);   // at least min_ndim
 
 }  // namespace keel::detail
+
+namespace keel {
+
+// Shape rules the front ends and the kernels of both devices share.
+// a (..., M, K), b (..., K, N) -> the batch shape (...) they broadcast to; ShapeError naming
+// `op` if none.
+Shape matmul_batch_shape(const Tensor& a, const Tensor& b, const char* op);
+
+}  // namespace keel

@@ -18,7 +18,4 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // y = x @ weight^T + bias, computed as one GEMM over the flattened leading dims of x.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
-// The batch shape a (..., M, K) and b (..., K, N) broadcast to; ShapeError naming `op` if none.
-Shape matmul_batch_shape(const Tensor& a, const Tensor& b, const char* op);
-
 }  // namespace keel

@@ -2,11 +2,9 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/op_kinds.h"
 
 namespace keel {
-
-// The reductions the kernels of both devices implement (ops/cpu/reduce.h, ops/cuda/reduce.h).
-enum class Reduce { sum, max };
 
 Tensor sum(const Tensor& x);   // (any) -> []
 Tensor mean(const Tensor& x);  // (any) -> []

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "core/tensor.h"
-#include "ops/arith.h"
+#include "ops/op_kinds.h"
 
 namespace keel::cpu {
 

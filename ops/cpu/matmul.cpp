@@ -12,8 +12,8 @@
 
 #include "core/copy.h"
 #include "core/factory.h"
+#include "ops/common.h"
 #include "ops/cpu/matmul.h"
-#include "ops/matmul.h"
 
 namespace keel::cpu {
 

@@ -27,10 +27,10 @@
 #include "core/autograd.h"
 #include "core/cuda/kernels.h"
 #include "ops/arith.h"
+#include "ops/common.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/matmul.h"
 #include "ops/cuda/reduce.h"
-#include "ops/matmul.h"
 
 namespace keel::cuda {
 

@@ -7,7 +7,7 @@
 #pragma once
 
 #include "core/tensor.h"
-#include "ops/reduce.h"
+#include "ops/op_kinds.h"
 
 namespace keel::cuda {
 
