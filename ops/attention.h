@@ -13,7 +13,8 @@
 //              softmax ignores a constant added to a whole row, so max_logit also moves when a
 //              row merely shifts; the range moves only when the attention itself gets sharper
 //              (the measure of `gpt2 lab dof`), so it is the shift-free signal.
-// Both propagate NaN: one NaN logit makes its head's statistics NaN, so a diverged head shows.
+// Both propagate NaN: one NaN logit makes its head's statistics NaN, so a diverged head shows
+// (their one merge rule: ops/nan_max.h).
 //
 // Optional logit soft-capping (a stabilisation baseline, as in Gemma 2): with softcap = c > 0
 // the logit scale * q_i . k_j becomes c * tanh(scale * q_i . k_j / c) before the softmax, and
@@ -25,6 +26,7 @@
 // kernel, and it saves the row log-sum-exp (B, H, T) for backward, which recomputes the
 // probabilities from q, k and lse instead of keeping a T x T matrix.
 #pragma once
+
 
 #include <cstdint>
 #include <vector>

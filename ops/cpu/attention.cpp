@@ -15,8 +15,8 @@
 #include <cmath>
 
 #include "core/factory.h"
-#include "core/max_logit.h"
 #include "ops/attention_band.h"
+#include "ops/nan_max.h"
 
 namespace keel::cpu {
 
@@ -26,9 +26,6 @@ template <typename Real>
 using Mat = Eigen::Matrix<Real, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <typename Real>
 using Vec = Eigen::Matrix<Real, Eigen::Dynamic, 1>;
-
-// The NaN-propagating max of the statistic (core/max_logit.h): a diverged head must show.
-double nan_max(double a, double b) { return max_logit_merge(a, b); }
 
 constexpr int64_t kRows = 32;  // query rows per block: enough for GEMM to pay, few wasted keys
 
