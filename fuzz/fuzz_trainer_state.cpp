@@ -1,6 +1,6 @@
 // libFuzzer target: a checkpoint's trainer.json (load_checkpoint's cross-checks) and the loader
 // state inside it (LoaderState::from_json). The two safetensors files are valid and empty.
-#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/run/checkpoint.h"
 #include "core/io.h"
 #include "data/loader.h"
 #include "fuzz_util.h"

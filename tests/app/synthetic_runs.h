@@ -8,7 +8,7 @@
 #include <string>
 
 #include "app_test_util.h"
-#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/run/metrics.h"
 
 namespace keel::test {
 

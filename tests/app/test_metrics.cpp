@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "app_test_util.h"
-#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/run/metrics.h"
 #include "core/error.h"
 
 using namespace keel::app;

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/run/metrics.h"
 #include "nn/safetensors.h"
 #include "temp_dir.h"
 

@@ -17,7 +17,7 @@
 #include <cmath>
 #include <map>
 
-#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/run/metrics.h"
 #include "core/error.h"
 
 using keel::app::MetricsRecord;

@@ -14,8 +14,8 @@
 #include <random>
 #include <thread>
 
-#include "apps/gpt2/train/checkpoint.h"
-#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/run/checkpoint.h"
+#include "apps/gpt2/run/metrics.h"
 #include "train_fixture.h"
 
 using namespace keel;

@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "apps/gpt2/infer/run_model.h"
-#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/train/memory_check.h"
 #include "apps/gpt2/train/trainer.h"
 #include "core/factory.h"

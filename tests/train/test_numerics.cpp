@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "apps/gpt2/train/checkpoint.h"
-#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/run/checkpoint.h"
+#include "apps/gpt2/run/max_logit.h"
+#include "apps/gpt2/run/metrics.h"
 #include "apps/gpt2/train/trainer.h"
-#include "core/max_logit.h"
 #include "nn/hf.h"
 #include "train_fixture.h"
 
@@ -39,10 +39,10 @@ bool is_nan_entry(const nlohmann::json& v) { return v.is_string() && v.get<std::
 
 TEST_CASE("MaxLogit: NaN wins every merge, inf beats finite values, 0 is the identity") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  CHECK(std::isnan(max_logit_merge(0.0, nan)));  // std::max(0.0, NaN) would say 0
-  CHECK(std::isnan(max_logit_merge(nan, 5.0)));
-  CHECK(max_logit_merge(3.0, inf) == inf);
-  MaxLogit m(2, 2);
+  CHECK(std::isnan(nan_max(0.0, nan)));  // std::max(0.0, NaN) would say 0
+  CHECK(std::isnan(nan_max(nan, 5.0)));
+  CHECK(nan_max(3.0, inf) == inf);
+  app::MaxLogit m(2, 2);
   m.merge({1, 2, 3, 4});
   m.merge({0, nan, 5, 1});
   CHECK(m.values()[0] == 1);
@@ -54,7 +54,7 @@ TEST_CASE("MaxLogit: NaN wins every merge, inf beats finite values, 0 is the ide
   m.merge({0, 0, 0, 0});
   CHECK(std::isnan(m.at(0, 1)));  // a later finite batch cannot wash the NaN out
   CHECK_THROWS_AS(m.merge({1, 2}), ShapeError);
-  MaxLogit f(1, 3);
+  app::MaxLogit f(1, 3);
   f.merge({1, inf, 7});
   CHECK(f.top() == inf);
   CHECK(f.top_index() == 1);

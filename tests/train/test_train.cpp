@@ -6,9 +6,9 @@
 #include <fstream>
 #include <thread>
 
-#include "apps/gpt2/train/checkpoint.h"
-#include "apps/gpt2/train/metrics.h"
 #include "apps/gpt2/infer/run_model.h"
+#include "apps/gpt2/run/checkpoint.h"
+#include "apps/gpt2/run/metrics.h"
 #include "apps/gpt2/train/trainer.h"
 #include "core/autograd.h"
 #include "core/factory.h"

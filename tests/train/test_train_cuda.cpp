@@ -7,8 +7,8 @@
 #include <cmath>
 #include <vector>
 
-#include "apps/gpt2/train/checkpoint.h"
-#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/run/checkpoint.h"
+#include "apps/gpt2/run/metrics.h"
 #include "apps/gpt2/train/trainer.h"
 #include "core/factory.h"
 #include "cuda_test.h"

@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/train/trainer.h"
 #include "train_fixture.h"
 

@@ -9,7 +9,8 @@
 #include <memory>
 #include <set>
 
-#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/cli/train_flags.h"
+#include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/train/setup.h"
 #include "apps/gpt2/train/trainer.h"
 #include "core/factory.h"

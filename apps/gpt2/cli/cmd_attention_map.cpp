@@ -4,9 +4,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "apps/gpt2/infer/attention_map.h"
 #include "apps/gpt2/cli/commands.h"
+#include "apps/gpt2/infer/attention_map.h"
 #include "apps/gpt2/infer/run_model.h"
+#include "apps/gpt2/run/placement.h"
 #include "apps/gpt2/train/trainer.h"
 #include "core/io.h"
 #include "data/tokenizer/tokenizer.h"

@@ -8,7 +8,7 @@
 #include "apps/gpt2/cli/commands.h"
 #include "apps/gpt2/infer/attention_stats.h"
 #include "apps/gpt2/infer/run_model.h"
-#include "apps/gpt2/train/setup.h"
+#include "apps/gpt2/run/placement.h"
 #include "core/io.h"
 #include "data/dataset.h"
 #include "data/file_io.h"

@@ -10,8 +10,8 @@
 #include "apps/gpt2/cli/commands.h"
 #include "apps/gpt2/infer/bench_sample.h"
 #include "apps/gpt2/infer/run_model.h"
-#include "apps/gpt2/train/seed.h"
-#include "apps/gpt2/train/setup.h"
+#include "apps/gpt2/run/placement.h"
+#include "apps/gpt2/run/seed.h"
 #include "core/io.h"
 #include "nn/hf.h"
 

@@ -15,10 +15,10 @@
 #include <set>
 #include <sstream>
 
-#include "apps/gpt2/train/checkpoint.h"
 #include "apps/gpt2/cli/commands.h"
 #include "apps/gpt2/cli/train_flags.h"
 #include "apps/gpt2/report/report.h"
+#include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/train/trainer.h"
 #include "nn/config.h"
 

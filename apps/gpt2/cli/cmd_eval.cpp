@@ -6,12 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/gpt2/cli/commands.h"
-#include "apps/gpt2/train/metrics.h"
-#include "apps/gpt2/infer/run_model.h"
 #include "apps/gpt2/infer/eval.h"
+#include "apps/gpt2/infer/run_model.h"
+#include "apps/gpt2/run/metrics.h"
+#include "apps/gpt2/run/placement.h"
 #include "apps/gpt2/train/trainer.h"
-#include "data/assets.h"
 #include "core/io.h"
+#include "data/assets.h"
 #include "data/file_io.h"
 #include "data/tokenizer/tokenizer.h"
 #include "nn/hf.h"

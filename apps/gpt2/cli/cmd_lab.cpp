@@ -8,7 +8,7 @@
 
 #include "apps/gpt2/cli/commands.h"
 #include "apps/gpt2/lab/lab_dof.h"
-#include "apps/gpt2/train/seed.h"
+#include "apps/gpt2/run/seed.h"
 #include "core/io.h"
 
 namespace keel::app {

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/gpt2/cli/commands.h"
-#include "apps/gpt2/train/seed.h"
+#include "apps/gpt2/run/seed.h"
 #include "core/io.h"
 #include "data/prepare.h"
 #include "data/synthetic.h"

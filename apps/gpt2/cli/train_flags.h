@@ -12,6 +12,10 @@ class App;
 
 namespace keel::app {
 
+// Registers a flag for every TrainConfig field (train_fields.h) on `cmd`, writing into *cfg, plus
+// --config (into *config_file) and --resume.
+void add_train_flags(CLI::App& cmd, TrainConfig* cfg, std::string* config_file);
+
 // `cmd` is the subcommand whose flags were parsed into `flags`; only the flags it counts as given
 // override the file's values (a default never silently replaces a value from the file).
 // ConfigError/IoError naming the file for a bad --config.

@@ -10,11 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/gpt2/report/svg_chart.h"
-#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/run/metrics.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/factory.h"
 #include "ops/arith.h"
+#include "ops/attention_band.h"
 #include "ops/shape.h"
 
 namespace keel::app {
@@ -34,9 +35,9 @@ HeadStats head_stats(const std::vector<float>& p, int64_t T) {
     row.assign(r, r + i + 1);  // keys 0..i; the rest of the row is the future, probability 0
     for (size_t k = 0; k < std::size(kStatWindows); ++k) {
       const int64_t w = kStatWindows[k];
-      if (i < w) continue;
-      double m = 0;
-      for (int64_t j = 0; j <= i - w; ++j) m += row[size_t(j)];
+      if (i < w) continue;  // every key is within w: no row to count
+      double m = 0;         // the mass a local head of window w could not see
+      for (int64_t j = 0; j < band_start(i, w); ++j) m += row[size_t(j)];
       beyond_sum[k] += m, ++beyond_rows[k];
     }
     double h = 0;

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "apps/gpt2/train/setup.h"
+#include "apps/gpt2/run/placement.h"
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "data/loader.h"

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/dist/comm.h"
+#include "apps/gpt2/run/max_logit.h"
 #include "core/device.h"
-#include "core/max_logit.h"
+#include "core/dist/comm.h"
 #include "data/dataset.h"
 #include "nn/gpt2.h"
 

@@ -2,10 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/run/checkpoint.h"
+#include "core/io.h"
 #include "data/assets.h"
 #include "nn/hf.h"
-#include "core/io.h"
 
 namespace fs = std::filesystem;
 

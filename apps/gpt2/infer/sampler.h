@@ -6,7 +6,7 @@
 #include <functional>
 #include <vector>
 
-#include "apps/gpt2/train/seed.h"
+#include "apps/gpt2/run/seed.h"
 #include "core/random.h"
 #include "nn/gpt2.h"
 

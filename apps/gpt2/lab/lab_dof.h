@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/gpt2/train/seed.h"
+#include "apps/gpt2/run/seed.h"
 
 namespace keel::app {
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/run/metrics.h"
 
 namespace keel::app {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/run/metrics.h"
 
 namespace keel::app {
 

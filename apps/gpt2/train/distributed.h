@@ -13,10 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/gpt2/run/max_logit.h"
 #include "apps/gpt2/train/train_config.h"
-#include "core/dist/comm.h"
 #include "core/device.h"
-#include "core/max_logit.h"
+#include "core/dist/comm.h"
 #include "core/tensor.h"
 
 namespace keel::app {

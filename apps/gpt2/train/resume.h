@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/train/train_config.h"
 #include "data/loader.h"
 

@@ -1,5 +1,3 @@
-// What the training loop needs around it: device and dtype names, the model config a run
-// asks for, FLOP counting for MFU, and a loader batch as tensors.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,25 +8,9 @@
 #include "apps/gpt2/train/setup.h"
 #include "core/autograd.h"
 #include "core/cuda/runtime.h"
-#include "core/factory.h"
-#include "data/loader.h"
 #include "ops/reduce.h"
 
 namespace keel::app {
-
-Device resolve_device(const std::string& name) {
-  if (name == "auto") return cuda::is_available() ? Device::cuda(0) : Device::cpu();
-  Device d = parse_device(name);
-  if (d.is_cuda()) cuda::check_device(d.index, "--device");
-  return d;
-}
-
-DType parse_dtype(const std::string& name) {
-  if (name == "f32") return DType::f32;
-  if (name == "bf16") return DType::bf16;
-  if (name == "f16") return DType::f16;
-  throw ConfigError("--dtype", "unknown dtype '" + name + "'", "use f32, bf16 or f16");
-}
 
 nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size) {
   nn::GPT2Config m = nn::GPT2Config::preset(cfg.preset);
@@ -79,11 +61,6 @@ double peak_flops_of(const std::string& name, DType dtype) {
 double peak_flops(Device device, DType dtype) {
   if (!device.is_cuda()) return 0;
   return peak_flops_of(cuda::device_info(device.index).name, dtype);
-}
-
-std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device) {
-  return {from_vector(b.inputs, {b.batch_size, b.seq_len}).to(device),
-          from_vector(b.targets, {b.batch_size, b.seq_len}).to(device)};
 }
 
 }  // namespace keel::app

@@ -1,24 +1,17 @@
-// What a run needs around the training loop: device and dtype names, the model a config asks
-// for, FLOP counting for MFU, and a loader batch as tensors. Shared by train, eval, sample and the
-// benchmarks.
+// What a training run derives from its config: the model it asks for and the FLOP counts behind
+// MFU. (Device and dtype names and batch tensors: apps/gpt2/run/placement.h.)
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <utility>
 
+#include "apps/gpt2/run/placement.h"
 #include "apps/gpt2/train/train_config.h"
 #include "core/device.h"
 #include "core/dtype.h"
-#include "core/tensor.h"
-#include "data/loader.h"
 #include "nn/config.h"
 
 namespace keel::app {
-
-// "auto" -> cuda:0 when a GPU is there, else cpu.
-Device resolve_device(const std::string& name);
-DType parse_dtype(const std::string& name);
 
 // The model a TrainConfig describes for a dataset with `vocab_size` tokens.
 nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size);
@@ -32,9 +25,5 @@ double peak_flops(Device device, DType dtype);
 // bf16/f16 (67 f32), H100 PCIe 756 (51), H100/H200 NVL 835 (60), A100 312 (19.5). An unknown
 // GPU, a MIG slice or f64 gives 0: no MFU rather than a wrong one.
 double peak_flops_of(const std::string& device_name, DType dtype);
-
-// ids (B, T) and targets (B, T) of a loader batch, on the device. Padded targets are already
-// cross_entropy's ignore index (data::kIgnoreTarget).
-std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device);
 
 }  // namespace keel::app

@@ -2,29 +2,17 @@
 
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <set>
 
+#include "apps/gpt2/train/train_fields.h"
 #include "core/error.h"
 #include "core/io.h"
 
 namespace keel::app {
 
 namespace {
-// nn's preset names joined for help and hints.
-std::string preset_names(const std::string& separator) {
-  std::string out;
-  for (const std::string& p : nn::GPT2Config::preset_names()) out += (out.empty() ? "" : separator) + p;
-  return out;
-}
-
-template <typename T>
-struct is_optional : std::false_type {};
-template <typename T>
-struct is_optional<std::optional<T>> : std::true_type {};
-
 // How keel versions before std::optional overrides wrote "not given" in config.json and
 // trainer.json; such a value still reads as not given, so their runs resume.
 bool is_legacy_unset(const std::string& key, const nlohmann::json& v) {
@@ -58,75 +46,6 @@ T read_value(const nlohmann::json& v, const std::string& source, const std::stri
   }
 }
 
-// One flag's text as a field of type T, or a CLI11 error naming the flag. Our own parse: CLI11
-// would saturate 99999999999999999999 to INT64_MAX and wrap -1 to 2^64 - 1 for an unsigned
-// field. Semantic ranges are checked in validate().
-template <typename T>
-T parse_flag(const std::string& flag, const std::string& s) {
-  if constexpr (std::is_same_v<T, bool>) {
-    if (s == "1" || s == "true") return true;
-    if (s == "0" || s == "false") return false;
-    throw CLI::ValidationError(flag, fmt::format("'{}' is not 1 or 0", s));
-  } else if constexpr (std::is_integral_v<T>) {
-    int64_t v = 0;
-    if (!io::parse_int(s, std::is_signed_v<T> ? INT64_MIN : 0, INT64_MAX, v))
-      throw CLI::ValidationError(
-          flag, fmt::format("'{}' is not {} integer in range", s, std::is_signed_v<T> ? "an" : "a non-negative"));
-    return static_cast<T>(v);
-  } else {
-    return s;
-  }
-}
-
-// One table drives JSON reading, writing and flag registration, so a field cannot be added to
-// one and forgotten in another.
-template <typename F>
-void for_each_field(TrainConfig& c, F&& f) {
-  f("preset", c.preset, "model preset: " + preset_names(" | "));
-  f("attention", c.model.attention, "attention: " + nn::attention_kind_names(" | ") + " (default: the preset's)");
-  f("n_layer", c.model.n_layer, "layers (default: the preset's)");
-  f("n_head", c.model.n_head, "heads per layer (default: the preset's)");
-  f("n_embd", c.model.n_embd, "model width C (default: the preset's)");
-  f("ls_local_heads", c.model.ls_local_heads, "LS-attention: local heads per layer, placed first (default: the preset's)");
-  f("ls_window", c.model.ls_window, "LS-attention: window w of the local heads (default: the preset's)");
-  f("bias", c.model.bias, "biases in Linear and LayerNorm: 1 or 0 (default: the preset's)");
-  f("tie_embeddings", c.model.tie_embeddings, "lm_head shares the token embedding: 1 or 0 (default: the preset's)");
-  f("softcap", c.model.softcap, "softcap attention: the cap c in c * tanh(logit / c)");
-  f("dropout", c.model.dropout, "dropout probability");
-  f("init_from", c.init_from, "start from a Hugging Face GPT-2 directory (config.json + model.safetensors)");
-  f("data", c.data, "dataset directory written by `gpt2 prepare`");
-  f("batch_size", c.batch_size, "sequences per micro-batch B");
-  f("seq_len", c.seq_len, "sequence length T (default: the model's context length)");
-  f("grad_accum", c.grad_accum, "micro-batches per optimizer step");
-  f("max_steps", c.max_steps, "optimizer steps");
-  f("warmup_steps", c.warmup_steps, "linear warmup steps");
-  f("lr", c.lr, "peak learning rate");
-  f("min_lr", c.min_lr, "learning rate at the end of the cosine decay");
-  f("weight_decay", c.weight_decay, "AdamW decoupled weight decay (matrices only)");
-  f("beta1", c.beta1, "AdamW beta1");
-  f("beta2", c.beta2, "AdamW beta2");
-  f("grad_clip", c.grad_clip, "clip the global gradient norm to this (0 = off)");
-  f("dtype", c.dtype, "compute dtype: f32 | bf16 | f16 (bf16/f16 need CUDA)");
-  f("device", c.device, "auto | cpu | cuda | cuda:N");
-  f("run_dir", c.run_dir, "run directory (config, metrics, checkpoints)");
-  f("name", c.name, "label of the run in reports (default: the attention variant)");
-  f("seed", c.seed, "seed of initialisation, data order and dropout");
-  f("log_every", c.log_every, "write a metrics line every N steps");
-  f("val_every", c.val_every, "evaluate on the validation split every N steps (0 = only at the end)");
-  f("val_batches", c.val_batches, "validation batches per evaluation (0 = the whole split)");
-  f("ckpt_every", c.ckpt_every, "checkpoint every N steps (0 = only at the end)");
-  f("keep_checkpoints", c.keep_checkpoints, "how many checkpoints to keep");
-  f("on_nonfinite", c.on_nonfinite, "on a NaN/inf loss or gradient: stop | skip");
-  f("spike_factor", c.spike_factor, "log a loss spike when loss > factor * recent mean");
-  f("spike_signal", c.spike_signal,
-    "attention statistic that spike and divergence messages and the progress line report: max_logit | max_range "
-    "(the largest max - min of one row's logits, which a shift of the row does not move)");
-  f("dist_backend", c.dist_backend, "data-parallel backend: auto | local | mpi | nccl (auto: mpi on CPUs, nccl on GPUs)");
-  f("bucket_mb", c.bucket_mb, "data parallelism: gradient all-reduce bucket size in MB");
-  f("nproc", c.nproc, "start N local ranks of this command under mpirun (data parallelism on one machine)");
-  f("zero", c.zero, "data parallelism: 1 shards the AdamW state over the ranks (ZeRO-1), 0 replicates it");
-  f("reduce_dtype", c.reduce_dtype, "data parallelism: dtype the gradients travel in, f32 | bf16 (half the bytes)");
-}
 }  // namespace
 
 void ModelOverrides::apply_to(nn::GPT2Config& m) const {
@@ -179,32 +98,6 @@ void TrainConfig::merge_json(const nlohmann::json& j, const std::string& source)
     if (!known.count(key) && key != "resume")
       throw ConfigError("config", fmt::format("{}: unknown field '{}'", source, key),
                         "see `gpt2 train --help` for the fields");
-}
-
-void add_train_flags(CLI::App& cmd, TrainConfig* cfg, std::string* config_file) {
-  cmd.add_option("--config", *config_file, "JSON file with any of the fields below (flags override it)");
-  for_each_field(*cfg, [&](const char* key, auto& value, const std::string& help) {
-    std::string flag = std::string("--") + key;
-    for (char& ch : flag)
-      if (ch == '_') ch = '-';
-    using T = std::decay_t<decltype(value)>;
-    if constexpr (std::is_same_v<T, Seed>) {  // the table's one unsigned field: --seed
-      add_seed_option(cmd, value, help);
-    } else if constexpr (is_optional<T>::value) {
-      using V = typename T::value_type;
-      cmd.add_option_function<std::string>(
-             flag, [&value, flag](const std::string& s) { value = parse_flag<V>(flag, s); }, help)
-          ->type_name(std::is_same_v<V, std::string> ? "TEXT" : std::is_same_v<V, bool> ? "1|0" : "INT");
-    } else if constexpr (std::is_integral_v<T>) {
-      cmd.add_option_function<std::string>(
-             flag, [&value, flag](const std::string& s) { value = parse_flag<T>(flag, s); }, help)
-          ->type_name("INT")
-          ->default_str(std::to_string(value));
-    } else {
-      cmd.add_option(flag, value, help);
-    }
-  });
-  cmd.add_flag("--resume", cfg->resume, "continue the run in --run-dir from its latest checkpoint");
 }
 
 void TrainConfig::validate() const {

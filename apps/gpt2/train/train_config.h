@@ -14,13 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/gpt2/train/seed.h"
+#include "apps/gpt2/run/seed.h"
 #include "nn/config.h"
 #include "optim/defaults.h"
-
-namespace CLI {
-class App;
-}
 
 namespace keel::app {
 
@@ -87,9 +83,6 @@ struct TrainConfig {
   // ConfigError naming the field for anything that cannot work.
   void validate() const;
 };
-
-// Registers the flags of every TrainConfig field on `cmd`, writing into *cfg.
-void add_train_flags(CLI::App& cmd, TrainConfig* cfg, std::string* config_file);
 
 // The fields whose change makes a resumed run a different run (model, data, optimiser,
 // precision, seed). Resuming with any of them changed is refused. The knobs of an attention

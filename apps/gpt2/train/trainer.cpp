@@ -14,10 +14,10 @@
 #include <filesystem>
 #include <numeric>
 
-#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/run/checkpoint.h"
+#include "apps/gpt2/run/metrics.h"
 #include "apps/gpt2/train/distributed.h"
 #include "apps/gpt2/train/memory_check.h"
-#include "apps/gpt2/train/metrics.h"
 #include "apps/gpt2/train/resume.h"
 #include "core/allocator.h"
 #include "core/factory.h"

@@ -15,11 +15,11 @@
 #include <memory>
 #include <string>
 
+#include "apps/gpt2/run/max_logit.h"
 #include "apps/gpt2/train/setup.h"
 #include "apps/gpt2/train/train_config.h"
-#include "core/dist/comm.h"
 #include "core/device.h"
-#include "core/max_logit.h"
+#include "core/dist/comm.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "nn/gpt2.h"

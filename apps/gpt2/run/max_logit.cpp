@@ -1,16 +1,16 @@
-#include "core/max_logit.h"
+#include "apps/gpt2/run/max_logit.h"
 
 #include <string>
 
 #include "core/error.h"
 
-namespace keel {
+namespace keel::app {
 
 void MaxLogit::merge(const std::vector<float>& other) {
   if (other.size() != v_.size())
     throw ShapeError("MaxLogit::merge", "got " + std::to_string(other.size()) + " values for " +
                                             std::to_string(layers_) + " layers x " + std::to_string(heads_) + " heads");
-  for (size_t i = 0; i < v_.size(); ++i) v_[i] = static_cast<float>(max_logit_merge(v_[i], other[i]));
+  for (size_t i = 0; i < v_.size(); ++i) v_[i] = static_cast<float>(nan_max(v_[i], other[i]));
 }
 
 size_t MaxLogit::top_index() const {
@@ -29,4 +29,4 @@ std::vector<std::vector<double>> MaxLogit::rows() const {
   return out;
 }
 
-}  // namespace keel
+}  // namespace keel::app

@@ -1,4 +1,4 @@
-#include "apps/gpt2/train/metrics.h"
+#include "apps/gpt2/run/metrics.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "apps/gpt2/train/seed.h"
+#include "apps/gpt2/run/seed.h"
 
 #include <fmt/format.h>
 

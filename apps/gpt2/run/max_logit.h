@@ -1,22 +1,18 @@
 // MaxLogit: the per-layer, per-head max |attention logit|, the instability signal keel exists
 // to show, and the one way to merge it (over batch entries, micro-batches, evaluation batches).
 //
-// The merge lets NaN win over everything and +inf over every finite value. std::max(a, NaN)
-// returns a, so a plain max silently turns a diverged head into a healthy-looking number; a
-// model with one NaN weight must report NaN for that head and for every head it feeds.
-// |logit| >= 0, so 0 is the identity of the merge and a fresh MaxLogit holds zeros.
+// The merge is nan_max (ops/nan_max.h): a model with one NaN weight must report NaN for that
+// head and for every head it feeds. |logit| >= 0, so a fresh MaxLogit holds zeros.
 // The row logit range (max_range, ops/attention.h) is >= 0 and merges the same way, so it is held
 // in a MaxLogit too.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <vector>
 
-namespace keel {
+#include "ops/nan_max.h"
 
-// max(a, b) where a NaN in either argument is the result.
-inline double max_logit_merge(double a, double b) { return (std::isnan(a) || a >= b) ? a : b; }
+namespace keel::app {
 
 class MaxLogit {
  public:
@@ -46,4 +42,4 @@ class MaxLogit {
   std::vector<float> v_;
 };
 
-}  // namespace keel
+}  // namespace keel::app

@@ -1,4 +1,4 @@
-#include "apps/gpt2/train/checkpoint.h"
+#include "apps/gpt2/run/checkpoint.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
