@@ -16,6 +16,7 @@
 #include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/run/max_logit.h"
 #include "apps/gpt2/run/metrics.h"
+#include "apps/gpt2/train/step_signals.h"
 #include "apps/gpt2/train/trainer.h"
 #include "nn/hf.h"
 #include "train_fixture.h"
@@ -135,4 +136,31 @@ TEST_CASE("the loss scale is logged in every train record and saved in the check
   for (const auto& [name, t] : app::load_checkpoint(*ckpt).optimizer)
     found |= name == "scaler.scale";  // (the disabled scaler keeps its initial 2^16 there)
   CHECK(found);
+}
+
+TEST_CASE("SpikeDetector: a loss above factor x the recent mean is a spike, once 10 losses are known") {
+  app::SpikeDetector d(2.0);
+  for (int i = 0; i < 9; ++i) CHECK_FALSE(d.observe(1.0));
+  CHECK_FALSE(d.observe(100.0));  // only 9 losses known: no verdict yet, but it joins the window
+  const auto spike = d.observe(50.0);  // mean of ten: (9 + 100) / 10 = 10.9; 50 > 21.8
+  REQUIRE(spike);
+  CHECK(spike->find("the mean of the last 10 steps") != std::string::npos);
+  CHECK_FALSE(d.observe(std::nan("")));  // NaN is no spike (the divergence check reports it) ...
+  CHECK(d.recent().size() == 11);         // ... and never joins the window
+  for (int i = 0; i < 60; ++i) d.observe(1.0);
+  CHECK(d.recent().size() == 50);
+
+  app::SpikeDetector resumed(2.0);
+  resumed.restore(d.recent());
+  CHECK(resumed.observe(3.0).has_value() == d.observe(3.0).has_value());
+}
+
+TEST_CASE("StepStats names the hottest head by the chosen statistic, NaN first") {
+  app::StepStats s{app::MaxLogit(2, 2), app::MaxLogit(2, 2)};
+  s.max_logit.merge({1, 2, 30, 4});
+  s.max_range.merge({5, 60, 7, 8});
+  CHECK(s.hottest_head("max_logit") == "layer 1 head 0 (max |logit| 30.0)");
+  CHECK(s.hottest_head("max_range") == "layer 0 head 1 (max range 60.0)");
+  s.max_logit.merge({0, 0, 0, std::nanf("")});
+  CHECK(s.hottest_head("max_logit") == "layer 1 head 1 (max |logit| nan)");
 }

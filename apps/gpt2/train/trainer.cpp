@@ -6,19 +6,17 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
-#include <deque>
 #include <filesystem>
-#include <numeric>
 
 #include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/run/metrics.h"
 #include "apps/gpt2/train/distributed.h"
 #include "apps/gpt2/train/memory_check.h"
 #include "apps/gpt2/train/resume.h"
+#include "apps/gpt2/train/step_signals.h"
+#include "apps/gpt2/train/stop_request.h"
 #include "core/allocator.h"
 #include "core/factory.h"
 #include "core/io.h"
@@ -35,30 +33,11 @@ namespace keel::app {
 
 namespace {
 
-// SIGINT / SIGTERM / SIGUSR1 (what mpirun forwards) ask the loop to stop after the current
-// step, checkpoint, and exit cleanly; with several ranks, a request seen by any rank stops all.
-std::atomic<bool> g_stop{false};
-extern "C" void on_signal(int) { g_stop = true; }
-
 struct StepResult {
   double loss = 0, grad_norm = 0;
   bool finite = true, skipped = false;
-  MaxLogit max_logit;  // (L, H), merged over the step's micro-batches
-  MaxLogit max_range;  // (L, H), likewise
-
-  // The statistic --spike-signal names: max_logit or max_range.
-  const MaxLogit& signal(const std::string& name) const { return name == "max_range" ? max_range : max_logit; }
+  StepStats stats;  // the attention statistics, merged over micro-batches and ranks
 };
-
-// "layer 3 head 1 (max |logit| 212.4)": where a diverging model's attention logits are largest,
-// by the statistic --spike-signal chose (max_logit, or the shift-free max_range).
-std::string hottest_head(const StepResult& s, const std::string& signal) {
-  const MaxLogit& m = s.signal(signal);
-  if (m.values().empty()) return "no attention statistics";
-  const size_t at = m.top_index();
-  return fmt::format("layer {} head {} ({} {:.1f})", int64_t(at) / m.heads(), int64_t(at) % m.heads(),
-                     signal == "max_range" ? "max range" : "max |logit|", m.values()[at]);
-}
 
 class Trainer {
  public:
@@ -99,7 +78,7 @@ class Trainer {
   uint64_t dropout_seed_ = 0;  // the seed of the dropout stream that rank 0 of this run starts from
   int64_t step_ = 0;  // the next optimizer step to take
   double flops_per_token_ = 0, peak_ = 0, elapsed_ = 0;
-  std::deque<double> recent_;  // recent losses, for spike detection
+  SpikeDetector spikes_{cfg_.spike_factor};  // on the losses of recent steps
   TrainResult result_;
 };
 
@@ -211,7 +190,7 @@ void Trainer::start_log() {
 nlohmann::json Trainer::trainer_state(int64_t next_step) const {
   Generator& g = model_->dropout_generator();
   return {{"step", next_step},
-          {"recent_losses", std::vector<double>(recent_.begin(), recent_.end())},
+          {"recent_losses", spikes_.recent()},
           {"loader", nlohmann::json::parse(loader_->state().to_json())},
           {"dropout_rng", {{"seed", g.seed()}, {"offset", g.offset()}}},
           {"elapsed_s", elapsed_},
@@ -268,7 +247,7 @@ void Trainer::resume_from(const fs::path& ckpt) {
         dropout_seed_for_rank(c.trainer.at("dropout_rng").at("seed").get<uint64_t>(), dist_.rank()),
         c.trainer.at("dropout_rng").at("offset").get<uint64_t>());
     elapsed_ = c.trainer.value("elapsed_s", 0.0);
-    for (double l : c.trainer.value("recent_losses", std::vector<double>{})) recent_.push_back(l);
+    spikes_.restore(c.trainer.value("recent_losses", std::vector<double>{}));
   } catch (const nlohmann::json::exception& e) {
     throw IoError("train", (ckpt / "trainer.json").string() + ": " + e.what(), "the checkpoint is corrupt");
   }
@@ -302,8 +281,8 @@ void Trainer::event(const std::string& kind, const std::string& message, int64_t
 
 StepResult Trainer::train_step(double lr) {
   StepResult s;
-  s.max_logit = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
-  s.max_range = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
+  s.stats.max_logit = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
+  s.stats.max_range = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
   opt_->zero_grad();  // bf16/f16 parameters get f32 gradient buffers: the micro-batches add up in f32
   for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
     auto [ids, targets] = batch_tensors(loader_->next(), device_);
@@ -316,13 +295,13 @@ StepResult Trainer::train_step(double lr) {
       scaler_->scale_loss(out.loss, 1.0 / double(cfg_.grad_accum)).backward();
     }
     s.loss += out.loss.item() / double(cfg_.grad_accum);
-    s.max_logit.merge(out.max_logit.to_vector<float>());
-    s.max_range.merge(out.max_range.to_vector<float>());
+    s.stats.max_logit.merge(out.max_logit.to_vector<float>());
+    s.stats.max_range.merge(out.max_range.to_vector<float>());
   }
   s.grad_norm = opt_->finish_gradients(*scaler_, cfg_.grad_clip);
   s.loss = mean_over_ranks(*dist_.comm, s.loss);
-  max_over_ranks(*dist_.comm, s.max_logit);
-  max_over_ranks(*dist_.comm, s.max_range);
+  max_over_ranks(*dist_.comm, s.stats.max_logit);
+  max_over_ranks(*dist_.comm, s.stats.max_range);
   const bool grads_finite = std::isfinite(s.grad_norm);
   s.finite = grads_finite && std::isfinite(s.loss);
   if (s.finite) opt_->step(lr);
@@ -339,8 +318,8 @@ void Trainer::log_step(const StepResult& s, double lr, double seconds) {
   r.loss = s.loss;
   r.lr = lr;
   r.grad_norm = s.grad_norm;
-  r.max_logit = s.max_logit.rows();
-  r.max_range = s.max_range.rows();
+  r.max_logit = s.stats.max_logit.rows();
+  r.max_range = s.stats.max_range.rows();
   r.tokens_per_s = tokens / seconds;
   if (peak_ > 0) r.mfu = flops_per_token_ * r.tokens_per_s / peak_;
   r.mem_bytes = int64_t(memory_stats(device_).peak);
@@ -350,21 +329,15 @@ void Trainer::log_step(const StepResult& s, double lr, double seconds) {
   if (step_ % cfg_.log_every == 0 || step_ + 1 == cfg_.max_steps) log_->write(r);
 
   // A spike: the loss far above its recent mean (the instability this project is about).
-  if (recent_.size() >= 10) {
-    double mean = std::accumulate(recent_.begin(), recent_.end(), 0.0) / double(recent_.size());
-    if (s.loss > cfg_.spike_factor * mean)
-      event("spike", fmt::format("loss {:.4f} is {:.1f}x the mean of the last {} steps; hottest attention: {}", s.loss,
-                                 s.loss / mean, recent_.size(), hottest_head(s, cfg_.spike_signal)));
-  }
-  if (std::isfinite(s.loss)) recent_.push_back(s.loss);
-  if (recent_.size() > 50) recent_.pop_front();
+  if (auto spike = spikes_.observe(s.loss))
+    event("spike", *spike + "; hottest attention: " + s.stats.hottest_head(cfg_.spike_signal));
 
   // Progress: redrawn in place on a terminal, about 20 plain lines otherwise.
   const double eta = seconds * double(cfg_.max_steps - step_ - 1);
   const bool tty = isatty(STDOUT_FILENO);
   const int64_t every = std::max<int64_t>(1, cfg_.max_steps / 20);
   if (tty || step_ % every == 0 || step_ + 1 == cfg_.max_steps) {
-    const double top = s.signal(cfg_.spike_signal).top();
+    const double top = s.stats.signal(cfg_.spike_signal).top();
     fmt::print("{}step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {} {:6.2f} | {:.0f} tok/s | ETA {:.0f}s{}",
                tty ? "\r" : "", step_ + 1, cfg_.max_steps, s.loss, lr, s.grad_norm,
                cfg_.spike_signal == "max_range" ? "max range" : "max logit", top, r.tokens_per_s, eta,
@@ -394,18 +367,7 @@ TrainResult Trainer::run() {
   // Handlers first: open_run writes the run's files, and a Ctrl-C (or the launcher's
   // forwarded SIGUSR1) that landed before the handlers would kill the rank instead of letting it
   // finish its first step, checkpoint once and exit 0 like the others.
-  g_stop = false;
-  auto old_int = std::signal(SIGINT, on_signal);
-  auto old_term = std::signal(SIGTERM, on_signal);
-  auto old_usr1 = std::signal(SIGUSR1, on_signal);
-  struct Restore {
-    decltype(old_int) i, t, u;
-    ~Restore() {
-      std::signal(SIGINT, i);
-      std::signal(SIGTERM, t);
-      std::signal(SIGUSR1, u);
-    }
-  } restore{old_int, old_term, old_usr1};
+  const StopRequest stop_request;
   open_run();
   build_model();
   build_optimizer();
@@ -423,7 +385,7 @@ TrainResult Trainer::run() {
     if (!s.finite && !scaler_->enabled()) {
       std::string what = fmt::format("non-finite {} at step {}; hottest attention: {}",
                                      std::isfinite(s.loss) ? "gradient" : "loss", step_ + 1,
-                                     hottest_head(s, cfg_.spike_signal));
+                                     s.stats.hottest_head(cfg_.spike_signal));
       event("nonfinite", what);
       if (cfg_.on_nonfinite == "stop")
         throw ValueError("train", "training diverged: " + what,
@@ -431,7 +393,7 @@ TrainResult Trainer::run() {
                          "--on-nonfinite skip skips such steps instead");
     }
     const bool last = step_ + 1 == cfg_.max_steps;
-    const bool stop = any_rank(*dist_.comm, g_stop.load());
+    const bool stop = any_rank(*dist_.comm, stop_request.requested());  // any rank's stops all
     // The checkpoint first: a failing validation must not lose the step's work.
     if ((cfg_.ckpt_every > 0 && (step_ + 1) % cfg_.ckpt_every == 0) || last || stop) checkpoint(step_ + 1);
     if ((cfg_.val_every > 0 && (step_ + 1) % cfg_.val_every == 0) || last) validate_now();
