@@ -5,6 +5,13 @@
 // looks like). So the transposes of the backward pass (grad @ b^T, a^T @ grad) cost no copy.
 // Eigen's GEMM threads itself through OpenMP; a batch of small products is instead spread
 // over the threads one product each (Eigen then stays single-threaded inside the region).
+//
+// A product with few rows (decoding: one token per sequence through every Linear and the
+// output layer) is a matrix-vector product, which Eigen runs on one thread, and Eigen's GEMM
+// on 2-8 rows is slower still. Such products split C's columns instead: fixed blocks of
+// kColumnBlock columns spread over the threads, each row of a block one Eigen GEMV (see
+// few_rows_product). The blocks depend on N alone, so the result does not depend on the
+// thread count.
 #include <omp.h>
 
 #include <Eigen/Core>
@@ -78,6 +85,42 @@ Tensor rows2d(const Tensor& t) {
   return c.as_strided({R, C}, {C, 1}, c.offset());
 }
 
+// At most this many rows take few_rows_product: up to 8 rows, GEMVs on all threads beat
+// Eigen's GEMM (measured on the decode shapes: C = 192 -> 3C, 4C, C and 4C -> C, C -> V).
+constexpr int64_t kFewRows = 8;
+// Columns per block of few_rows_product. A multiple of 8, so every block starts where Eigen's
+// row-major GEMV (which takes C's columns, the weight's rows, 8 at a time, then 4, 2, 1) would
+// start a group in the unsplit product: a one-row product gets the very bits of one GEMV.
+constexpr int64_t kColumnBlock = 32;
+// Below this many multiply-adds (M * N * K) a product stays on one thread: starting the
+// threads costs more than it saves (C x C at C = 192, 37k, ran slower on two).
+constexpr int64_t kMinThreadedWork = int64_t{1} << 16;
+
+// C (M, N) [+]= A (M, K) @ B (K, N) for M <= kFewRows, with A, B and C Eigen maps; K > 0.
+// C's columns go in blocks of kColumnBlock (the last takes the remainder, so no block is a
+// single column, which Eigen would compute as a dot product instead) over the threads, and
+// each row of a block is one Eigen GEMV. So every element is the same dot product whatever
+// the thread count, whatever M, and whichever block it falls in: a row's result does not depend
+// on the other rows of the batch.
+template <typename MatA, typename MatB, typename MatC>
+void few_rows_product(const MatA& A, const MatB& B, MatC& C, bool accumulate) {
+  const int64_t M = C.rows(), N = C.cols(), K = A.cols();
+  const int64_t nblocks = std::max<int64_t>(N / kColumnBlock, 1);
+  // Not inside another parallel loop (a batch of products spread over the threads).
+  const bool threaded = M * N * K >= kMinThreadedWork && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (threaded)
+  for (int64_t j = 0; j < nblocks; ++j) {
+    const int64_t n0 = j * kColumnBlock, n = j + 1 == nblocks ? N - n0 : kColumnBlock;
+    for (int64_t m = 0; m < M; ++m) {
+      auto c = C.row(m).segment(n0, n);
+      if (accumulate)
+        c.noalias() += A.row(m) * B.middleCols(n0, n);
+      else
+        c.noalias() = A.row(m) * B.middleCols(n0, n);
+    }
+  }
+}
+
 // C (M, N) [+]= A (M, K) @ B (K, N) on raw pointers; ldc is C's row stride.
 template <typename T>
 void gemm2d(const T* a, Layout la, const T* b, Layout lb, T* c, int64_t ldc, int64_t M, int64_t K, int64_t N,
@@ -99,7 +142,9 @@ void gemm2d(const T* a, Layout la, const T* b, Layout lb, T* c, int64_t ldc, int
   };
   with_map(a, M, K, la, [&](const auto& A) {
     with_map(b, K, N, lb, [&](const auto& B) {
-      if (accumulate)
+      if (M <= kFewRows)
+        few_rows_product(A, B, C, accumulate);
+      else if (accumulate)
         C.noalias() += A * B;
       else
         C.noalias() = A * B;

@@ -1,6 +1,8 @@
 // matmul and linear: forward against a naive triple loop, backward against finite differences.
 #include <doctest/doctest.h>
+#include <omp.h>
 
+#include <array>
 #include <cmath>
 
 #include "gradcheck.h"
@@ -173,6 +175,83 @@ TEST_CASE("linear backward matches finite differences") {
                   {leaf({5}, gen), leaf({3, 5}, gen)}));
   // A frozen weight: only x gets a gradient.
   CHECK(gradcheck(f, {leaf({2, 5}, gen), randn({3, 5}, gen, {DType::f64}), leaf({3}, gen)}));
+}
+
+namespace {
+
+// The worst row's relative error of x (R, N) against ref (R, N), both flat: one wrong row cannot
+// hide in a norm over the whole result.
+double worst_row_err(const std::vector<double>& x, const std::vector<double>& ref, int64_t N) {
+  REQUIRE(x.size() == ref.size());
+  double worst = 0;
+  for (size_t r0 = 0; r0 < x.size(); r0 += N) {
+    std::vector<double> xr(x.begin() + r0, x.begin() + r0 + N), rr(ref.begin() + r0, ref.begin() + r0 + N);
+    worst = std::max(worst, rel_err(xr, rr));
+  }
+  return worst;
+}
+
+// Sets OpenMP's thread count for a scope (ctest runs with OMP_NUM_THREADS=1).
+struct Threads {
+  int saved = omp_get_max_threads();
+  explicit Threads(int n) { omp_set_num_threads(n); }
+  ~Threads() { omp_set_num_threads(saved); }
+};
+
+// (M, K, N) with M <= 8, the products that split their columns over the threads: N below,
+// at and just past a block of 32 columns and with a remainder of one column, K = 1 and odd K,
+// and both sides of the work below which a product stays on one thread (2^16).
+const std::vector<std::array<int64_t, 3>> kFewRowShapes = {
+    {1, 200, 1001}, {1, 192, 10000}, {2, 33, 1000}, {3, 7, 4096}, {5, 129, 65},
+    {8, 200, 97},   {1, 1, 70000},   {4, 64, 31},   {6, 96, 33},  {7, 40, 257},
+};
+
+}  // namespace
+
+TEST_CASE("products of few rows, split over the threads by columns, match the reference") {
+  // The decode shape: linear's x (M, K) against weight (N, K) is Eigen's GEMV on column blocks;
+  // matmul with a row-major b and with a transposed a are the other two layouts.
+  Generator gen(7);
+  for (auto [M, K, N] : kFewRowShapes) {
+    CAPTURE(M);
+    CAPTURE(K);
+    CAPTURE(N);
+    Threads two(2);
+    Tensor x = randn({M, K}, gen), w = randn({N, K}, gen), bias = randn({N}, gen);
+    std::vector<double> ref = naive_matmul(x, t_view(w).contiguous()), bv = bias.to_vector<double>();
+    CHECK(worst_row_err(linear(x, w).to_vector<double>(), ref, N) < 1e-5);
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += bv[i % N];
+    CHECK(worst_row_err(linear(x, w, bias).to_vector<double>(), ref, N) < 1e-5);
+    Tensor b = randn({K, N}, gen), at = t_view(randn({K, M}, gen));
+    CHECK(worst_row_err(matmul(x, b).to_vector<double>(), naive_matmul(x, b), N) < 1e-5);
+    CHECK(worst_row_err(matmul(at, b).to_vector<double>(), naive_matmul(at.contiguous(), b), N) < 1e-5);
+  }
+}
+
+TEST_CASE("products of few rows give the same bits on any thread count and for any row alone") {
+  Generator gen(8);
+  for (auto [M, K, N] : kFewRowShapes) {
+    CAPTURE(M);
+    CAPTURE(K);
+    CAPTURE(N);
+    Tensor x = randn({M, K}, gen), w = randn({N, K}, gen), bias = randn({N}, gen), b = randn({K, N}, gen);
+    Tensor at = t_view(randn({K, M}, gen));
+    auto run = [&](int threads) {
+      Threads t(threads);
+      return std::vector<std::vector<float>>{linear(x, w, bias).to_vector<float>(), matmul(x, b).to_vector<float>(),
+                                             matmul(at, b).to_vector<float>()};
+    };
+    auto one = run(1);
+    CHECK(run(2) == one);
+    CHECK(run(3) == one);
+    // Each row is the same GEMV whatever rows come with it: decoding a sequence alone or in a
+    // batch of up to 8 gives it the same logits.
+    Threads two(2);
+    for (int64_t m = 0; m < M; ++m) {
+      std::vector<float> row = linear(x.as_strided({1, K}, {K, 1}, m * K), w, bias).to_vector<float>();
+      CHECK(row == std::vector<float>(one[0].begin() + m * N, one[0].begin() + (m + 1) * N));
+    }
+  }
 }
 
 TEST_CASE("matmul and linear reject bad inputs with errors naming the op") {
