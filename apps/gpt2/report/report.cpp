@@ -12,6 +12,7 @@
 #include <set>
 #include <tuple>
 
+#include "apps/gpt2/report/finite_values.h"
 #include "apps/gpt2/report/signal_sections.h"
 #include "apps/gpt2/report/sweep_section.h"
 #include "apps/gpt2/report/svg_chart.h"
@@ -31,20 +32,6 @@ void flatten(const nlohmann::json& j, const std::string& prefix,
     return;
   }
   out.emplace_back(prefix, j.is_string() ? j.get<std::string>() : j.dump());
-}
-
-double max_finite(const std::vector<double>& v) {
-  double m = RunSummary::kNaN;
-  for (double x : v)
-    if (std::isfinite(x) && !(x <= m)) m = x;
-  return m;
-}
-
-bool any_finite(const std::vector<std::vector<double>>& m) {
-  for (const auto& row : m)
-    for (double x : row)
-      if (std::isfinite(x)) return true;
-  return false;
 }
 
 // "-" for a value that is missing (or NaN: the status column says why), else fixed decimals.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "apps/gpt2/report/finite_values.h"
 #include "apps/gpt2/report/logit_heatmap.h"
 #include "apps/gpt2/report/svg_chart.h"
 
@@ -31,20 +32,6 @@ constexpr Statistic kStatistics[] = {
      "a shift, so it grows only when a head really sharpens.",
      &MetricsRecord::max_range},
 };
-
-double max_finite(const std::vector<double>& v) {
-  double m = std::numeric_limits<double>::quiet_NaN();
-  for (double x : v)
-    if (std::isfinite(x) && !(x <= m)) m = x;
-  return m;
-}
-
-bool any_finite(const std::vector<std::vector<double>>& m) {
-  for (const auto& row : m)
-    for (double x : row)
-      if (std::isfinite(x)) return true;
-  return false;
-}
 
 // The statistic of the last train record that has a finite value: a diverged run shows its last
 // healthy step.
