@@ -5,6 +5,10 @@
 //                            slot, which nothing orders after the neighbour's write
 //                            -> ThreadSanitizer (preset emu-tsan) reports a data race
 //   planted_bugs race-fixed  the same with the barrier: no report
+//   planted_bugs cp-race     the same through cp.async (core/cuda/ptx.cuh): each thread waits
+//                            for its own copy, then reads its neighbour's without a barrier
+//                            -> ThreadSanitizer reports a data race with the landing copy
+//   planted_bugs cp-race-fixed  with the barrier after the wait: no report
 //   planted_bugs oob         an off-by-one store one element past a device buffer
 //                            -> AddressSanitizer reports a heap-buffer-overflow
 //   planted_bugs oob-fixed   the same within bounds: no report
@@ -15,6 +19,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/launch.cuh"
+#include "core/cuda/ptx.cuh"
 #include "core/factory.h"
 
 namespace {
@@ -31,6 +36,18 @@ __global__ void neighbour_sum_kernel(const float* in, float* out) {
   out[t] = tile[t] + tile[(t + 1) % kThreads];
 }
 
+// The same sum with the tile filled by cp.async: a thread's wait makes only its own copy land.
+template <bool kBarrier>
+__global__ void async_neighbour_sum_kernel(const float* in, float* out) {
+  alignas(16) __shared__ float tile[4 * kThreads];
+  const int t = threadIdx.x;
+  keel::cuda::ptx::cp_async_16(tile + 4 * t, in + 4 * t, false);
+  keel::cuda::ptx::cp_async_commit();
+  keel::cuda::ptx::cp_async_wait<0>();
+  if (kBarrier) __syncthreads();
+  out[t] = tile[4 * t] + tile[4 * ((t + 1) % kThreads)];
+}
+
 // out (n): out[i] = i for i < n, or, with the planted bug, for i <= n.
 template <bool kOffByOne>
 __global__ void iota_kernel(float* out, int n) {
@@ -43,11 +60,14 @@ __global__ void iota_kernel(float* out, int n) {
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   float *in = nullptr, *out = nullptr;
-  KEEL_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&in), kThreads * sizeof(float)));
+  KEEL_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&in), 4 * kThreads * sizeof(float)));
   KEEL_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), kThreads * sizeof(float)));
-  KEEL_CHECK_CUDA(cudaMemset(in, 0, kThreads * sizeof(float)));
+  KEEL_CHECK_CUDA(cudaMemset(in, 0, 4 * kThreads * sizeof(float)));
   if (std::strcmp(mode, "race") == 0 || std::strcmp(mode, "race-fixed") == 0) {
     auto kernel = mode[4] ? neighbour_sum_kernel<true> : neighbour_sum_kernel<false>;
+    keel::cuda::launch_kernel(kernel, 1, kThreads, 0, nullptr, in, out);
+  } else if (std::strcmp(mode, "cp-race") == 0 || std::strcmp(mode, "cp-race-fixed") == 0) {
+    auto kernel = mode[7] ? async_neighbour_sum_kernel<true> : async_neighbour_sum_kernel<false>;
     keel::cuda::launch_kernel(kernel, 1, kThreads, 0, nullptr, in, out);
   } else if (std::strcmp(mode, "oob") == 0 || std::strcmp(mode, "oob-fixed") == 0) {
     auto kernel = mode[3] ? iota_kernel<false> : iota_kernel<true>;
@@ -58,7 +78,7 @@ int main(int argc, char** argv) {
     keel::Tensor t = keel::empty({30}, {keel::DType::f32, keel::Device::cuda(0)});
     keel::cuda::launch_kernel(iota_kernel<true>, 1, 32, 0, nullptr, static_cast<float*>(t.raw_data()), 30);
   } else {
-    std::fprintf(stderr, "usage: planted_bugs race|race-fixed|oob|oob-fixed|oob-tensor\n");
+    std::fprintf(stderr, "usage: planted_bugs race|race-fixed|cp-race|cp-race-fixed|oob|oob-fixed|oob-tensor\n");
     return 2;
   }
   KEEL_CHECK_LAUNCH();

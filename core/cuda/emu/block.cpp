@@ -68,6 +68,17 @@ struct Pending {
   const void* state = nullptr;
 };
 
+// The cp.async copies one CUDA thread has in flight (block.h): a fixed ring, like everything
+// the scheduler and the CUDA threads both touch.
+struct AsyncQueue {
+  static constexpr int kCapacity = 128;
+  std::array<AsyncCopy, kCapacity> copies{};
+  std::array<uint32_t, kCapacity> group{};
+  int head = 0, count = 0;
+  uint32_t committed = 0;  // groups committed so far; the open group has this number
+  void clear() { head = count = 0, committed = 0; }
+};
+
 struct Warp {
   std::vector<Pending> pending;
   std::array<char, 2> sync_token{};  // TSan addresses of __syncwarp, by generation parity
@@ -76,6 +87,7 @@ struct Warp {
 
 struct Block {
   std::unique_ptr<Thread[]> threads{new Thread[kMaxThreads]};
+  std::unique_ptr<AsyncQueue[]> async{new AsyncQueue[kMaxThreads]};  // by thread index
   std::array<Warp, kMaxThreads / 32> warps;
   int n = 0;          // threads in this block
   int running = -1;   // the CUDA thread on the CPU, -1 while the scheduler runs
@@ -311,6 +323,7 @@ void run_block(Block& b) {
   for (int i = 0; i < b.n; ++i) {
     Thread& t = b.threads[i];
     t.state = State::not_started;
+    b.async[i].clear();  // copies a thread of the previous block left in flight went with it
     t.idx = {unsigned(i % blockDim.x), unsigned(i / blockDim.x % blockDim.y), unsigned(i / (blockDim.x * blockDim.y))};
     b.ready.push_back(i);
   }
@@ -348,6 +361,8 @@ const char* collective_name(Collective kind) {
     case Collective::shfl_xor: return "__shfl_xor_sync";
     case Collective::vote: return "a warp vote (__ballot_sync / __any_sync / __all_sync)";
     case Collective::mma: return "wmma::mma_sync";
+    case Collective::mma_ptx: return "mma.sync.aligned.m16n8k16";
+    case Collective::ldmatrix: return "ldmatrix.sync.aligned.m8n8";
   }
   return "?";
 }
@@ -506,6 +521,36 @@ void warp_collective(Collective kind, unsigned mask, const void* in, void* out, 
     wait_here(b);
   }
   if (is_sync) KEEL_TSAN_ACQUIRE(&warp.sync_token[gen & 1]);
+}
+
+void async_copy_issue(const AsyncCopy& copy, const std::source_location& where) {
+  Block& b = block();
+  const int me = current_index(b);
+  AsyncQueue& q = b.async[me];
+  if (q.count == AsyncQueue::kCapacity)
+    fail(b, fmt::format("thread {} issued more than {} cp.async ({}) without waiting for them",
+                        dim_str(b.threads[me].idx), AsyncQueue::kCapacity, where_str(where)),
+         "the emulator holds that many copies in flight per thread: wait (cp.async.wait_group) sooner");
+  const int slot = (q.head + q.count++) % AsyncQueue::kCapacity;
+  q.copies[slot] = copy;
+  q.group[slot] = q.committed;
+}
+
+void async_copy_commit() {
+  Block& b = block();
+  ++b.async[current_index(b)].committed;
+}
+
+bool async_copy_next_due(int keep, AsyncCopy* out) {
+  Block& b = block();
+  AsyncQueue& q = b.async[current_index(b)];
+  if (q.count == 0) return false;
+  // Committed groups older than the `keep` newest: numbers below committed - keep.
+  if (static_cast<int64_t>(q.group[q.head]) >= static_cast<int64_t>(q.committed) - keep) return false;
+  *out = q.copies[q.head];
+  q.head = (q.head + 1) % AsyncQueue::kCapacity;
+  --q.count;
+  return true;
 }
 
 }  // namespace keel::emu

@@ -3,9 +3,9 @@
 //
 // What makes this CUDA and not just a loop over threads is where threads wait for each other:
 //  - __syncthreads: every thread of the block must arrive; then all go on.
-//  - warp collectives (__syncwarp, the __shfl_*_sync family, votes, wmma::mma_sync): the lanes
-//    named in the mask must all arrive at the same collective; the last to arrive computes the
-//    result for every lane.
+//  - warp collectives (__syncwarp, the __shfl_*_sync family, votes, wmma::mma_sync, and the PTX
+//    instructions mma.sync and ldmatrix of ptx.h): the lanes named in the mask must all arrive
+//    at the same collective; the last to arrive computes the result for every lane.
 // The CUDA rules are checked as the threads run, and a break is an EmulationError naming the
 // rule, the call site, the block and the threads involved: a barrier that only part of a block
 // reaches, a thread that exits while others wait for it, a mask that names an exited or absent
@@ -46,7 +46,7 @@ void sync_block(const std::source_location& where);
 // A warp collective. Every lane in `mask` must call it with the same kind; the last to arrive
 // calls combine(state, in, out) once, where in[l] and out[l] point at lane l's operands (null
 // for lanes outside the mask). Lanes then continue with their out filled in.
-enum class Collective : uint8_t { syncwarp, shfl, shfl_up, shfl_down, shfl_xor, vote, mma };
+enum class Collective : uint8_t { syncwarp, shfl, shfl_up, shfl_down, shfl_xor, vote, mma, mma_ptx, ldmatrix };
 using CombineFn = void (*)(const void* state, const void* const in[32], void* const out[32], unsigned mask);
 void warp_collective(Collective kind, unsigned mask, const void* in, void* out, CombineFn combine, const void* state,
                      const std::source_location& where);
@@ -60,5 +60,19 @@ unsigned active_lanes();
 bool in_kernel();
 
 const char* collective_name(Collective kind);
+
+// cp.async (ptx.h) of the running CUDA thread: copies it issued and has not waited for yet, in
+// issue order, each in the group that was open when it was issued. Groups are numbered as the
+// thread commits them (cp.async.commit_group); the open one is not committed yet.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  int bytes, src_bytes;  // src_bytes < bytes: the rest of dst is zero-filled
+};
+void async_copy_issue(const AsyncCopy& copy, const std::source_location& where);
+void async_copy_commit();
+// Takes the oldest pending copy if its group is complete-able: committed, and older than the
+// `keep` most recently committed groups (cp.async.wait_group keep). False when none is.
+bool async_copy_next_due(int keep, AsyncCopy* out);
 
 }  // namespace keel::emu

@@ -1,0 +1,114 @@
+// The PTX instructions of core/cuda/ptx.cuh on the emulated GPU: each twin does what the PTX ISA
+// documents, with its lane layouts, so a kernel that assumes a wrong layout computes a wrong
+// result here, as it would on a GPU.
+//
+//   mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32   a warp collective
+//   ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16           a warp collective
+//   cp.async.cg.shared.global (16 bytes, optional zero fill), cp.async.commit_group,
+//   cp.async.wait_group N, cp.async.wait_all                            per thread
+//   ld.acquire.gpu, red.release.gpu.add (32-bit) and a spin-wait on a flag
+//
+// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), with
+// g = lane / 4 and t = lane % 4, each 32-bit register holding two 16-bit elements, the first in
+// its low half:
+//   A (16 x 16, row): a[0] = (g, 2t..2t+1)  a[1] = (g+8, 2t..)  a[2] = (g, 2t+8..)  a[3] = (g+8, 2t+8..)
+//   B (16 x 8, col):  b[0] = (2t..2t+1, g)  b[1] = (2t+8..2t+9, g)          (rows are k)
+//   C, D (16 x 8, f32): c[0], c[1] = (g, 2t), (g, 2t+1)   c[2], c[3] = (g+8, 2t), (g+8, 2t+1)
+// ldmatrix: lanes 8i..8i+7 give the addresses of the 8 rows (16 bytes each) of matrix i; lane l
+// receives in register i the elements (l / 4, 2(l % 4)) and (l / 4, 2(l % 4) + 1) of matrix i,
+// or with .trans (2(l % 4), l / 4) and (2(l % 4) + 1, l / 4) (row = the row whose address was
+// given).
+//
+// Memory is touched here, in the kernel's own code (so ThreadSanitizer and AddressSanitizer see
+// each lane's accesses as its own), never inside the collective: ldmatrix's collective only
+// hands each lane the addresses of its elements, then the lane reads them. cp.async copies are
+// queued per thread (block.h) and land when the thread waits for their group; meanwhile the
+// destination holds NaN bytes, written when the copy is issued. So a thread that reads its
+// destination too early reads NaN, another thread that reads it without a barrier after the
+// wait races with the landing copy, and one whose earlier reads of the destination are not
+// ordered before the issue races with the NaN write (ThreadSanitizer reports both) - the
+// window in which a GPU may write the data.
+//
+// Tensor-core arithmetic: products of the 16-bit operands are exact in f32 and summed in k
+// order with fmaf, the accumulator first. A GPU's tensor cores sum in an order and with an
+// internal precision of their own, which only a GPU shows.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <source_location>
+
+#include "core/cuda/emu/block.h"
+
+namespace keel::emu::ptx {
+
+enum class MmaInput : uint8_t { bf16, f16 };
+struct MmaOperands {
+  uint32_t a[4], b[2];
+  float c[4];
+};
+void mma_combine(const void* input, const void* const in[32], void* const out[32], unsigned mask);
+
+inline void mma_m16n8k16(MmaInput input, float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                         const float (&c)[4], const std::source_location& where) {
+  MmaOperands in{};
+  for (int i = 0; i < 4; ++i) in.a[i] = a[i], in.c[i] = c[i];
+  in.b[0] = b[0], in.b[1] = b[1];
+  float out[4];
+  static constexpr MmaInput kInputs[] = {MmaInput::bf16, MmaInput::f16};
+  warp_collective(Collective::mma_ptx, 0xffffffffu, &in, out, mma_combine, &kInputs[static_cast<int>(input)], where);
+  for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+
+struct LdmatrixIn {
+  const void* row;  // this lane's row address (used when the lane is one of those that give one)
+  int num;          // 1, 2 or 4 matrices
+  bool trans;
+};
+struct LdmatrixOut {
+  const uint16_t* element[4][2];  // the two elements of each register, low half first
+};
+void ldmatrix_combine(const void*, const void* const in[32], void* const out[32], unsigned mask);
+
+template <int Num>
+void ldmatrix(uint32_t (&r)[Num], const void* row, bool trans, const std::source_location& where) {
+  static_assert(Num == 1 || Num == 2 || Num == 4, "ldmatrix loads 1, 2 or 4 matrices");
+  const LdmatrixIn in{row, Num, trans};
+  LdmatrixOut out{};
+  warp_collective(Collective::ldmatrix, 0xffffffffu, &in, &out, ldmatrix_combine, nullptr, where);
+  for (int i = 0; i < Num; ++i)
+    r[i] = static_cast<uint32_t>(*out.element[i][0]) | static_cast<uint32_t>(*out.element[i][1]) << 16;
+}
+
+// cp.async: checks the operands as the ISA requires, marks the destination in flight, queues.
+void check_async_copy(const void* dst, const void* src, int bytes, int src_bytes, const std::source_location& where);
+inline void cp_async(void* dst, const void* src, int bytes, int src_bytes, const std::source_location& where) {
+  check_async_copy(dst, src, bytes, src_bytes, where);
+  std::memset(dst, 0xff, bytes);
+  async_copy_issue({dst, src, bytes, src_bytes}, where);
+}
+inline void cp_async_commit() { async_copy_commit(); }
+// The copies of all committed groups but the `keep` newest land, in issue order.
+inline void cp_async_wait(int keep) {
+  AsyncCopy c;
+  while (async_copy_next_due(keep, &c)) {
+    if (c.src_bytes > 0) std::memcpy(c.dst, c.src, c.src_bytes);
+    if (c.bytes > c.src_bytes) std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, c.bytes - c.src_bytes);
+  }
+}
+
+inline int ld_acquire(const int* p) {
+  return std::atomic_ref<int>(*const_cast<int*>(p)).load(std::memory_order_acquire);
+}
+inline void red_release_add(int* p, int v) { std::atomic_ref<int>(*p).fetch_add(v, std::memory_order_release); }
+// Blocks run one after another here, in index order: a flag that does not hold its value when
+// the block looks is one that only a later block (or none) could set, and a GPU would spin on it
+// for ever.
+void fail_spin_wait(const int* flag, int value, int expected, const std::source_location& where);
+inline void spin_wait_equal(const int* flag, int expected, const std::source_location& where) {
+  const int v = ld_acquire(flag);
+  if (v != expected) fail_spin_wait(flag, v, expected, where);
+}
+
+}  // namespace keel::emu::ptx

@@ -1,0 +1,181 @@
+// Every inline-PTX instruction keel's kernels use, one small device function each (sm_80 and
+// later). Under nvcc each is its `asm`; on the emulated GPU (KEEL_CUDA_EMULATED) each calls its
+// twin in core/cuda/emu/ptx.h, which implements the PTX ISA's documented semantics and lane
+// layouts, so a kernel built on these runs in CI before any GPU sees it.
+//
+//   mma_m16n8k16<T>(d, a, b)      d += a b on tensor cores: A 16x16, B 16x8 (bf16 or f16), D f32
+//   ldmatrix_x{1,2,4}[_trans]     1, 2 or 4 8x8 b16 matrices from shared memory into fragments
+//   cp_async_16, cp_async_commit, cp_async_wait<N>   global -> shared copies that overlap compute
+//   ld_acquire_gpu, red_release_gpu_add, spin_wait_equal   an ordered hand-over between blocks
+//
+// Fragment layouts (the PTX ISA's; g = lane / 4, t = lane % 4; two 16-bit elements per 32-bit
+// register, the first in the low half):
+//   A (16 x 16, row-major)   a[0] = (g, 2t..2t+1)  a[1] = (g+8, 2t..)  a[2] = (g, 2t+8..)  a[3] = (g+8, 2t+8..)
+//   B (16 x 8, k x n)        b[0] = (k 2t..2t+1, n g)   b[1] = (k 2t+8..2t+9, n g)
+//   C, D (16 x 8, f32)       d[0], d[1] = (g, 2t), (g, 2t+1)   d[2], d[3] = (g+8, 2t), (g+8, 2t+1)
+//   ldmatrix: lanes 8i..8i+7 give the 8 row addresses (16 bytes each) of matrix i; register i of
+//   lane l gets row l/4, columns 2(l%4), 2(l%4)+1 of matrix i, or with _trans column l/4, rows
+//   2(l%4), 2(l%4)+1. So a non-transposed 8x8 block of a row-major tile is an A register (or a B
+//   register of a matrix stored n-major), and a transposed one a B register of a k-major matrix.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#ifdef KEEL_CUDA_EMULATED
+#include <source_location>
+
+#include "core/cuda/emu/ptx.h"
+// The caller's line, for the emulator's error messages.
+#define KEEL_PTX_WHERE , std::source_location where = std::source_location::current()
+#else
+#define KEEL_PTX_WHERE
+#endif
+
+namespace keel::cuda::ptx {
+
+// d += a b: mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 (T = bf16 or f16).
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2] KEEL_PTX_WHERE) {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "mma.sync takes bf16 or f16");
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::mma_m16n8k16(std::is_same_v<T, __half> ? ::keel::emu::ptx::MmaInput::f16 : ::keel::emu::ptx::MmaInput::bf16, d, a, b, d,
+                         where);
+#else
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+#ifndef KEEL_CUDA_EMULATED
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+#endif
+
+// ldmatrix.sync.aligned.m8n8.x{1,2,4}{,.trans}.shared.b16: `row` is this lane's row address.
+__device__ __forceinline__ void ldmatrix_x1(uint32_t (&r)[1], const void* row KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::ldmatrix<1>(r, row, false, where);
+#else
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(shared_address(row)));
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* row KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::ldmatrix<2>(r, row, false, where);
+#else
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(shared_address(row)));
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::ldmatrix<4>(r, row, false, where);
+#else
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x1_trans(uint32_t (&r)[1], const void* row KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::ldmatrix<1>(r, row, true, where);
+#else
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(shared_address(row)));
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* row KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::ldmatrix<2>(r, row, true, where);
+#else
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(shared_address(row)));
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::ldmatrix<4>(r, row, true, where);
+#else
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+#endif
+}
+
+// cp.async.cg.shared.global: 16 bytes from global `src` to shared `dst`, both 16-byte aligned,
+// landing at the latest when this thread waits for the group it is committed in. With
+// zero_fill the source is not read and `dst` receives 16 zero bytes (src-size 0).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool zero_fill KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::cp_async(dst, src, 16, zero_fill ? 0 : 16, where);
+#else
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+               "r"(zero_fill ? 0 : 16));
+#endif
+}
+// cp.async.commit_group: closes the group of this thread's copies issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::cp_async_commit();
+#else
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// cp.async.wait_group N: this thread's copies have landed, but for those of its N newest groups.
+// Other threads see them after a barrier that follows the wait.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::cp_async_wait(N);
+#else
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// ld.acquire.gpu: a load that orders this thread's later accesses after it, at GPU scope.
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+#ifdef KEEL_CUDA_EMULATED
+  return ::keel::emu::ptx::ld_acquire(p);
+#else
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+#endif
+}
+// red.release.gpu.add: adds v to *p after this thread's earlier accesses (and, after a
+// __syncthreads, its block's) are visible at GPU scope.
+__device__ __forceinline__ void red_release_gpu_add(int* p, int v) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::red_release_add(p, v);
+#else
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+#endif
+}
+// Spins until *flag == expected (an acquire). Only a block of lower index may be the one that
+// sets it: a GPU starts blocks in index order, so that block is running or done; the emulated
+// GPU runs them in that order and reports a wait no earlier block satisfied.
+__device__ __forceinline__ void spin_wait_equal(const int* flag, int expected KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::spin_wait_equal(flag, expected, where);
+#else
+  while (ld_acquire_gpu(flag) != expected) __nanosleep(32);
+#endif
+}
+
+}  // namespace keel::cuda::ptx
