@@ -1,4 +1,6 @@
-// Flash-attention backward (FlashAttention-2 scheme), every head pattern.
+// Flash-attention backward (FlashAttention-2 scheme), every head pattern: the wmma kernels, and
+// the entry point that picks them or the mma kernel (attention_kernels.h,
+// attention_mma_backward.cu) after computing D_i, which both use.
 //
 // With S the (scaled, capped) logits, P = exp(S - lse) recomputed from q, k and the forward's lse:
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D_i) with D_i = rowsum(dO_i * O_i),
@@ -16,6 +18,8 @@
 // dQ, bought with readability and run-to-run identical gradients.
 #include "core/factory.h"
 #include "ops/cuda/attention_common.cuh"
+#include "ops/cuda/attention_kernels.h"
+#include "ops/cuda/attention_mma.cuh"
 
 namespace keel::cuda {
 
@@ -58,16 +62,6 @@ struct Bwd {
   static_assert(layout().bytes <= 163 * 1024, "must fit an A100's shared memory");
   static_assert(kOwn * ldO * 4 <= layout().s, "the f32 staging area must fit in the tile regions");
 };
-
-// dS (f32) for logit s0 = (q . k) before scaling, probability p and dP, as at the top of the file.
-__device__ __forceinline__ float dlogit(float p, float dp, float d_i, float s, const Dims& dims) {
-  float ds = p * (dp - d_i);
-  if (dims.softcap > 0) {
-    const float t = s / dims.softcap;
-    ds *= 1.0f - t * t;
-  }
-  return ds;
-}
 
 // Shapes: out, dout (B, H, T, D) in T -> dvec (B, H, T) f32, D_i = sum_d dout[i, d] * out[i, d].
 // One warp per row (B*H*T rows), lanes over d.
@@ -286,6 +280,10 @@ void attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
     auto* dp = static_cast<float*>(dvec.raw_data());
     launch(attention_dvec_kernel<E, HD>, dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps)), 0, dev,
            static_cast<const E*>(out.raw_data()), gp, dp, rows);
+    if (attention_kernels(q.dtype()) == AttentionKernels::mma) {
+      attention_mma_backward(q, k, v, lse, dout, dvec, dims, dq, dk, dv);
+      return;
+    }
     const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + kOwnRows - 1) / kOwnRows));
     const int smem = Bwd<E, HD>::layout().bytes;
     launch(attention_dkdv_kernel<E, HD>, grid, smem, dev, qp, kp, vp, gp, lp, static_cast<const float*>(dp),

@@ -56,6 +56,18 @@ __device__ __forceinline__ float logit(float dot, const Dims& d) {
   return d.softcap > 0 ? d.softcap * tanhf(s / d.softcap) : s;
 }
 
+// dS (f32) of a pair from its probability p, dP = dO_i . v_j, D_i = dO_i . O_i and its logit s
+// (scaled, capped): p (dP - D_i), times the soft-cap's derivative 1 - (s / c)^2 when capped.
+// What attention_backward.cu's header derives; before the scale of dQ = scale dS K.
+__device__ __forceinline__ float dlogit(float p, float dp, float d_i, float s, const Dims& dims) {
+  float ds = p * (dp - d_i);
+  if (dims.softcap > 0) {
+    const float t = s / dims.softcap;
+    ds *= 1.0f - t * t;
+  }
+  return ds;
+}
+
 // ---- shared-memory strides ----
 // Half types: WMMA needs strides that are multiples of 16 bytes; 8 extra halves (4 floats) keep
 // that and shift consecutive rows by 4 banks, which spreads a fragment load over the banks. f32:
@@ -231,11 +243,16 @@ __device__ __forceinline__ float warp_max_pair(float x) { return fmaxf(x, __shfl
 // Raises the dynamic shared-memory limit of a kernel above the default 48 KB (needed once per
 // device; cheap enough to repeat per launch) and launches it on the device's compute stream.
 template <typename Kernel, typename... Args>
-void launch(Kernel kernel, dim3 grid, int smem_bytes, int device, Args... args) {
+void launch_threads(Kernel kernel, dim3 grid, int threads, int smem_bytes, int device, Args... args) {
   KEEL_CHECK_CUDA(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        smem_bytes));
-  launch_kernel(kernel, grid, kThreads, smem_bytes, detail::stream(device), args...);
+  launch_kernel(kernel, grid, threads, smem_bytes, detail::stream(device), args...);
   KEEL_CHECK_LAUNCH();
+}
+// The same with this file's kThreads (the wmma kernels' 4 warps).
+template <typename Kernel, typename... Args>
+void launch(Kernel kernel, dim3 grid, int smem_bytes, int device, Args... args) {
+  launch_threads(kernel, grid, kThreads, smem_bytes, device, args...);
 }
 
 // Calls f.template operator()<T, D>() for the tensor dtype and head dim; typed errors otherwise.

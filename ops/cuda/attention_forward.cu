@@ -1,4 +1,6 @@
-// Flash-attention forward for every head pattern (MHSA, LS-attention, any per-head window).
+// Flash-attention forward for every head pattern (MHSA, LS-attention, any per-head window): the
+// wmma kernel, and the entry point that picks it or the mma kernel (attention_kernels.h,
+// attention_mma_forward.cu).
 //
 // A block owns one tile of 64 query rows of one (b, h) and streams the key/value tiles that its
 // rows can see (attn::key_tiles_for_query_tile): never the T x T matrix, and never a tile wholly
@@ -17,6 +19,8 @@
 // The statistics ride along: each lane keeps the largest |logit| and the smallest logit it saw, so
 // max |logit| and the row range m - min (ops/attention.h) cost one max and one min per logit.
 #include "ops/cuda/attention_common.cuh"
+#include "ops/cuda/attention_kernels.h"
+#include "ops/cuda/attention_mma.cuh"
 
 namespace keel::cuda {
 
@@ -200,6 +204,10 @@ void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
     KEEL_CHECK_CUDA(cudaMemsetAsync(max_range.raw_data(), 0, H * sizeof(float), detail::stream(dev)));
   }
   if (B * H * T == 0) return;  // nothing to attend; the statistics are 0, as on the CPU
+  if (attention_kernels(q.dtype()) == AttentionKernels::mma) {
+    attention_mma_forward(q, k, v, dims, out, lse, max_logit, max_range);
+    return;
+  }
 
   dispatch(kOp, q.dtype(), D, [&]<typename E, int HD>() {
     const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + kOwnRows - 1) / kOwnRows));

@@ -32,7 +32,8 @@ TEST_CASE("CUDA attention tile ranges visit exactly the tiles holding allowed pa
   using namespace keel::cuda::attn;
   // The spec's definition, written independently of the kernels' helpers.
   auto spec_allowed = [](int64_t i, int64_t j, int64_t w) { return j <= i && (w == 0 || j > i - w); };
-  const std::vector<std::pair<int, int>> tiles = {{64, 64}, {64, 32}, {32, 64}, {16, 16}, {1, 1}, {64, 16}};
+  const std::vector<std::pair<int, int>> tiles = {{64, 64}, {64, 32}, {32, 64}, {16, 16}, {1, 1},
+                                                  {64, 16}, {128, 64}, {64, 128}, {16, 64}};
   int checked = 0;
   for (int T : {1, 2, 7, 31, 32, 33, 63, 64, 65, 100, 129, 200})
     for (int64_t w_raw : {0, 1, 2, 3, 5, 16, 31, 32, 33, 50, 63, 64, 65, 100, 199, 200, 1000}) {
@@ -63,7 +64,7 @@ TEST_CASE("CUDA attention tile ranges visit exactly the tiles holding allowed pa
         ++checked;
       }
     }
-  CHECK(checked == 12 * 17 * 6);
+  CHECK(checked == 12 * 17 * 9);
 }
 
 TEST_CASE("CUDA attention: a local head visits O(W) key tiles per query tile") {

@@ -1,0 +1,146 @@
+// What the FlashAttention-2-style kernels share (attention_mma_forward.cu,
+// attention_mma_backward.cu): swizzled shared-memory tiles filled by cp.async, the ldmatrix
+// addresses that turn them into mma.sync fragments, and the register-level helpers. The
+// instructions themselves are core/cuda/ptx.cuh's; their fragment layouts are written there.
+//
+// The idea, in one paragraph. A warp owns 16 rows of the block's own tile and computes a 16 x N
+// product as N/8 accumulators of mma.sync m16n8k16, whose layout the PTX ISA documents: lane
+// (g, t) = (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each 8-column
+// block. So masking, soft-capping, the online softmax (row max and sum: the 4 lanes of a row
+// are one quad, two shuffles) and the statistics all happen in registers, and the accumulator
+// of one product is, converted to bf16/f16 pairs, the A operand of the next (P -> P V): S, P and
+// O never touch shared memory. Operands in shared memory are read with ldmatrix, whose row
+// addresses are swizzled (XOR of the 16-byte chunk index with the row) so that the 8 rows of
+// one 8x8 matrix fall in 8 different bank groups.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "core/cuda/ptx.cuh"
+#include "ops/cuda/attention_common.cuh"
+
+namespace keel::cuda::attn::mma {
+
+// Dims, logit, attn_exp, allowed, TileRange: attention_common.cuh and attention_tiles.h.
+
+// A tile of rows x Cols 16-bit elements in shared memory, row-major, 16-byte chunks swizzled:
+// chunk c of row r lives at chunk c ^ f(r), f(r) cycling through 8 values over 8 rows (every
+// second row when a row has only 4 chunks). An 8x8 matrix read by ldmatrix (8 rows, one chunk)
+// then hits 8 different bank groups, without the padding that would break 16-byte alignment.
+template <int Cols>
+struct Swizzle {
+  static_assert(Cols == 32 || Cols == 64 || Cols == 128, "rows of 4, 8 or 16 chunks");
+  static constexpr int kChunks = Cols / 8, kSpan = kChunks < 8 ? kChunks : 8;
+  __device__ static int offset(int r, int c) {
+    return r * Cols + (((c >> 3) ^ (r * kSpan / 8 % kSpan)) << 3) + (c & 7);
+  }
+};
+
+// Block-wide: rows x Cols elements from global (row stride Cols) into a swizzled tile with
+// cp.async, 16 bytes per copy; rows at or past `valid` are zero-filled without reading global
+// memory (a sequence end inside the tile). Part of the caller's next commit group.
+template <typename T, int Cols, int Rows, int Threads>
+__device__ void load_tile_async(T* tile, const T* src, int valid) {
+  constexpr int kChunks = Cols / 8;
+  for (int i = threadIdx.x; i < Rows * kChunks; i += Threads) {
+    const int r = i / kChunks, c = i % kChunks * 8;
+    const bool inside = r < valid;
+    ptx::cp_async_16(tile + Swizzle<Cols>::offset(r, c), src + static_cast<int64_t>(inside ? r : 0) * Cols + c,
+                     !inside);
+  }
+}
+
+// ---- fragments from swizzled tiles (one warp; `lane` = threadIdx.x % 32) ----
+// A (16 x 16): rows r0..r0+15, columns c0..c0+15 of a row-major tile (m = row, k = column).
+template <int Cols, typename T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int r0, int c0, int lane) {
+  ptx::ldmatrix_x4(a, tile + Swizzle<Cols>::offset(r0 + (lane & 15), c0 + ((lane >> 4) << 3)));
+}
+// A (16 x 16) of the transpose of a tile: m = columns c0..c0+15, k = rows r0..r0+15.
+template <int Cols, typename T>
+__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const T* tile, int r0, int c0, int lane) {
+  ptx::ldmatrix_x4_trans(a, tile + Swizzle<Cols>::offset(r0 + (lane & 7) + ((lane >> 4) << 3), c0 + (lane & 8)));
+}
+// B of two n-blocks from a tile whose rows are n: b0 = rows (n) r0..r0+7, b1 = rows r0+8..r0+15,
+// each over columns (k) c0..c0+15.
+template <int Cols, typename T>
+__device__ __forceinline__ void load_b_rows(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* tile, int r0, int c0,
+                                            int lane) {
+  uint32_t r[4];
+  ptx::ldmatrix_x4(r, tile + Swizzle<Cols>::offset(r0 + (lane & 7) + ((lane >> 4) << 3), c0 + (lane & 8)));
+  b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+}
+// B of two n-blocks from a tile whose rows are k: rows (k) r0..r0+15, b0 = columns (n) c0..c0+7,
+// b1 = columns c0+8..c0+15.
+template <int Cols, typename T>
+__device__ __forceinline__ void load_b_cols(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* tile, int r0, int c0,
+                                            int lane) {
+  uint32_t r[4];
+  ptx::ldmatrix_x4_trans(r, tile + Swizzle<Cols>::offset(r0 + (lane & 15), c0 + ((lane >> 4) << 3)));
+  b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+}
+
+// Two floats as one register of two 16-bit elements, the first in the low half (round to nearest).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t u;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    std::memcpy(&u, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    std::memcpy(&u, &h, 4);
+  }
+  return u;
+}
+
+// The A operand of k-step kk from the accumulators of n-blocks 2kk and 2kk + 1 of a 16 x N
+// product (same rows; columns 16kk..16kk+15 become k): the C layout of two n-blocks is exactly
+// the A layout, so nothing moves between lanes.
+template <typename T>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = pack2<T>(lo[0], lo[1]), a[1] = pack2<T>(lo[2], lo[3]);
+  a[2] = pack2<T>(hi[0], hi[1]), a[3] = pack2<T>(hi[2], hi[3]);
+}
+
+// Reductions over the 4 lanes (one quad) that hold one row of an accumulator.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_min(float x) {
+  x = fminf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fminf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+__device__ __forceinline__ unsigned warp_max_bits(unsigned x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) x = max(x, __shfl_xor_sync(0xffffffffu, x, off));
+  return x;
+}
+
+// A statistic as the bits of a non-negative float (fabsf), NaN-propagating: non-negative floats
+// order as their bits and a NaN (sign cleared) is above +inf, so integer max reduces them.
+__device__ __forceinline__ unsigned stat_bits(float x) { return __float_as_uint(fabsf(x)); }
+
+}  // namespace keel::cuda::attn::mma
+
+namespace keel::cuda {
+
+// The mma kernels' launchers (bf16 and f16; D in {32, 64, 128}), called by attention_forward()
+// and attention_backward() after their checks when attention_kernels() picks mma. Tensors as
+// there, contiguous; dims from attn::make_dims; dvec (B, H, T) f32 = rowsum(dout * out).
+void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const attn::Dims& dims, Tensor& out,
+                           Tensor& lse, Tensor& max_logit, Tensor& max_range);
+void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const Tensor& dout,
+                            const Tensor& dvec, const attn::Dims& dims, Tensor& dq, Tensor& dk, Tensor& dv);
+
+}  // namespace keel::cuda

@@ -1,0 +1,262 @@
+// Flash-attention backward, FlashAttention-2's way: one kernel, five products, on the PTX
+// tensor-core instructions (bf16 and f16). attention_backward.cu derives the formulas:
+//   P = exp(S - lse),  dV = P^T dO,  dP = dO V^T,  dS = P (dP - D_i) (x the soft-cap's
+//   derivative),  dK = scale dS^T Q,  dQ = scale dS K.
+//
+// A block owns 128 keys of one (b, h): 8 warps of 16 keys, whose dK and dV stay in registers
+// (f32) for the whole kernel. It streams the 64-query tiles that see its keys
+// (attn::query_tiles_for_key_tile), Q and dO double-buffered with cp.async, from the last tile
+// down (see dQ below). Per tile, each warp whose keys meet the tile's bands computes, in
+// registers, S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x 64 queries), then P^T and dS^T
+// element by element, then dV_w += P^T dO and dK_w += dS^T Q with the accumulators turned into A
+// fragments as in the forward. dS^T also goes to shared memory, where the whole block's 128
+// keys meet: each warp then computes a 16 x D/2 share of this tile's dQ = dS K.
+//
+// dQ is accumulated in f32 (dq_accum, then one pass scales it into dq) by every key tile that
+// the query tile sees. Deterministically: the key tiles add their shares to a query tile in
+// increasing order, handed over by a flag per query tile (ptx::spin_wait_equal and
+// red_release_gpu_add), so every element sums its terms in the same order on every run. A key
+// tile waits only for lower key tiles, which a GPU started first. Walking the query tiles from
+// the last one down keeps the waits short: key tile kt reaches query tile qt after kt - 1 did,
+// one tile behind it, instead of after all of key tile 0's other work. The price is that wait
+// plus a __syncthreads per tile, and the f32 buffer (B*H*T*D*4 bytes) with its final pass.
+#include "core/factory.h"
+#include "ops/cuda/attention_mma.cuh"
+
+namespace keel::cuda {
+
+namespace {
+
+using namespace attn;
+using namespace attn::mma;
+
+// Tile sizes and shared memory (elements of T): K, V (kBc x D), Q and dO of two stages (kBr x D
+// each), dS^T (kBc x kBr); then f32 lse and D_i of two stages, and the warps' activity flags.
+// bf16 D = 128: 145 KB (one block per multiprocessor, as FlashAttention-2); D = 64: 81 KB.
+template <int D>
+struct MmaBwd {
+  static constexpr int kWarps = 8, kThreads = 32 * kWarps, kBc = 16 * kWarps, kBr = 64;
+  static constexpr int kV = kBc * D, kQ = 2 * kBc * D, kDO = kQ + 2 * kBr * D, kDS = kDO + 2 * kBr * D;
+  static constexpr int kStage = kBr * D, kElems = kDS + kBc * kBr;
+  static constexpr int kStats = 2 * kElems;  // byte offset of lse[2][kBr], dvec[2][kBr], active[kWarps]
+  static constexpr int kBytes = kStats + 4 * (4 * kBr + kWarps);
+  static_assert(kBytes <= 163 * 1024, "must fit an A100's shared memory");
+};
+
+// Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T; lse, dvec (B, H, T) f32; dq_accum (B, H, T, D)
+// f32, zeroed; flags (B*H, ceil(T / 64)) int, zeroed. Grid (B*H, ceil(T / 128)), 256 threads:
+// block (bh, kt) owns keys [128 kt, 128 kt + 128) of pair bh. Warp w owns keys 16w..16w+15 (the
+// rows of its S^T); lane (g, t) holds keys g and g + 8 and queries 8n + 2t, 8n + 2t + 1.
+template <typename T, int D>
+__global__ void __launch_bounds__(MmaBwd<D>::kThreads)
+    attention_mma_backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                  const T* __restrict__ dout, const float* __restrict__ lse,
+                                  const float* __restrict__ dvec, float* __restrict__ dq_accum, int* __restrict__ flags,
+                                  T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
+  using F = MmaBwd<D>;
+  constexpr int kBr = F::kBr, kBc = F::kBc, kThreads = F::kThreads;
+  constexpr int kS = kBr / 8, kO = D / 8, kK = D / 16, kQ = D / 16 / 2;  // n-blocks: S^T, dK/dV, dQ share
+  KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
+  T* const Ks = reinterpret_cast<T*>(smem);
+  T* const Vs = Ks + F::kV;
+  T* const dSs = Ks + F::kDS;
+  float* const stats = reinterpret_cast<float*>(smem + F::kStats);  // lse: [s * kBr], dvec: [(2 + s) * kBr]
+  int* const active = reinterpret_cast<int*>(stats + 4 * kBr);
+
+  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, w = dims.window[h];
+  const int kt = blockIdx.y, k0 = kt * kBc, nq = (T_len + kBr - 1) / kBr;
+  const int64_t base = static_cast<int64_t>(bh) * T_len * D;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int r0 = 16 * warp, first = k0 + r0;  // the warp's first key: in the tile, in the sequence
+  const int keys[2] = {first + g, first + g + 8};
+  const TileRange queries = query_tiles_for_key_tile(kt, kBc, kBr, T_len, w);
+  const TileRange mine = first < T_len ? query_tiles_for_key_tile(first / 16, 16, kBr, T_len, w) : TileRange{0, 0};
+  const int m0 = 16 * (warp & 3), d0 = (warp >> 2) * (D / 2);  // this warp's share of dQ
+
+  auto load_stage = [&](int qt, int stage) {
+    const int q0 = qt * kBr;
+    load_tile_async<T, D, kBr, kThreads>(Ks + F::kQ + stage * F::kStage, q + base + static_cast<int64_t>(q0) * D,
+                                         T_len - q0);
+    load_tile_async<T, D, kBr, kThreads>(Ks + F::kDO + stage * F::kStage, dout + base + static_cast<int64_t>(q0) * D,
+                                         T_len - q0);
+    for (int r = threadIdx.x; r < kBr; r += kThreads) {  // small: plain loads, 0 past the end
+      const bool inside = q0 + r < T_len;
+      stats[stage * kBr + r] = inside ? lse[static_cast<int64_t>(bh) * T_len + q0 + r] : 0.0f;
+      stats[(2 + stage) * kBr + r] = inside ? dvec[static_cast<int64_t>(bh) * T_len + q0 + r] : 0.0f;
+    }
+  };
+  load_tile_async<T, D, kBc, kThreads>(Ks, k + base + static_cast<int64_t>(k0) * D, T_len - k0);
+  load_tile_async<T, D, kBc, kThreads>(Vs, v + base + static_cast<int64_t>(k0) * D, T_len - k0);
+  load_stage(queries.end - 1, 0);
+  ptx::cp_async_commit();
+
+  float dk_acc[kO][4] = {}, dv_acc[kO][4] = {};
+  int* handed = nullptr;  // the flag of the query tile whose dQ this block added last
+  for (int qt = queries.end - 1; qt >= queries.begin; --qt) {
+    const int stage = (queries.end - 1 - qt) & 1, q0 = qt * kBr;
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // tile qt is in; every warp is done with tile qt + 1, dS^T, and its dQ adds
+    if (handed && threadIdx.x == 0) {
+      __threadfence();
+      ptx::red_release_gpu_add(handed, 1);
+    }
+    if (qt > queries.begin) {
+      load_stage(qt - 1, stage ^ 1);
+      ptx::cp_async_commit();
+    }
+    const T* Qs = Ks + F::kQ + stage * F::kStage;
+    const T* dOs = Ks + F::kDO + stage * F::kStage;
+    const float* lse_s = stats + stage * kBr;
+    const float* dvec_s = stats + (2 + stage) * kBr;
+    const bool busy = qt >= mine.begin && qt < mine.end;  // an allowed pair among this warp's keys
+    if (lane == 0) active[warp] = busy;
+    if (busy) {
+      float s[kS][4] = {}, dp[kS][4] = {};  // S^T = K_w Q^T, dP^T = V_w dO^T
+#pragma unroll
+      for (int kk = 0; kk < kK; ++kk) {
+        uint32_t ak[4], av[4];
+        load_a<D>(ak, Ks, r0, 16 * kk, lane);
+        load_a<D>(av, Vs, r0, 16 * kk, lane);
+#pragma unroll
+        for (int n = 0; n < kS; n += 2) {
+          uint32_t b0[2], b1[2];
+          load_b_rows<D>(b0, b1, Qs, 8 * n, 16 * kk, lane);
+          ptx::mma_m16n8k16<T>(s[n], ak, b0);
+          ptx::mma_m16n8k16<T>(s[n + 1], ak, b1);
+          load_b_rows<D>(b0, b1, dOs, 8 * n, 16 * kk, lane);
+          ptx::mma_m16n8k16<T>(dp[n], av, b0);
+          ptx::mma_m16n8k16<T>(dp[n + 1], av, b1);
+        }
+      }
+      // P^T on allowed pairs (0 elsewhere: a select, never a NaN), then dS^T in dp's place.
+      const bool whole = q0 + kBr - 1 < T_len && first + 15 <= q0 && first >= band_start(q0 + kBr - 1, w);
+#pragma unroll
+      for (int n = 0; n < kS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = 8 * n + 2 * t + (e & 1);
+          const float x = logit(s[n][e], dims);
+          const float p = whole || allowed(q0 + c, keys[e >> 1], w, T_len) ? attn_exp<T>(x - lse_s[c]) : 0.0f;
+          s[n][e] = p;
+          dp[n][e] = dlogit(p, dp[n][e], dvec_s[c], x, dims);
+        }
+#pragma unroll
+      for (int kk = 0; kk < kBr / 16; ++kk) {  // dV_w += P^T dO, dK_w += dS^T Q (k = queries)
+        uint32_t ap[4], as[4];
+        acc_to_a<T>(ap, s[2 * kk], s[2 * kk + 1]);
+        acc_to_a<T>(as, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+        for (int d = 0; d < kO; d += 2) {
+          uint32_t b0[2], b1[2];
+          load_b_cols<D>(b0, b1, dOs, 16 * kk, 8 * d, lane);
+          ptx::mma_m16n8k16<T>(dv_acc[d], ap, b0);
+          ptx::mma_m16n8k16<T>(dv_acc[d + 1], ap, b1);
+          load_b_cols<D>(b0, b1, Qs, 16 * kk, 8 * d, lane);
+          ptx::mma_m16n8k16<T>(dk_acc[d], as, b0);
+          ptx::mma_m16n8k16<T>(dk_acc[d + 1], as, b1);
+        }
+        // dS^T rows g, g + 8 of the warp, queries 16kk..16kk+15, for the block's dQ product.
+        *reinterpret_cast<uint32_t*>(dSs + Swizzle<kBr>::offset(r0 + g, 16 * kk + 2 * t)) = as[0];
+        *reinterpret_cast<uint32_t*>(dSs + Swizzle<kBr>::offset(r0 + g + 8, 16 * kk + 2 * t)) = as[1];
+        *reinterpret_cast<uint32_t*>(dSs + Swizzle<kBr>::offset(r0 + g, 16 * kk + 8 + 2 * t)) = as[2];
+        *reinterpret_cast<uint32_t*>(dSs + Swizzle<kBr>::offset(r0 + g + 8, 16 * kk + 8 + 2 * t)) = as[3];
+      }
+    }
+    __syncthreads();  // dS^T and the activity flags of all warps are in
+
+    // This warp's share of dQ: queries m0..m0+15, columns d0..d0+D/2, over the busy warps' keys.
+    float dq[2 * kQ][4] = {};
+    for (int kw = 0; kw < F::kWarps; ++kw) {
+      if (!active[kw]) continue;  // its rows of dS^T were not written this tile
+      uint32_t a[4];
+      load_a_trans<kBr>(a, dSs, 16 * kw, m0, lane);
+#pragma unroll
+      for (int d = 0; d < 2 * kQ; d += 2) {
+        uint32_t b0[2], b1[2];
+        load_b_cols<D>(b0, b1, Ks, 16 * kw, d0 + 8 * d, lane);
+        ptx::mma_m16n8k16<T>(dq[d], a, b0);
+        ptx::mma_m16n8k16<T>(dq[d + 1], a, b1);
+      }
+    }
+    int* const flag = flags + static_cast<int64_t>(bh) * nq + qt;
+    if (threadIdx.x == 0) ptx::spin_wait_equal(flag, kt - key_tiles_for_query_tile(qt, kBr, kBc, T_len, w).begin);
+    __syncthreads();  // the lower key tiles' shares of this query tile are all in
+#pragma unroll
+    for (int d = 0; d < 2 * kQ; ++d)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = q0 + m0 + g + 8 * (e >> 1);
+        if (i < T_len) atomicAdd(dq_accum + base + static_cast<int64_t>(i) * D + d0 + 8 * d + 2 * t + (e & 1), dq[d][e]);
+      }
+    handed = flag;
+  }
+  __syncthreads();  // the last adds are in, and no warp reads K or V any more
+  if (handed && threadIdx.x == 0) {
+    __threadfence();
+    ptx::red_release_gpu_add(handed, 1);
+  }
+
+  // dK = scale dS^T Q and dV, staged through the warp's own rows of K and V for 16-byte stores.
+#pragma unroll
+  for (int d = 0; d < kO; ++d)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int at = Swizzle<D>::offset(r0 + g + 8 * r, 8 * d + 2 * t);
+      *reinterpret_cast<uint32_t*>(Ks + at) = pack2<T>(dk_acc[d][2 * r] * dims.scale, dk_acc[d][2 * r + 1] * dims.scale);
+      *reinterpret_cast<uint32_t*>(Vs + at) = pack2<T>(dv_acc[d][2 * r], dv_acc[d][2 * r + 1]);
+    }
+  __syncwarp();
+  for (int c = lane; c < 16 * (D / 8); c += 32) {
+    const int r = c / (D / 8), col = c % (D / 8) * 8;
+    if (first + r >= T_len) continue;
+    const int64_t at = base + static_cast<int64_t>(first + r) * D + col;
+    *reinterpret_cast<uint4*>(dk + at) = *reinterpret_cast<const uint4*>(Ks + Swizzle<D>::offset(r0 + r, col));
+    *reinterpret_cast<uint4*>(dv + at) = *reinterpret_cast<const uint4*>(Vs + Swizzle<D>::offset(r0 + r, col));
+  }
+}
+
+// Shapes: dq_accum (N) f32 -> dq (N) in T, times scale; 8 elements per thread (N % 8 == 0).
+template <typename T>
+__global__ void dq_convert_kernel(const float* __restrict__ dq_accum, T* __restrict__ dq, int64_t n8, float scale) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n8) return;
+  const float4 a = reinterpret_cast<const float4*>(dq_accum)[2 * i];
+  const float4 b = reinterpret_cast<const float4*>(dq_accum)[2 * i + 1];
+  const uint4 out = make_uint4(pack2<T>(a.x * scale, a.y * scale), pack2<T>(a.z * scale, a.w * scale),
+                               pack2<T>(b.x * scale, b.y * scale), pack2<T>(b.z * scale, b.w * scale));
+  reinterpret_cast<uint4*>(dq)[i] = out;
+}
+
+}  // namespace
+
+void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const Tensor& dout,
+                            const Tensor& dvec, const attn::Dims& dims, Tensor& dq, Tensor& dk, Tensor& dv) {
+  constexpr const char* kOp = "attention (CUDA backward, mma)";
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const int dev = q.device().index;
+  const cudaStream_t stream = detail::stream(dev);
+  dispatch(kOp, q.dtype(), D, [&]<typename E, int HD>() {
+    if constexpr (std::is_same_v<E, float>) {
+      throw DTypeError(kOp, "the mma kernels take bf16 or f16", "f32 runs the wmma kernels (attention_kernels.h)");
+    } else {
+      using F = MmaBwd<HD>;
+      const int64_t nq = (T + F::kBr - 1) / F::kBr;
+      Tensor dq_accum = empty({B, H, T, D}, {DType::f32, q.device()});
+      Tensor flags = empty({B * H * nq}, {DType::i32, q.device()});
+      KEEL_CHECK_CUDA(cudaMemsetAsync(dq_accum.raw_data(), 0, dq_accum.numel() * sizeof(float), stream));
+      KEEL_CHECK_CUDA(cudaMemsetAsync(flags.raw_data(), 0, flags.numel() * sizeof(int), stream));
+      const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + F::kBc - 1) / F::kBc));
+      launch_threads(attention_mma_backward_kernel<E, HD>, grid, F::kThreads, F::kBytes, dev,
+                     static_cast<const E*>(q.raw_data()), static_cast<const E*>(k.raw_data()),
+                     static_cast<const E*>(v.raw_data()), static_cast<const E*>(dout.raw_data()),
+                     static_cast<const float*>(lse.raw_data()), static_cast<const float*>(dvec.raw_data()),
+                     static_cast<float*>(dq_accum.raw_data()), static_cast<int*>(flags.raw_data()),
+                     static_cast<E*>(dk.raw_data()), static_cast<E*>(dv.raw_data()), dims);
+      const int64_t n8 = dq.numel() / 8;
+      launch_threads(dq_convert_kernel<E>, dim3(static_cast<unsigned>((n8 + 255) / 256)), 256, 0, dev,
+                     static_cast<const float*>(dq_accum.raw_data()), static_cast<E*>(dq.raw_data()), n8, dims.scale);
+    }
+  });
+}
+
+}  // namespace keel::cuda
