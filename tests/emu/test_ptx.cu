@@ -252,7 +252,7 @@ TEST_CASE("emulated PTX: cp.async lands when its group is waited for, zero-fills
   cudaFree(src), cudaFree(out);
 }
 
-TEST_CASE("emulated PTX: blocks hand over in index order; waiting for a later block is an error, not a hang") {
+TEST_CASE("emulated PTX: blocks hand over in index order, and a wait for a later block is an error, not a hang") {
   int* flag = device_array<int>(1);
   int* sum = device_array<int>(1);
   KEEL_CHECK_CUDA(cudaMemset(flag, 0, sizeof(int)));

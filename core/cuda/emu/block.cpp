@@ -105,6 +105,7 @@ struct Block {
     bool empty() const { return count == 0; }
     void clear() { head = count = 0; }
     void push_back(int i) { ring[(head + count++) % kMaxThreads] = i; }
+    int front() const { return ring[head]; }
     int pop_front() {
       const int i = ring[head];
       head = (head + 1) % kMaxThreads, --count;
@@ -307,6 +308,19 @@ void start_on_own_stack() {
 // on a fresh one. Returns when the scheduler resumes it.
 void wait_here(Block& b) {
   Thread& t = b.threads[b.running];
+  // When the next CUDA thread to run is one that waits too (the usual case in kernels full of
+  // warp collectives), switch to it directly: one context switch instead of two, and no new
+  // scheduler stack. The order in which threads run is the scheduler's all the same.
+  if (!b.error && !b.ready.empty() && b.threads[b.ready.front()].state != State::not_started) {
+    const int i = b.ready.pop_front();
+    Thread& next = b.threads[i];
+    b.running = i;
+    b.current_stack = next.stack;
+    threadIdx = next.idx;
+    tsan_switch(next.tsan);
+    switch_context(&t.suspended, next.suspended);
+    return;  // resumed: whoever switched here has set running, threadIdx, the stack and the fiber
+  }
   b.running = -1;
   tsan_switch(b.tsan_host);  // the scheduler's bookkeeping is not the CUDA thread's doing
   const int s = take_pool_stack(b);
@@ -461,18 +475,6 @@ void warp_collective(Collective kind, unsigned mask, const void* in, void* out, 
     fail(b, fmt::format("{} ({}) called by lane {} of warp {} with mask {:#010x}, which does not name the caller",
                         collective_name(kind), where_str(where), lane, me / 32, mask),
          "the mask must include the calling lane");
-  for (int l = 0; l < 32; ++l) {
-    if (!(mask >> l & 1u)) continue;
-    if (w0 + l >= b.n)
-      fail(b, fmt::format("{} ({}) with mask {:#010x} names lane {} of warp {}, which does not exist",
-                          collective_name(kind), where_str(where), mask, l, me / 32),
-           "a block whose size is not a multiple of 32 has a partial last warp: mask it with __activemask() or "
-           "the lanes that exist");
-    if (b.threads[w0 + l].state == State::done)
-      fail(b, fmt::format("{} ({}) with mask {:#010x} names lane {} of warp {}, which has exited",
-                          collective_name(kind), where_str(where), mask, l, me / 32),
-           "every lane named in the mask must call the same function");
-  }
   Pending* p = nullptr;
   for (Pending& q : warp.pending) {
     if (q.mask == mask) {
@@ -485,6 +487,20 @@ void warp_collective(Collective kind, unsigned mask, const void* in, void* out, 
     }
   }
   if (!p) {
+    // The first lane to arrive checks the others: each must exist and be running. A lane that
+    // exits later, while this collective waits for it, is reported when it exits (run_thread).
+    for (int l = 0; l < 32; ++l) {
+      if (!(mask >> l & 1u)) continue;
+      if (w0 + l >= b.n)
+        fail(b, fmt::format("{} ({}) with mask {:#010x} names lane {} of warp {}, which does not exist",
+                            collective_name(kind), where_str(where), mask, l, me / 32),
+             "a block whose size is not a multiple of 32 has a partial last warp: mask it with __activemask() or "
+             "the lanes that exist");
+      if (b.threads[w0 + l].state == State::done)
+        fail(b, fmt::format("{} ({}) with mask {:#010x} names lane {} of warp {}, which has exited",
+                            collective_name(kind), where_str(where), mask, l, me / 32),
+             "every lane named in the mask must call the same function");
+    }
     warp.pending.push_back({kind, mask, 0, where, combine, state});
     p = &warp.pending.back();
   } else if (p->kind != kind) {
