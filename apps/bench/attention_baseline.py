@@ -4,7 +4,7 @@
 A benchmark script, not part of keel: it imports torch, keel never does.
 
 Configs (as bench_attention): bf16, H = 6 heads, head dims D = 32/64/128, T = 1k..16k, batch
-B = round(rows / (H * T)) with rows = 2^21 query rows by default, and the head patterns
+B = round(rows / (H * T)) with rows = 2^21 query rows by default (or a fixed --batch), and the head patterns
   mhsa       all 6 heads full causal
   ls_w50     5 local heads of window 50 first, then 1 global head (the paper's LS layer)
   ls_w100    the same with window 100
@@ -119,6 +119,7 @@ def main():
     p.add_argument("--patterns", default="mhsa,ls_w50,ls_w100,local_w50")
     p.add_argument("--impls", default="torch-flash,torch-masked", help="torch-flash,torch-masked,torch-flex")
     p.add_argument("--rows", type=int, default=1 << 21, help="query rows B*H*T per config (about)")
+    p.add_argument("--batch", type=int, default=0, help="a fixed batch B instead of --rows (0: from --rows)")
     p.add_argument("--heads", type=int, default=6)
     p.add_argument("--budget-ms", type=float, default=300)
     p.add_argument("--min-reps", type=int, default=3)
@@ -150,8 +151,8 @@ def main():
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         flex = torch.compile(flex_attention)
 
-    print(f"device: {name}, torch {torch.__version__}, bf16, H = {H}, B = round({args.rows} rows / (H*T)), "
-          f"median of reps")
+    batch = f"B = {args.batch}" if args.batch > 0 else f"B = round({args.rows} rows / (H*T))"
+    print(f"device: {name}, torch {torch.__version__}, bf16, H = {H}, {batch}, median of reps")
     print("FLOPs: allowed pairs only; fwd = 4*D per pair, fwd+bwd = 3.5 x fwd")
     print(f"{'impl':<13} {'D':>4} {'T':>6} {'B':>5} {'pattern':<10} {'backend':<10} | {'fwd ms':>9} {'TF/s':>8} | "
           f"{'f+b ms':>9} {'TF/s':>8} | {'f+b us/seq':>11}")
@@ -164,7 +165,7 @@ def main():
 
     for D in [int(x) for x in args.dims.split(",") if x]:
         for T in [int(x) for x in args.seqs.split(",") if x]:
-            B = max(1, round(args.rows / (H * T)))
+            B = args.batch if args.batch > 0 else max(1, round(args.rows / (H * T)))
             shape = (B, H, T, D)
             q = torch.randn(shape, device=dev, dtype=torch.bfloat16)
             k = torch.randn(shape, device=dev, dtype=torch.bfloat16)

@@ -1,5 +1,7 @@
 // bench_attention: keel's flash-attention kernels (ops/cuda/attention.h), forward and
-// forward+backward, bf16, for every head pattern the project cares about:
+// forward+backward, bf16, both sets of kernels (--kernels: mma, FlashAttention-2's design on
+// mma.sync, and wmma, the first kernels; ops/cuda/attention_kernels.h), for every head pattern
+// the project cares about:
 //
 //   mhsa       6 heads, all full causal (window 0)
 //   ls_w50     LS-attention as in the paper: 5 local heads of window 50 first, then 1 global head
@@ -7,7 +9,8 @@
 //   local_w50  6 local heads of window 50 and no global head: its time must grow linearly in T
 //
 // at head dims D = 32, 64, 128 and T = 1k, 2k, 4k, 8k, 16k. H = 6 (one LS group) and the batch
-// is B = round(rows / (H * T)) with rows = 2^21 query rows by default (--rows), so every config
+// is B = round(rows / (H * T)) with rows = 2^21 query rows by default (--rows; --batch fixes B
+// instead, as the FlashAttention-2 comparison's B = 8, H = 12 does), so every config
 // does about the same number of query rows (2M): enough blocks to fill an H100 at every T (the
 // forward launches B*H*T/64 blocks of 64 rows: 32k of them), and a pattern whose cost is linear
 // in T shows a flat time across T while MHSA's doubles with each doubling of T. The table also
@@ -28,12 +31,13 @@
 // reported (min and mean in the JSON).
 //
 // Not a test: on a machine without a GPU it says so and exits 0. Output: a table on stdout and,
-// with --json PATH, one JSON object per (config, pass) in the schema attention_baseline.py also
-// writes (see docs/gpu-benchmarks.md).
+// with --json PATH, one JSON object per (config, kernels, pass) in the schema
+// attention_baseline.py also writes (see docs/gpu-benchmarks.md); impl "keel" is the mma
+// kernels, "keel-wmma" the wmma ones ("keel-op", "keel-op-wmma" with --op).
 //
 //   bench_attention [--json PATH] [--dims 32,64,128] [--seqs 1024,2048,4096,8192,16384]
-//                   [--patterns mhsa,ls_w50,ls_w100,local_w50] [--rows 2097152] [--heads 6]
-//                   [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2] [--op]
+//                   [--patterns mhsa,ls_w50,ls_w100,local_w50] [--rows 2097152] [--batch 0] [--heads 6]
+//                   [--kernels mma,wmma] [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2] [--op]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -65,7 +69,9 @@ struct BenchOptions {
   std::vector<int64_t> seqs = {1024, 2048, 4096, 8192, 16384};
   std::vector<std::string> patterns = {"mhsa", "ls_w50", "ls_w100", "local_w50"};
   int64_t rows = int64_t(1) << 21;
+  int64_t batch = 0;  // > 0: this B for every T instead of rows / (H T)
   int64_t heads = 6;
+  std::vector<std::string> kernels = {"mma", "wmma"};
   double budget_ms = 300;
   int min_reps = 3, max_reps = 50, warmup = 2;
   bool op = false;
@@ -163,7 +169,7 @@ std::string json_ints(const std::vector<int64_t>& v) {
 // Times every pattern at one (D, T): allocates the tensors, prints a table row per pattern and
 // writes two JSON lines (fwd, fwd_bwd) per pattern.
 void bench_config(const BenchOptions& o, int64_t D, int64_t T, int64_t B, Generator& gen, std::FILE* json,
-                  const char* impl, const std::string& device_name, cudaStream_t s) {
+                  const std::string& device_name, cudaStream_t s) {
   const Device gpu = Device::cuda(0);
   const int64_t H = o.heads;
   const std::vector<int64_t> shape = {B, H, T, D};
@@ -174,80 +180,87 @@ void bench_config(const BenchOptions& o, int64_t D, int64_t T, int64_t B, Genera
   Tensor out = empty(shape, bf16), dq = empty(shape, bf16), dk = empty(shape, bf16), dv = empty(shape, bf16);
   Tensor lse = empty({B, H, T}, {DType::f32, gpu}), max_logit = empty({H}, {DType::f32, gpu});
   Tensor max_range = empty({H}, {DType::f32, gpu});
-  for (const std::string& pattern : o.patterns) {
-    const std::vector<int64_t> windows = pattern_windows(pattern, H);
-    const AttentionSpec spec{scale, windows, 0.0};
-    std::function<void()> fwd, fwd_bwd;
-    if (!o.op) {
-      fwd = [&] { cuda::attention_forward(q, k, v, windows, scale, 0.0, out, lse, max_logit, max_range); };
-      fwd_bwd = [&] {
-        cuda::attention_forward(q, k, v, windows, scale, 0.0, out, lse, max_logit, max_range);
-        cuda::attention_backward(q, k, v, out, lse, dout, windows, scale, 0.0, dq, dk, dv);
-      };
-    } else {
-      // Leaves that require grad, so the front end records its node; zero_grad drops the
-      // gradients of the last rep so each backward starts fresh (as PyTorch's q.grad = None).
-      fwd = [&] {
-        NoGradGuard no_grad;
-        AttentionResult r = attention(q, k, v, spec);
-      };
-      fwd_bwd = [&] {
-        q.set_requires_grad(true);
-        k.set_requires_grad(true);
-        v.set_requires_grad(true);
-        AttentionResult r = attention(q, k, v, spec);
-        r.out.backward(dout);
-        q.zero_grad();
-        k.zero_grad();
-        v.zero_grad();
-      };
-    }
-    const double flops = forward_flops(B, T, D, windows);
-    const Timing tf = time_calls(fwd, o, s);
-    const Timing tb = time_calls(fwd_bwd, o, s);
-    if (o.op) {
-      q.set_requires_grad(false);
-      k.set_requires_grad(false);
-      v.set_requires_grad(false);
-    }
-    // A cheap sanity check on real output: the per-head max logit of the last call is finite
-    // and positive (random inputs). Correctness itself is the CUDA tests' job.
-    // (--op: the front end allocates its own statistic, so there is nothing to look at here.)
-    bool sane = true;
-    if (!o.op)
-      for (float m : max_logit.to_vector<float>()) sane = sane && std::isfinite(m) && m > 0;
-    if (!sane) std::printf("WARNING: non-finite or zero max logit for D=%lld T=%lld %s\n", (long long)D,
-                           (long long)T, pattern.c_str());
-    const double tf_fwd = flops / tf.median_ms * 1e-9, tf_fb = 3.5 * flops / tb.median_ms * 1e-9;
-    std::printf("%4lld %6lld %5lld %-10s | %9.3f %8.1f | %9.3f %8.1f | %11.2f %5d\n", (long long)D,
-                (long long)T, (long long)B, pattern.c_str(), tf.median_ms, tf_fwd, tb.median_ms, tf_fb,
-                tb.median_ms * 1e3 / double(B * H), tb.reps);
-    std::fflush(stdout);
-    if (json) {
-      for (int pass = 0; pass < 2; ++pass) {
-        const Timing& t = pass == 0 ? tf : tb;
-        const double f = pass == 0 ? flops : 3.5 * flops;
-        std::fprintf(json,
-                     "{\"bench\":\"attention\",\"impl\":\"%s\",\"backend\":\"%s\",\"status\":\"ok\","
-                     "\"device\":\"%s\",\"dtype\":\"bf16\",\"pattern\":\"%s\",\"windows\":%s,"
-                     "\"B\":%lld,\"H\":%lld,\"T\":%lld,\"D\":%lld,\"pass\":\"%s\",\"ms\":%.6f,"
-                     "\"ms_min\":%.6f,\"ms_mean\":%.6f,\"reps\":%d,\"flops\":%.6e,\"tflops\":%.3f,"
-                     "\"us_per_seq\":%.4f}\n",
-                     impl, o.op ? "keel-flash-op" : "keel-flash", device_name.c_str(), pattern.c_str(),
-                     json_ints(windows).c_str(), (long long)B, (long long)H, (long long)T, (long long)D,
-                     pass == 0 ? "fwd" : "fwd_bwd", t.median_ms, t.min_ms, t.mean_ms, t.reps, f,
-                     f / t.median_ms * 1e-9, t.median_ms * 1e3 / double(B * H));
-        std::fflush(json);
+  for (const std::string& pattern : o.patterns)
+    for (const std::string& kernels : o.kernels) {
+      // The kernels read KEEL_ATTENTION_KERNEL at every call (ops/cuda/attention_kernels.h).
+      setenv("KEEL_ATTENTION_KERNEL", kernels.c_str(), 1);
+      const std::string impl = std::string(o.op ? "keel-op" : "keel") + (kernels == "mma" ? "" : "-" + kernels);
+      const std::vector<int64_t> windows = pattern_windows(pattern, H);
+      const AttentionSpec spec{scale, windows, 0.0};
+      std::function<void()> fwd, fwd_bwd;
+      if (!o.op) {
+        fwd = [&] { cuda::attention_forward(q, k, v, windows, scale, 0.0, out, lse, max_logit, max_range); };
+        fwd_bwd = [&] {
+          cuda::attention_forward(q, k, v, windows, scale, 0.0, out, lse, max_logit, max_range);
+          cuda::attention_backward(q, k, v, out, lse, dout, windows, scale, 0.0, dq, dk, dv);
+        };
+      } else {
+        // Leaves that require grad, so the front end records its node; zero_grad drops the
+        // gradients of the last rep so each backward starts fresh (as PyTorch's q.grad = None).
+        fwd = [&] {
+          NoGradGuard no_grad;
+          AttentionResult r = attention(q, k, v, spec);
+        };
+        fwd_bwd = [&] {
+          q.set_requires_grad(true);
+          k.set_requires_grad(true);
+          v.set_requires_grad(true);
+          AttentionResult r = attention(q, k, v, spec);
+          r.out.backward(dout);
+          q.zero_grad();
+          k.zero_grad();
+          v.zero_grad();
+        };
+      }
+      const double flops = forward_flops(B, T, D, windows);
+      const Timing tf = time_calls(fwd, o, s);
+      const Timing tb = time_calls(fwd_bwd, o, s);
+      if (o.op) {
+        q.set_requires_grad(false);
+        k.set_requires_grad(false);
+        v.set_requires_grad(false);
+      }
+      // A cheap sanity check on real output: the per-head max logit of the last call is finite
+      // and positive (random inputs). Correctness itself is the CUDA tests' job.
+      // (--op: the front end allocates its own statistic, so there is nothing to look at here.)
+      bool sane = true;
+      if (!o.op)
+        for (float m : max_logit.to_vector<float>()) sane = sane && std::isfinite(m) && m > 0;
+      if (!sane) std::printf("WARNING: non-finite or zero max logit for D=%lld T=%lld %s\n", (long long)D,
+                             (long long)T, pattern.c_str());
+      const double tf_fwd = flops / tf.median_ms * 1e-9, tf_fb = 3.5 * flops / tb.median_ms * 1e-9;
+      std::printf("%4lld %6lld %5lld %-10s %-5s | %9.3f %8.1f | %9.3f %8.1f | %11.2f %5d\n", (long long)D,
+                  (long long)T, (long long)B, pattern.c_str(), kernels.c_str(), tf.median_ms, tf_fwd, tb.median_ms,
+                  tf_fb, tb.median_ms * 1e3 / double(B * H), tb.reps);
+      std::fflush(stdout);
+      if (json) {
+        for (int pass = 0; pass < 2; ++pass) {
+          const Timing& t = pass == 0 ? tf : tb;
+          const double f = pass == 0 ? flops : 3.5 * flops;
+          std::fprintf(json,
+                       "{\"bench\":\"attention\",\"impl\":\"%s\",\"kernels\":\"%s\",\"backend\":\"%s\","
+                       "\"status\":\"ok\","
+                       "\"device\":\"%s\",\"dtype\":\"bf16\",\"pattern\":\"%s\",\"windows\":%s,"
+                       "\"B\":%lld,\"H\":%lld,\"T\":%lld,\"D\":%lld,\"pass\":\"%s\",\"ms\":%.6f,"
+                       "\"ms_min\":%.6f,\"ms_mean\":%.6f,\"reps\":%d,\"flops\":%.6e,\"tflops\":%.3f,"
+                       "\"us_per_seq\":%.4f}\n",
+                       impl.c_str(), kernels.c_str(), o.op ? "keel-flash-op" : "keel-flash", device_name.c_str(),
+                       pattern.c_str(), json_ints(windows).c_str(), (long long)B, (long long)H, (long long)T,
+                       (long long)D,
+                       pass == 0 ? "fwd" : "fwd_bwd", t.median_ms, t.min_ms, t.mean_ms, t.reps, f,
+                       f / t.median_ms * 1e-9, t.median_ms * 1e3 / double(B * H));
+          std::fflush(json);
+        }
       }
     }
-  }
 }
 
 void print_usage() {
   std::printf(
       "usage: bench_attention [--json PATH] [--dims 32,64,128] [--seqs 1024,2048,4096,8192,16384]\n"
-      "                       [--patterns mhsa,ls_w50,ls_w100,local_w50] [--rows 2097152] [--heads 6]\n"
-      "                       [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2] [--op]\n");
+      "                       [--patterns mhsa,ls_w50,ls_w100,local_w50] [--rows 2097152] [--batch 0] [--heads 6]\n"
+      "                       [--kernels mma,wmma] [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2]\n"
+      "                       [--op]\n");
 }
 
 }  // namespace
@@ -266,7 +279,9 @@ int main(int argc, char** argv) {
       else if (a == "--seqs") o.seqs = split_ints(value());
       else if (a == "--patterns") o.patterns = split(value());
       else if (a == "--rows") o.rows = std::stoll(value());
+      else if (a == "--batch") o.batch = std::stoll(value());
       else if (a == "--heads") o.heads = std::stoll(value());
+      else if (a == "--kernels") o.kernels = split(value());
       else if (a == "--budget-ms") o.budget_ms = std::stod(value());
       else if (a == "--min-reps") o.min_reps = std::stoi(value());
       else if (a == "--max-reps") o.max_reps = std::stoi(value());
@@ -281,8 +296,13 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    if (o.min_reps < 1 || o.max_reps < o.min_reps || o.heads < 1 || o.rows < 1)
-      throw ValueError("bench_attention", "need 1 <= --min-reps <= --max-reps, --heads >= 1, --rows >= 1");
+    if (o.min_reps < 1 || o.max_reps < o.min_reps || o.heads < 1 || o.rows < 1 || o.batch < 0)
+      throw ValueError("bench_attention",
+                       "need 1 <= --min-reps <= --max-reps, --heads >= 1, --rows >= 1, --batch >= 0");
+    if (o.kernels.empty()) throw ValueError("bench_attention", "--kernels needs mma, wmma or both");
+    for (const auto& k : o.kernels)
+      if (k != "mma" && k != "wmma")
+        throw ValueError("bench_attention", "unknown kernels '" + k + "'", "use --kernels mma, wmma or mma,wmma");
     for (const auto& p : o.patterns) (void)pattern_windows(p, o.heads);  // reject bad names before any work
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_attention: %s\n", e.what());
@@ -296,26 +316,27 @@ int main(int argc, char** argv) {
   try {
     cudaStream_t s = cuda::detail::stream(0);
     const cuda::DeviceInfo info = cuda::device_info(0);
-    const char* impl = o.op ? "keel-op" : "keel";
     std::FILE* json = nullptr;
     if (!o.json_path.empty()) {
       json = std::fopen(o.json_path.c_str(), "w");
       if (!json) throw IoError("bench_attention", "cannot open " + o.json_path + " for writing");
     }
-    std::printf("device: %s (%d SMs), bf16, H = %lld, B = round(%lld rows / (H*T)), %s, median of reps\n",
-                info.name.c_str(), info.multiprocessors, (long long)o.heads, (long long)o.rows,
+    const std::string batch = o.batch > 0 ? "B = " + std::to_string(o.batch)
+                                          : "B = round(" + std::to_string(o.rows) + " rows / (H*T))";
+    std::printf("device: %s (%d SMs), bf16, H = %lld, %s, %s, median of reps\n", info.name.c_str(),
+                info.multiprocessors, (long long)o.heads, batch.c_str(),
                 o.op ? "front end + autograd (--op)" : "kernels called directly");
     std::printf("FLOPs: allowed pairs only; fwd = 4*D per pair, fwd+bwd = 3.5 x fwd\n");
-    std::printf("%4s %6s %5s %-10s | %9s %8s | %9s %8s | %11s %5s\n", "D", "T", "B", "pattern", "fwd ms", "TF/s",
-                "f+b ms", "TF/s", "f+b us/seq", "reps");
+    std::printf("%4s %6s %5s %-10s %-5s | %9s %8s | %9s %8s | %11s %5s\n", "D", "T", "B", "pattern", "kern",
+                "fwd ms", "TF/s", "f+b ms", "TF/s", "f+b us/seq", "reps");
     Generator gen(0);
     for (int64_t D : o.dims) {
       for (int64_t T : o.seqs) {
         const int64_t H = o.heads;
-        const int64_t B = std::max<int64_t>(1, std::llround(double(o.rows) / double(H * T)));
+        const int64_t B = o.batch > 0 ? o.batch : std::max<int64_t>(1, std::llround(double(o.rows) / double(H * T)));
         // One failing config (out of memory, an unsupported shape) is reported and skipped.
         try {
-          bench_config(o, D, T, B, gen, json, impl, info.name, s);
+          bench_config(o, D, T, B, gen, json, info.name, s);
         } catch (const std::exception& e) {
           std::printf("%4lld %6lld %5lld FAILED: %s\n", (long long)D, (long long)T, (long long)B, e.what());
           if (json) {
@@ -323,13 +344,17 @@ int main(int argc, char** argv) {
             for (char& c : msg)
               if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = ' ';
             for (const std::string& pattern : o.patterns)
-              for (const char* pass : {"fwd", "fwd_bwd"})
-                std::fprintf(json,
-                             "{\"bench\":\"attention\",\"impl\":\"%s\",\"status\":\"error\",\"error\":\"%s\","
-                             "\"device\":\"%s\",\"dtype\":\"bf16\",\"pattern\":\"%s\",\"B\":%lld,\"H\":%lld,"
-                             "\"T\":%lld,\"D\":%lld,\"pass\":\"%s\"}\n",
-                             impl, msg.c_str(), info.name.c_str(), pattern.c_str(), (long long)B, (long long)H,
-                             (long long)T, (long long)D, pass);
+              for (const std::string& kernels : o.kernels)
+                for (const char* pass : {"fwd", "fwd_bwd"}) {
+                  const std::string impl =
+                      std::string(o.op ? "keel-op" : "keel") + (kernels == "mma" ? "" : "-" + kernels);
+                  std::fprintf(json,
+                               "{\"bench\":\"attention\",\"impl\":\"%s\",\"kernels\":\"%s\",\"status\":\"error\","
+                               "\"error\":\"%s\",\"device\":\"%s\",\"dtype\":\"bf16\",\"pattern\":\"%s\",\"B\":%lld,"
+                               "\"H\":%lld,\"T\":%lld,\"D\":%lld,\"pass\":\"%s\"}\n",
+                               impl.c_str(), kernels.c_str(), msg.c_str(), info.name.c_str(), pattern.c_str(),
+                               (long long)B, (long long)H, (long long)T, (long long)D, pass);
+                }
             std::fflush(json);
           }
         }

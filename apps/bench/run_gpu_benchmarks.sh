@@ -16,23 +16,31 @@
 #
 #   2. On the GPU machine, in a copy of the repository with build/gpu-stage copied in:
 #        bash apps/bench/run_gpu_benchmarks.sh [--out DIR]
-#      runs, each part under its own time limit inside a total budget (BENCH_BUDGET_S, 540 s):
+#      runs, each part under its own time limit inside a total budget (BENCH_BUDGET_S, 780 s):
+#        bench_attention       the FlashAttention-2 comparison: B 8, H 12, D 64/128, T 1k..8k,
+#                              MHSA and LS (w 50), keel's mma and wmma kernels -> $OUT/attention_fa2_keel.jsonl
+#        attention_baseline.py the same in PyTorch (SDPA flash; masked SDPA for LS) -> $OUT/attention_fa2_torch.jsonl
+#        ncu                   (when ncu is installed) the mma forward and backward kernels at
+#                              D 128, T 4096: speed of light, occupancy, memory    -> log.txt
 #        bench_ops             keel matmul/linear vs bare cuBLAS            -> log.txt
-#        bench_attention       keel attention fwd, fwd+bwd                  -> $OUT/attention_keel.jsonl
+#        bench_attention       keel attention fwd, fwd+bwd (mma kernels), every pattern -> $OUT/attention_keel.jsonl
 #        attention_baseline.py the same configs in PyTorch                  -> $OUT/attention_torch.jsonl
 #        gpt2 prepare + train  gpt2-124m (T 1024), paper MHSA and LS (T 2048) -> $OUT/train_keel.jsonl
 #        train_baseline.py     the same models in PyTorch (eager; + compile) -> $OUT/train_torch.jsonl
 #      then merges the JSON lines into a keel-vs-PyTorch table: $OUT/summary.md, printed last.
-#      Everything printed is also in $OUT/log.txt. Six files in $OUT, no folders, so the
+#      Everything printed is also in $OUT/log.txt. Eight files in $OUT, no folders, so the
 #      results are easy to copy back.
 #
 # Environment (all optional):
-#   SKIP_OPS, SKIP_ATTN_KEEL, SKIP_ATTN_TORCH, SKIP_TRAIN_KEEL, SKIP_TRAIN_TORCH  =1 skips a part
+#   SKIP_FA2, SKIP_NCU, SKIP_OPS, SKIP_ATTN_KEEL, SKIP_ATTN_TORCH, SKIP_TRAIN_KEEL, SKIP_TRAIN_TORCH
+#                         =1 skips a part
+#   FA2_ARGS="..."        the FlashAttention-2 comparison's configs (default: --batch 8 --heads 12
+#                         --dims 64,128 --seqs 1024,2048,4096,8192 --patterns mhsa,ls_w50)
 #   TORCH_COMPILE=0       no torch.compile run of gpt2-124m (default 1: one extra row, run last)
 #   ATTN_ARGS="..."       extra flags for both attention benchmarks (e.g. "--dims 64 --seqs 2048")
 #   QUICK=1               a smoke test: D 64, T 1k/2k, 10 training steps
 #   TRAIN_STEPS=50        keel training steps per run; the first TRAIN_SKIP=10 are not summarised
-#   BENCH_BUDGET_S=540    total seconds; a part gets at most what is left less a reserve
+#   BENCH_BUDGET_S=780    total seconds; a part gets at most what is left less a reserve
 #   KEEL_STAGE=DIR        where the staged binaries are (default build/gpu-stage)
 #   OUT=DIR               the output folder for the results, as --out DIR (default runs/gpu-bench)
 #   PYTHON=python3        the Python that has torch
@@ -100,15 +108,17 @@ mkdir -p "$WORK"
 exec 3>&1 4>&2
 exec > >(tee -a "$OUT/log.txt") 2>&1
 export PYTHONUNBUFFERED=1
-BUDGET=${BENCH_BUDGET_S:-540}
+BUDGET=${BENCH_BUDGET_S:-780}
 RESERVE=25  # seconds kept for the summary
 QUICK=${QUICK:-0}
 TRAIN_STEPS=${TRAIN_STEPS:-50}
 TRAIN_SKIP=${TRAIN_SKIP:-10}
 ATTN_ARGS=${ATTN_ARGS:-}
+FA2_ARGS=${FA2_ARGS:-"--batch 8 --heads 12 --dims 64,128 --seqs 1024,2048,4096,8192 --patterns mhsa,ls_w50"}
 TORCH_STEPS="--warmup 10 --steps 30"
 if [[ "$QUICK" == "1" ]]; then
   ATTN_ARGS="--dims 64 --seqs 1024,2048 $ATTN_ARGS"
+  FA2_ARGS="$FA2_ARGS --dims 64 --seqs 1024,2048"
   TRAIN_STEPS=10 TRAIN_SKIP=3 TORCH_STEPS="--warmup 3 --steps 5"
 fi
 
@@ -191,6 +201,30 @@ done
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv 2>&1
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' 2>&1
 
+if [[ "${SKIP_FA2:-0}" != "1" ]]; then
+  banner "FlashAttention-2 comparison: keel mma and wmma kernels, PyTorch"
+  # shellcheck disable=SC2086
+  run_part bench_attention_fa2 150 "${K[@]}" "$BIN/bench_attention" --json "$OUT/attention_fa2_keel.jsonl" \
+    --kernels mma,wmma $FA2_ARGS
+  # shellcheck disable=SC2086
+  run_part attention_baseline_fa2 120 "$PY" "$ROOT/apps/bench/attention_baseline.py" \
+    --json "$OUT/attention_fa2_torch.jsonl" $FA2_ARGS
+fi
+
+if [[ "${SKIP_NCU:-0}" != "1" ]]; then
+  if command -v ncu >/dev/null 2>&1; then
+    banner "ncu: the mma attention kernels (D 128, T 4096, MHSA)"
+    for kernel in attention_mma_forward_kernel attention_mma_backward_kernel; do
+      run_part "ncu_$kernel" 90 "${K[@]}" ncu --kernel-name "regex:$kernel" --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+        --section ComputeWorkloadAnalysis "$BIN/bench_attention" --batch 8 --heads 12 --dims 128 --seqs 4096 \
+        --patterns mhsa --kernels mma --warmup 0 --min-reps 1 --max-reps 1
+    done
+  else
+    echo "ncu (Nsight Compute) is not installed: no kernel profile (docs/gpu-benchmarks.md)"
+  fi
+fi
+
 if [[ "${SKIP_OPS:-0}" != "1" ]]; then
   banner "bench_ops: keel matmul vs cuBLAS"
   run_part bench_ops 60 "${K[@]}" "$BIN/bench_ops" --iters 50
@@ -199,7 +233,8 @@ fi
 if [[ "${SKIP_ATTN_KEEL:-0}" != "1" ]]; then
   banner "bench_attention: keel"
   # shellcheck disable=SC2086
-  run_part bench_attention 170 "${K[@]}" "$BIN/bench_attention" --json "$OUT/attention_keel.jsonl" $ATTN_ARGS
+  run_part bench_attention 170 "${K[@]}" "$BIN/bench_attention" --json "$OUT/attention_keel.jsonl" --kernels mma \
+    $ATTN_ARGS
 fi
 
 if [[ "${SKIP_ATTN_TORCH:-0}" != "1" ]]; then
@@ -296,9 +331,10 @@ def load(name):
             except ValueError:
                 pass
     return rows
+fa2 = [r for r in load("attention_fa2_keel.jsonl") + load("attention_fa2_torch.jsonl") if r.get("status") == "ok"]
 attn = [r for r in load("attention_keel.jsonl") + load("attention_torch.jsonl") if r.get("status") == "ok"]
 A = {(r["impl"], r["pattern"], r["D"], r["T"], r["pass"]): r for r in attn}
-dev = attn[0]["device"] if attn else "?"
+dev = (attn or fa2)[0]["device"] if (attn or fa2) else "?"
 def ms(impl, pat, D, T, ps="fwd_bwd"):
     r = A.get((impl, pat, D, T, ps))
     return r["ms"] if r else None
@@ -307,6 +343,32 @@ def f(x, spec=".2f"):
 Ds = sorted({k[2] for k in A})
 Ts = sorted({k[3] for k in A})
 print(f"# keel vs PyTorch on {dev}\n")
+F = {(r["impl"], r["pattern"], r["D"], r["T"], r["pass"]): r for r in fa2}
+if F:
+    r0 = fa2[0]
+    print(f"## FlashAttention-2 comparison: bf16, B = {r0['B']}, H = {r0['H']}; ms (median)\n")
+    print("keel mma = FlashAttention-2's design (the default kernels), keel wmma = the first kernels. Targets: MHSA "
+          "keel mma at least PyTorch SDPA flash's speed (ratio = flash ms / keel ms >= 1.0, fwd+bwd); "
+          "LS (w 50) keel mma >= 3x PyTorch with the window mask (masked SDPA), fwd+bwd.\n")
+    print("| D | T | pattern | keel mma fwd | keel wmma fwd | torch fwd | keel mma f+b | keel wmma f+b | torch f+b | "
+          "torch / keel mma (f+b) | wmma / mma (f+b) | keel mma f+b TF/s | target |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for D in sorted({k[2] for k in F}):
+        for T in sorted({k[3] for k in F}):
+            for pat in ("mhsa", "ls_w50"):
+                torch_impl = "torch-flash" if pat == "mhsa" else "torch-masked"
+                g = lambda impl, ps: (F.get((impl, pat, D, T, ps)) or {}).get("ms")
+                km, kw, tt = g("keel", "fwd_bwd"), g("keel-wmma", "fwd_bwd"), g(torch_impl, "fwd_bwd")
+                if km is None and tt is None:
+                    continue
+                ratio = tt / km if tt and km else None
+                goal = 1.0 if pat == "mhsa" else 3.0
+                target = "-" if ratio is None else ("PASS" if ratio >= goal else "FAIL") + f" (>= {goal:.1f})"
+                rk = F.get(("keel", pat, D, T, "fwd_bwd"))
+                print(f"| {D} | {T} | {pat} ({torch_impl}) | {f(g('keel', 'fwd'), '.3f')} | {f(g('keel-wmma', 'fwd'), '.3f')} | "
+                      f"{f(g(torch_impl, 'fwd'), '.3f')} | {f(km, '.3f')} | {f(kw, '.3f')} | {f(tt, '.3f')} | {f(ratio)} | "
+                      f"{f(kw / km if kw and km else None)} | {f(rk and rk['tflops'], '.0f')} | {target} |")
+    print()
 print("## Causal attention (MHSA), bf16, H=6, ~2M query rows; ratio = keel speed / PyTorch flash speed\n")
 print("Target: fwd+bwd ratio >= 0.8 for D = 64, 128 at T >= 2048.\n")
 print("| D | T | keel fwd ms | flash fwd ms | fwd ratio | keel f+b ms | keel f+b TF/s | flash f+b ms | flash f+b TF/s | f+b ratio | target |")

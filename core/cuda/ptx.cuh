@@ -39,11 +39,13 @@ namespace keel::cuda::ptx {
 
 // d += a b: mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 (T = bf16 or f16).
 template <typename T>
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2] KEEL_PTX_WHERE) {
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2] KEEL_PTX_WHERE) {
   static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "mma.sync takes bf16 or f16");
 #ifdef KEEL_CUDA_EMULATED
-  ::keel::emu::ptx::mma_m16n8k16(std::is_same_v<T, __half> ? ::keel::emu::ptx::MmaInput::f16 : ::keel::emu::ptx::MmaInput::bf16, d, a, b, d,
-                         where);
+  ::keel::emu::ptx::mma_m16n8k16(
+      std::is_same_v<T, __half> ? ::keel::emu::ptx::MmaInput::f16 : ::keel::emu::ptx::MmaInput::bf16, d, a, b, d,
+      where);
 #else
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
     asm volatile(

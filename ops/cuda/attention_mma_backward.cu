@@ -186,7 +186,8 @@ __global__ void __launch_bounds__(MmaBwd<D>::kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = q0 + m0 + g + 8 * (e >> 1);
-        if (i < T_len) atomicAdd(dq_accum + base + static_cast<int64_t>(i) * D + d0 + 8 * d + 2 * t + (e & 1), dq[d][e]);
+        if (i < T_len)
+          atomicAdd(dq_accum + base + static_cast<int64_t>(i) * D + d0 + 8 * d + 2 * t + (e & 1), dq[d][e]);
       }
     handed = flag;
   }
@@ -202,7 +203,8 @@ __global__ void __launch_bounds__(MmaBwd<D>::kThreads)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int at = Swizzle<D>::offset(r0 + g + 8 * r, 8 * d + 2 * t);
-      *reinterpret_cast<uint32_t*>(Ks + at) = pack2<T>(dk_acc[d][2 * r] * dims.scale, dk_acc[d][2 * r + 1] * dims.scale);
+      *reinterpret_cast<uint32_t*>(Ks + at) =
+          pack2<T>(dk_acc[d][2 * r] * dims.scale, dk_acc[d][2 * r + 1] * dims.scale);
       *reinterpret_cast<uint32_t*>(Vs + at) = pack2<T>(dv_acc[d][2 * r], dv_acc[d][2 * r + 1]);
     }
   __syncwarp();

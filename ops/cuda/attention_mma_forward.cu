@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(MmaFwd<D>::kThreads)
   uint32_t qf[kQ][4];
   float o[kO][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's share of the row sum
-  float mn[2] = {INFINITY, INFINITY};                          // this lane's smallest allowed logit
+  float mn[2] = {INFINITY, INFINITY};                        // this lane's smallest allowed logit
   bool nan = false;
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int stage = (kt - keys.begin) & 1, k0 = kt * kBc;

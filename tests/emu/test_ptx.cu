@@ -20,17 +20,22 @@ namespace ptx = keel::cuda::ptx;
 
 namespace {
 
-template <typename T> T* device_array(size_t n) {
+template <typename T>
+T* device_array(size_t n) {
   void* p = nullptr;
   KEEL_CHECK_CUDA(cudaMalloc(&p, n * sizeof(T)));
   return static_cast<T*>(p);
 }
 
-template <typename T> uint16_t bits(T x) {
+template <typename T>
+uint16_t bits(T x) {
   if constexpr (std::is_same_v<T, __half>) return __half_as_ushort(x);
   else return __bfloat16_as_ushort(x);
 }
-template <typename T> uint32_t pack(T lo, T hi) { return uint32_t(bits(lo)) | uint32_t(bits(hi)) << 16; }
+template <typename T>
+uint32_t pack(T lo, T hi) {
+  return uint32_t(bits(lo)) | uint32_t(bits(hi)) << 16;
+}
 
 // The PTX ISA's fragment coordinates (g = lane / 4, t = lane % 4); element e of register i.
 struct RowCol {
@@ -169,7 +174,8 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
-template <typename T> void check_mma(T (*convert)(float)) {
+template <typename T>
+void check_mma(T (*convert)(float)) {
   T* a = device_array<T>(256);
   T* b = device_array<T>(128);
   float* d = device_array<float>(128);
@@ -239,9 +245,9 @@ TEST_CASE("emulated PTX: cp.async lands when its group is waited for, zero-fills
   for (int t = 0; t < 32; ++t) {
     CAPTURE(t);
     const float* o = out + 5 * t;
-    CHECK(std::isnan(o[0]));                       // in flight: the destination is undefined (NaN here)
-    CHECK(o[1] == src[4 * t]);                     // its group was waited for
-    CHECK(std::isnan(o[2]));                       // the newest group may still be in flight
+    CHECK(std::isnan(o[0]));                           // in flight: the destination is undefined (NaN here)
+    CHECK(o[1] == src[4 * t]);                         // its group was waited for
+    CHECK(std::isnan(o[2]));                           // the newest group may still be in flight
     CHECK(o[3] == (t % 2 ? 0.0f : src[128 + 4 * t]));  // landed; odd threads asked for zeros
     const int n = (t + 1) % 32;
     CHECK(o[4] == (n % 2 ? 0.0f : src[128 + 4 * n]));  // another thread's copy, after a barrier

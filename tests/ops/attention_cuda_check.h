@@ -117,7 +117,7 @@ struct TermScales {
   std::vector<double> dq, dk;
 };
 inline TermScales term_scales(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Grads& ref,
-                       const std::vector<int64_t>& window, double scale, double softcap, double min_normal) {
+                              const std::vector<int64_t>& window, double scale, double softcap, double min_normal) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const std::vector<double> qv = q.to_vector<double>(), kv = k.to_vector<double>(), vv = v.to_vector<double>(),
                             gv = g.to_vector<double>(), ov = ref.out.to_vector<double>(),
@@ -157,7 +157,7 @@ inline TermScales term_scales(const Tensor& q, const Tensor& k, const Tensor& v,
 
 // The worst row's error relative to the size of its terms (term_scales); a NaN fails.
 inline void check_by_terms(const char* name, const Tensor& got, const Tensor& ref, const std::vector<double>& scales,
-                    double tol) {
+                           double tol) {
   const std::vector<double> o = got.to_vector<double>(), r = ref.to_vector<double>();
   const size_t D = static_cast<size_t>(ref.size(-1));
   double worst = 0;
@@ -175,7 +175,7 @@ inline void check_by_terms(const char* name, const Tensor& got, const Tensor& re
 
 // The CPU kernels in f64 on the given (already rounded) inputs.
 inline Grads cpu_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                    const std::vector<int64_t>& window, double scale, double softcap) {
+                           const std::vector<int64_t>& window, double scale, double softcap) {
   const Tensor q64 = q.to(DType::f64), k64 = k.to(DType::f64), v64 = v.to(DType::f64), g64 = g.to(DType::f64);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
   Grads r;
@@ -190,8 +190,8 @@ inline Grads cpu_reference(const Tensor& q, const Tensor& k, const Tensor& v, co
 }
 
 // The CUDA kernels into NaN-poisoned outputs.
-inline Grads cuda_run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const std::vector<int64_t>& window,
-               double scale, double softcap) {
+inline Grads cuda_run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                      const std::vector<int64_t>& window, double scale, double softcap) {
   const Device dev = Device::cuda(0);
   const Tensor qd = q.to(dev), kd = k.to(dev), vd = v.to(dev), gd = g.to(dev);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
@@ -212,7 +212,7 @@ inline Grads cuda_run(const Tensor& q, const Tensor& k, const Tensor& v, const T
 struct Case {
   int64_t B, T, D;
   std::vector<int64_t> window;
-  double scale = 0;      // 0: 1/sqrt(D)
+  double scale = 0;  // 0: 1/sqrt(D)
   double softcap = 0;
   double input_std = 1;  // larger: larger logits
 };
@@ -227,8 +227,8 @@ inline void check_case(const Case& c, DType dt, uint64_t seed) {
   const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(static_cast<double>(c.D));
   std::string windows;
   for (int64_t w : c.window) windows += std::to_string(w) + " ";
-  INFO(std::string(dtype_name(dt)) << " B " << c.B << " T " << c.T << " D " << c.D << " windows [ " << windows << "] scale "
-                      << scale << " softcap " << c.softcap);
+  INFO(std::string(dtype_name(dt)) << " B " << c.B << " T " << c.T << " D " << c.D << " windows [ " << windows
+                                   << "] scale " << scale << " softcap " << c.softcap);
   const Grads ref = cpu_reference(q, k, v, g, c.window, scale, c.softcap);
   const TermScales ts = term_scales(q, k, v, g, ref, c.window, scale, c.softcap, min_normal(dt));
   const double tol = tolerance(dt);

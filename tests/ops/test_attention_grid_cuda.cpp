@@ -60,8 +60,9 @@ std::vector<int64_t> all_windows(int64_t T) { return {1, 2, 63, 64, 65, std::max
 // The short sequences: below, at and across the 16-row warp tiles, the 64-key and 128-row tiles.
 void short_sequences(DType dt, uint64_t seed) {
   const bool sanitized = grid_level() == Grid::sanitized;
-  const std::vector<int64_t> Ts = sanitized ? std::vector<int64_t>{1, 17, 65, 129}
-                                            : std::vector<int64_t>{1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 257};
+  const std::vector<int64_t> Ts = sanitized
+                                      ? std::vector<int64_t>{1, 17, 65, 129}
+                                      : std::vector<int64_t>{1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 257};
   for (int64_t T : Ts)
     for (int64_t D : {32, 64, 128}) check_case({1, T, D, all_windows(T)}, dt, ++seed);
 }

@@ -4,10 +4,9 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <fmt/format.h>
 
 #include <bit>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -75,10 +74,10 @@ void ldmatrix_combine(const void*, const void* const in[32], void* const out[32]
                       "every lane of the warp must execute the same ldmatrix instruction");
     rows[l] = static_cast<const uint16_t*>(me->row);
     if (l < 8 * num && reinterpret_cast<uintptr_t>(me->row) % 16 != 0)
-      throw CudaError("emulated CUDA",
-                      fmt::format("ldmatrix.x{}: lane {} gives row address {}, which is not 16-byte aligned", num, l,
-                                  me->row),
-                      "each row of an 8x8 b16 matrix is 16 bytes and must be naturally aligned");
+      throw CudaError(
+          "emulated CUDA",
+          fmt::format("ldmatrix.x{}: lane {} gives row address {}, which is not 16-byte aligned", num, l, me->row),
+          "each row of an 8x8 b16 matrix is 16 bytes and must be naturally aligned");
   }
   for (int l = 0; l < 32; ++l) {
     auto* o = static_cast<LdmatrixOut*>(out[l]);
