@@ -105,8 +105,12 @@ __global__ void ldmatrix_kernel(const uint16_t* tile, uint32_t* out) {
 // ldmatrix_x2_trans, or stored n-major (row n holds k = 0..15) by ldmatrix_x2.
 template <typename T, bool kNMajorB>
 __global__ void ldmatrix_mma_kernel(const T* a, const T* b, float* d) {
-  alignas(16) __shared__ T sa[16 * 16];
-  alignas(16) __shared__ T sb[16 * 8];
+  // Raw 16-bit storage: a static __shared__ array of a type with a constructor (bf16, f16) is,
+  // on the emulated GPU, a thread_local whose initialisation guard every CUDA thread touches.
+  alignas(16) __shared__ uint16_t raw_a[16 * 16];
+  alignas(16) __shared__ uint16_t raw_b[16 * 8];
+  T* const sa = reinterpret_cast<T*>(raw_a);
+  T* const sb = reinterpret_cast<T*>(raw_b);
   const int lane = threadIdx.x;
   for (int e = lane; e < 256; e += 32) sa[e] = a[e];
   for (int e = lane; e < 128; e += 32) {
