@@ -11,8 +11,9 @@
 // reaches, a thread that exits while others wait for it, a mask that names an exited or absent
 // lane, lanes waiting in different collectives. A real GPU would hang or return garbage.
 //
-// Everything here is called from the device functions in device_functions.h and wmma.h, and
-// from launch.h; kernels never call it directly.
+// Everything here is called from the device functions in device_functions.h, wmma.h and ptx.h,
+// and from launch.h; kernels never call it directly. The scheduler is block.cpp, the waits and
+// their rules block_sync.cpp.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,0 +1,157 @@
+// The state of the block running on this host thread, shared by the two halves of the block
+// emulator: the scheduler that runs CUDA threads as fibers (block.cpp) and the places where they
+// wait for each other, __syncthreads, warp collectives and cp.async (block_sync.cpp). Private to
+// those two files; everything else goes through block.h.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/cuda/emu/block.h"
+#include "core/cuda/emu/fiber.h"
+#include "core/error.h"
+
+// The happens-before edges the emulator declares to TSan (emu-tsan builds; nothing otherwise).
+#if defined(KEEL_EMU_TSAN)
+#include <sanitizer/tsan_interface.h>
+#define KEEL_TSAN_RELEASE(addr) __tsan_release(const_cast<void*>(static_cast<const volatile void*>(addr)))
+#define KEEL_TSAN_ACQUIRE(addr) __tsan_acquire(const_cast<void*>(static_cast<const volatile void*>(addr)))
+#else
+#define KEEL_TSAN_RELEASE(addr) ((void)(addr))
+#define KEEL_TSAN_ACQUIRE(addr) ((void)(addr))
+#endif
+
+namespace keel::emu::detail {
+
+constexpr int kMaxThreads = 1024;
+
+enum class State : uint8_t { not_started, runnable, at_barrier, in_collective, done };
+
+struct Thread {
+  uint3 idx{};
+  State state = State::not_started;
+  Context suspended;         // where it waits, while it waits
+  int stack = -1;            // the stack its frames are on
+  const void* in = nullptr;  // operands while waiting in a warp collective
+  void* out = nullptr;
+  void* tsan = nullptr;      // its TSan fiber (TSan builds)
+};
+
+// A collective some lanes of a warp have reached and others not yet.
+struct Pending {
+  Collective kind;
+  unsigned mask = 0, arrived = 0;
+  std::source_location where;
+  CombineFn combine = nullptr;
+  const void* state = nullptr;
+};
+
+// The cp.async copies one CUDA thread has in flight (block.h): a fixed ring, like everything
+// the scheduler and the CUDA threads both touch.
+struct AsyncQueue {
+  static constexpr int kCapacity = 128;
+  std::array<AsyncCopy, kCapacity> copies{};
+  std::array<uint32_t, kCapacity> group{};
+  int head = 0, count = 0;
+  uint32_t committed = 0;  // groups committed so far; the open group has this number
+  void clear() { head = count = 0, committed = 0; }
+};
+
+struct Warp {
+  std::vector<Pending> pending;
+  std::array<char, 2> sync_token{};  // TSan addresses of __syncwarp, by generation parity
+  unsigned syncwarp_generation = 0;
+};
+
+struct Block {
+  std::unique_ptr<Thread[]> threads{new Thread[kMaxThreads]};
+  std::unique_ptr<AsyncQueue[]> async{new AsyncQueue[kMaxThreads]};  // by thread index
+  std::array<Warp, kMaxThreads / 32> warps;
+  int n = 0;          // threads in this block
+  int running = -1;   // the CUDA thread on the CPU, -1 while the scheduler runs
+  int at_barrier = 0, finished = 0;
+  std::source_location barrier_where;
+  unsigned barrier_generation = 0;
+  std::array<char, 2> barrier_token{};  // TSan addresses of __syncthreads, by generation parity
+  char start_token = 0, end_token = 0;  // TSan: launch -> threads, threads -> after the block
+  // CUDA threads ready to run, in order. A fixed ring, as is everything the scheduler and the
+  // CUDA threads both touch: under TSan, memory the allocator hands from one to the other would
+  // look like a race between them.
+  struct Ready {
+    std::array<int, kMaxThreads> ring{};
+    int head = 0, count = 0;
+    bool empty() const { return count == 0; }
+    void clear() { head = count = 0; }
+    void push_back(int i) { ring[(head + count++) % kMaxThreads] = i; }
+    int front() const { return ring[head]; }
+    int pop_front() {
+      const int i = ring[head];
+      head = (head + 1) % kMaxThreads, --count;
+      return i;
+    }
+  } ready;
+  std::exception_ptr error;
+  // Stacks: [0, kMaxThreads) are the CUDA threads' own (TSan builds), the rest a pool that the
+  // scheduler and the threads it runs in turn share.
+  std::vector<std::unique_ptr<Stack>> stacks;
+  std::vector<int> free_stacks;
+  int current_stack = -1;
+  Context host;          // the launching host code, suspended while the block runs
+  bool from_host = false;
+  void* tsan_host = nullptr;
+  std::vector<unsigned char> shared_storage;  // dynamic shared memory of the running block
+  unsigned char* shared = nullptr;
+  size_t shared_bytes = 0;
+  void (*body)(const void*) = nullptr;
+  const void* ctx = nullptr;
+};
+
+// The block running on this host thread, if any. constinit: read without a TLS wrapper call.
+extern constinit thread_local Block* t_block;
+
+inline Block& block() {
+  if (!t_block) throw CudaError("emulated CUDA", "a device function was called outside a kernel");
+  return *t_block;
+}
+
+inline int current_index(const Block& b) {
+  if (b.running < 0) throw CudaError("emulated CUDA", "a device function was called outside a kernel");
+  return b.running;
+}
+
+std::string dim_str(uint3 d);
+std::string where_str(const std::source_location& w);
+
+// "threads 3, 4 and 96..127": indices of a block's threads that satisfy pred.
+template <typename Pred>
+std::string thread_list(const Block& b, Pred pred) {
+  std::string out;
+  int count = 0;
+  for (int i = 0; i < b.n;) {
+    if (!pred(i)) {
+      ++i;
+      continue;
+    }
+    int j = i;
+    while (j + 1 < b.n && pred(j + 1)) ++j;
+    out += (count++ ? ", " : "") + (i == j ? std::to_string(i) : fmt::format("{}..{}", i, j));
+    i = j + 1;
+  }
+  return out.empty() ? "none" : out;
+}
+
+// Throws the CudaError of a broken CUDA rule, naming the block.
+[[noreturn]] void fail(const Block& b, const std::string& what, const std::string& hint = {});
+
+// The running CUDA thread waits: its frames stay on its stack, and the scheduler carries on
+// with other threads. Returns when the scheduler resumes it (block.cpp).
+void wait_here(Block& b);
+
+}  // namespace keel::emu::detail
