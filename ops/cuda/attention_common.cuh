@@ -297,6 +297,36 @@ inline Dims make_dims(const char* op, const Tensor& q, const std::vector<int64_t
 // Outputs must already be (keel's allocator aligns every block); an input that is a contiguous
 // view at an odd offset is copied once instead.
 inline bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; }
+// The per-head statistics (max |logit|, max range) travel as the bits of a non-negative float:
+// non-negative floats order as their bits and a NaN (sign cleared by fabsf) is above +inf, so an
+// integer max reduces them and lets a NaN win (ops/nan_max.h's rule).
+__device__ __forceinline__ unsigned stat_bits(float x) { return __float_as_uint(fabsf(x)); }
+
+__device__ __forceinline__ unsigned warp_max_bits(unsigned x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) x = max(x, __shfl_xor_sync(0xffffffffu, x, off));
+  return x;
+}
+
+// Every thread's statistic bits -> the head's slots (zeroed before the launch): warp, block
+// (block_logit and block_range are __shared__, zeroed and synchronised before use), then one
+// atomic per block. Every thread of the block must call it (it holds a __syncthreads).
+__device__ __forceinline__ void publish_head_stats(unsigned logit_bits, unsigned range_bits, unsigned* block_logit,
+                                                   unsigned* block_range, unsigned* head_logit,
+                                                   unsigned* head_range) {
+  logit_bits = warp_max_bits(logit_bits);
+  range_bits = warp_max_bits(range_bits);
+  if ((threadIdx.x & 31) == 0) {
+    atomicMax(block_logit, logit_bits);
+    atomicMax(block_range, range_bits);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atomicMax(head_logit, *block_logit);
+    atomicMax(head_range, *block_range);
+  }
+}
+
 inline Tensor kernel_input(const Tensor& t) { return t.is_contiguous() && aligned16(t) ? t : t.clone(); }
 
 inline void check_tensor(const char* op, const char* name, const Tensor& t, const Tensor& like, DType dtype,

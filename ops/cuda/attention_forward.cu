@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads)
       const int c = 2 * c2 + par;
       float s = logit(Ss[row * ldS + c], dims);
       if (allowed(i, k0 + c, w, T_len)) {
-        amax = max(amax, __float_as_uint(fabsf(s)));  // fabsf: sign bit clear
+        amax = max(amax, stat_bits(s));
         lo = fminf(lo, s);
       } else {
         s = -INFINITY;
@@ -159,26 +159,10 @@ __global__ void __launch_bounds__(kThreads)
   // of the two lanes' minima. fmaxf and fminf skip a NaN, but a NaN logit made this lane's amax
   // NaN bits (above +inf's), and then the range is NaN too. Rows past the end count 0.
   lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, 1));
-  unsigned arange = i < T_len ? __float_as_uint(fabsf(m_run - lo)) : 0u;
+  unsigned arange = i < T_len ? stat_bits(m_run - lo) : 0u;
   if (amax > 0x7f800000u) arange = amax;
 
-  // max |logit| and max range: non-negative floats order as their bit patterns, and a NaN (sign
-  // cleared by fabsf) is above +inf, so an integer max reduces them and lets a NaN win. Warp,
-  // block, then a single atomic per block into the head's slot (zeroed before the launch).
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    arange = max(arange, __shfl_xor_sync(0xffffffffu, arange, off));
-  }
-  if (lane == 0) {
-    atomicMax(&block_max, amax);
-    atomicMax(&block_range, arange);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    atomicMax(max_logit + h, block_max);
-    atomicMax(max_range + h, block_range);
-  }
+  publish_head_stats(amax, arange, &block_max, &block_range, max_logit + h, max_range + h);
 }
 
 }  // namespace

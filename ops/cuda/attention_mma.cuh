@@ -121,15 +121,6 @@ __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
-__device__ __forceinline__ unsigned warp_max_bits(unsigned x) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) x = max(x, __shfl_xor_sync(0xffffffffu, x, off));
-  return x;
-}
-
-// A statistic as the bits of a non-negative float (fabsf), NaN-propagating: non-negative floats
-// order as their bits and a NaN (sign cleared) is above +inf, so integer max reduces them.
-__device__ __forceinline__ unsigned stat_bits(float x) { return __float_as_uint(fabsf(x)); }
 
 }  // namespace keel::cuda::attn::mma
 

@@ -186,18 +186,7 @@ __global__ void __launch_bounds__(MmaFwd<D>::kThreads)
           *reinterpret_cast<const uint4*>(Qs + Swizzle<D>::offset(r0 + r, col));
   }
 
-  // Warp, block, then one atomic per block into the head's slot.
-  logit_bits = warp_max_bits(logit_bits);
-  range_bits = warp_max_bits(range_bits);
-  if (lane == 0) {
-    atomicMax(&block_logit, logit_bits);
-    atomicMax(&block_range, range_bits);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    atomicMax(max_logit + h, block_logit);
-    atomicMax(max_range + h, block_range);
-  }
+  publish_head_stats(logit_bits, range_bits, &block_logit, &block_range, max_logit + h, max_range + h);
 }
 
 }  // namespace
