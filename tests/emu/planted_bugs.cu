@@ -1,4 +1,4 @@
-// Two deliberately broken kernels and their fixed twins, which prove that the sanitizer tiers
+// Deliberately broken kernels and their fixed twins, which prove that the sanitizer tiers
 // of the emulated device catch what they promise (tests/emu/CMakeLists.txt runs them):
 //
 //   planted_bugs race        a missing __syncthreads: each thread reads its neighbour's shared
@@ -9,11 +9,17 @@
 //                            for its own copy, then reads its neighbour's without a barrier
 //                            -> ThreadSanitizer reports a data race with the landing copy
 //   planted_bugs cp-race-fixed  with the barrier after the wait: no report
+//   planted_bugs ldmatrix-race  a warp reads a tile with ldmatrix, then stages new values over it
+//                            in the mma accumulator layout without a __syncwarp: each lane writes
+//                            only elements it received, but rows that other lanes named
+//                            -> ThreadSanitizer reports a data race with those lanes' reads
+//   planted_bugs ldmatrix-race-fixed  with the __syncwarp before the stores: no report
 //   planted_bugs oob         an off-by-one store one element past a device buffer
 //                            -> AddressSanitizer reports a heap-buffer-overflow
 //   planted_bugs oob-fixed   the same within bounds: no report
 //   planted_bugs oob-tensor  the off-by-one store into a keel tensor, whose block in the caching
 //                            allocator is larger than the tensor: AddressSanitizer still reports it
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -48,6 +54,25 @@ __global__ void async_neighbour_sum_kernel(const float* in, float* out) {
   out[t] = tile[4 * t] + tile[4 * ((t + 1) % kThreads)];
 }
 
+// in (16 x 16 b16), out (32 lanes x 4): the warp's mma A fragment of the tile, by ldmatrix_x4
+// (lanes 0-15 name rows 0-15 of columns 0-7, lanes 16-31 the same rows of columns 8-15); then
+// the fragment is staged back over the tile, as attention_mma_forward.cu's epilogue stages its
+// output over the Q tile. Lane (g, t) = (lane / 4, lane % 4) writes rows g and g + 8, columns
+// 2t, 2t + 1 (+ 8): the elements it received, but in rows named by lanes g, g + 8, g + 16, g + 24.
+template <bool kSyncwarp>
+__global__ void ldmatrix_stage_kernel(const uint16_t* in, uint32_t* out) {
+  alignas(16) __shared__ uint16_t tile[16 * 16];
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  for (int e = lane; e < 16 * 16; e += 32) tile[e] = in[e];
+  __syncwarp();
+  uint32_t a[4];
+  keel::cuda::ptx::ldmatrix_x4(a, tile + (lane % 16) * 16 + 8 * (lane / 16));
+  if (kSyncwarp) __syncwarp();  // every lane's ldmatrix read is done before any lane stores
+  for (int i = 0; i < 4; ++i)   // a[i] = rows g + 8 (i % 2), columns 2t + 8 (i / 2) ..
+    std::memcpy(tile + (g + 8 * (i % 2)) * 16 + 2 * t + 8 * (i / 2), &a[i], 4);
+  for (int i = 0; i < 4; ++i) out[4 * lane + i] = a[i];
+}
+
 // out (n): out[i] = i for i < n, or, with the planted bug, for i <= n.
 template <bool kOffByOne>
 __global__ void iota_kernel(float* out, int n) {
@@ -69,6 +94,12 @@ int main(int argc, char** argv) {
   } else if (std::strcmp(mode, "cp-race") == 0 || std::strcmp(mode, "cp-race-fixed") == 0) {
     auto kernel = mode[7] ? async_neighbour_sum_kernel<true> : async_neighbour_sum_kernel<false>;
     keel::cuda::launch_kernel(kernel, 1, kThreads, 0, nullptr, in, out);
+  } else if (std::strcmp(mode, "ldmatrix-race") == 0 || std::strcmp(mode, "ldmatrix-race-fixed") == 0) {
+    auto kernel = mode[13] ? ldmatrix_stage_kernel<true> : ldmatrix_stage_kernel<false>;
+    KEEL_CHECK_CUDA(cudaFree(out));
+    KEEL_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), 32 * 4 * sizeof(uint32_t)));
+    keel::cuda::launch_kernel(kernel, 1, 32, 0, nullptr, reinterpret_cast<const uint16_t*>(in),
+                              reinterpret_cast<uint32_t*>(out));  // in: 1 KB, the tile needs 512 bytes
   } else if (std::strcmp(mode, "oob") == 0 || std::strcmp(mode, "oob-fixed") == 0) {
     auto kernel = mode[3] ? iota_kernel<false> : iota_kernel<true>;
     KEEL_CHECK_CUDA(cudaFree(out));
@@ -78,7 +109,9 @@ int main(int argc, char** argv) {
     keel::Tensor t = keel::empty({30}, {keel::DType::f32, keel::Device::cuda(0)});
     keel::cuda::launch_kernel(iota_kernel<true>, 1, 32, 0, nullptr, static_cast<float*>(t.raw_data()), 30);
   } else {
-    std::fprintf(stderr, "usage: planted_bugs race|race-fixed|cp-race|cp-race-fixed|oob|oob-fixed|oob-tensor\n");
+    std::fprintf(stderr,
+                 "usage: planted_bugs race|race-fixed|cp-race|cp-race-fixed|ldmatrix-race|ldmatrix-race-fixed|"
+                 "oob|oob-fixed|oob-tensor\n");
     return 2;
   }
   KEEL_CHECK_LAUNCH();

@@ -100,6 +100,23 @@ __global__ void ldmatrix_kernel(const uint16_t* tile, uint32_t* out) {
   o[5 * 128] = r1[0];
 }
 
+// ldmatrix's operand rules, broken one at a time: kCase 0, lane 3 gives a row address that is
+// not 16-byte aligned; 1, lane 20 executes .x2 while the rest execute .x4; 2, not broken: .x1
+// with lanes 8-31 giving misaligned addresses, which PTX ignores.
+template <int kCase>
+__global__ void ldmatrix_operands_kernel() {
+  alignas(16) __shared__ uint16_t s[16 * 16];
+  const int lane = threadIdx.x;
+  for (int e = lane; e < 256; e += 32) s[e] = static_cast<uint16_t>(e);
+  __syncwarp();
+  const uint16_t* p = s + (lane % 16) * 16 + 8 * (lane / 16);
+  uint32_t r4[4], r2[2], r1[1];
+  if (kCase == 0) ptx::ldmatrix_x4(r4, lane == 3 ? p + 4 : p);
+  if (kCase == 1 && lane == 20) ptx::ldmatrix_x2(r2, p);
+  if (kCase == 1 && lane != 20) ptx::ldmatrix_x4(r4, p);
+  if (kCase == 2) ptx::ldmatrix_x1(r1, lane < 8 ? p : p + 1);
+}
+
 // d = a b + 0 with both operands through shared memory and ldmatrix, as a flash kernel does:
 // A (16 x 16 row-major) by ldmatrix_x4; B (k x n) stored k-major (row k holds n = 0..7) by
 // ldmatrix_x2_trans, or stored n-major (row n holds k = 0..15) by ldmatrix_x2.
@@ -238,6 +255,15 @@ TEST_CASE("emulated PTX: ldmatrix x1, x2, x4 and .trans hand each lane the ISA's
     }
   }
   cudaFree(tile), cudaFree(out);
+}
+
+TEST_CASE("emulated PTX: ldmatrix needs aligned rows from the lanes that give them and one .xN per warp") {
+  std::string e = error_of([] { launch_kernel(ldmatrix_operands_kernel<0>, 1, 32, 0, nullptr); });
+  CHECK(e.find("ldmatrix.x4: lane 3 gives row address") != std::string::npos);
+  CHECK(e.find("not 16-byte aligned") != std::string::npos);
+  e = error_of([] { launch_kernel(ldmatrix_operands_kernel<1>, 1, 32, 0, nullptr); });
+  CHECK(e.find("lane 20 loads .x2 while lane 0 loads .x4") != std::string::npos);
+  CHECK(error_of([] { launch_kernel(ldmatrix_operands_kernel<2>, 1, 32, 0, nullptr); }) == "(no error)");
 }
 
 TEST_CASE("emulated PTX: cp.async lands when its group is waited for, zero-fills, and checks alignment") {

@@ -1,5 +1,6 @@
 // The warp-wide halves of the PTX twins (ptx.h): the mma.sync product over the 32 lanes'
-// fragments and ldmatrix's addresses, plus the operand checks, each in the PTX ISA's terms.
+// fragments and ldmatrix's exchange of row values, plus the operand checks, each in the PTX
+// ISA's terms.
 #include "core/cuda/emu/ptx.h"
 
 #include <cuda_bf16.h>
@@ -58,13 +59,14 @@ void mma_combine(const void* input_p, const void* const in[32], void* const out[
   }
 }
 
-// Hands every lane the addresses of the elements it receives; the lanes read them themselves.
+// Hands every lane the values of the elements it receives, from the rows that lanes 0..8num-1
+// read themselves (ptx.h): no memory is touched here, so no read is charged to the wrong lane.
 void ldmatrix_combine(const void*, const void* const in[32], void* const out[32], unsigned mask) {
   if (mask != 0xffffffffu) throw CudaError("emulated CUDA", "ldmatrix.sync.aligned needs all 32 lanes of the warp");
   const auto* first = static_cast<const LdmatrixIn*>(in[0]);
   const int num = first->num;
   const bool trans = first->trans;
-  const uint16_t* rows[32];
+  const uint16_t* rows[32] = {};
   for (int l = 0; l < 32; ++l) {
     const auto* me = static_cast<const LdmatrixIn*>(in[l]);
     if (me->num != num || me->trans != trans)
@@ -72,18 +74,24 @@ void ldmatrix_combine(const void*, const void* const in[32], void* const out[32]
                       fmt::format("ldmatrix: lane {} loads .x{}{} while lane 0 loads .x{}{}", l, me->num,
                                   me->trans ? ".trans" : "", num, trans ? ".trans" : ""),
                       "every lane of the warp must execute the same ldmatrix instruction");
-    rows[l] = static_cast<const uint16_t*>(me->row);
-    if (l < 8 * num && reinterpret_cast<uintptr_t>(me->row) % 16 != 0)
+    if (l >= 8 * num) continue;  // its address is ignored, as in PTX
+    if (reinterpret_cast<uintptr_t>(me->row) % 16 != 0)
       throw CudaError(
           "emulated CUDA",
           fmt::format("ldmatrix.x{}: lane {} gives row address {}, which is not 16-byte aligned", num, l, me->row),
           "each row of an 8x8 b16 matrix is 16 bytes and must be naturally aligned");
+    rows[l] = me->data;
   }
   for (int l = 0; l < 32; ++l) {
     auto* o = static_cast<LdmatrixOut*>(out[l]);
-    for (int i = 0; i < num; ++i)
-      for (int e = 0; e < 2; ++e)
-        o->element[i][e] = trans ? rows[8 * i + 2 * (l % 4) + e] + l / 4 : rows[8 * i + l / 4] + 2 * (l % 4) + e;
+    for (int i = 0; i < num; ++i) {
+      uint32_t reg = 0;
+      for (int e = 0; e < 2; ++e) {
+        const uint16_t x = trans ? rows[8 * i + 2 * (l % 4) + e][l / 4] : rows[8 * i + l / 4][2 * (l % 4) + e];
+        reg |= static_cast<uint32_t>(x) << (16 * e);
+      }
+      o->r[i] = reg;
+    }
   }
 }
 

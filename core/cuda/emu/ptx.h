@@ -20,13 +20,19 @@
 // given).
 //
 // Memory is touched here, in the kernel's own code (so ThreadSanitizer and AddressSanitizer see
-// each lane's accesses as its own), never inside the collective: ldmatrix's collective only
-// hands each lane the addresses of its elements, then the lane reads them. cp.async copies are
-// queued per thread (block.h) and land when the thread waits for their group; meanwhile the
-// destination holds NaN bytes, written when the copy is issued. So a thread that reads its
-// destination too early reads NaN, another thread that reads it without a barrier after the
-// wait races with the landing copy, and one whose earlier reads of the destination are not
-// ordered before the issue races with the NaN write (ThreadSanitizer reports both) - the
+// each lane's accesses as its own), never inside the collective.
+//
+// ldmatrix reads as the PTX memory model (and compute-sanitizer's racecheck) count it: lane
+// i < 8 num, which names row i, reads that row's 16 bytes itself, in its own fiber, before the
+// collective; the collective then hands out values, not addresses. So a lane that overwrites a
+// row another lane of its warp named, with no __syncwarp between, races here as on a GPU, even
+// when the writer received that very element (a staging store in the mma accumulator layout).
+//
+// cp.async copies are queued per thread (block.h) and land when the thread waits for their
+// group; meanwhile the destination holds NaN bytes, written when the copy is issued. So a thread
+// that reads its destination too early reads NaN, another thread that reads it without a barrier
+// after the wait races with the landing copy, and one whose earlier reads of the destination are
+// not ordered before the issue races with the NaN write (ThreadSanitizer reports both) - the
 // window in which a GPU may write the data.
 //
 // Tensor-core arithmetic: products of the 16-bit operands are exact in f32 and summed in k
@@ -65,20 +71,23 @@ struct LdmatrixIn {
   const void* row;  // this lane's row address (used when the lane is one of those that give one)
   int num;          // 1, 2 or 4 matrices
   bool trans;
+  uint16_t data[8];  // the row's 16 bytes, read by this lane when it gives an aligned address
 };
 struct LdmatrixOut {
-  const uint16_t* element[4][2];  // the two elements of each register, low half first
+  uint32_t r[4];
 };
 void ldmatrix_combine(const void*, const void* const in[32], void* const out[32], unsigned mask);
 
 template <int Num>
 void ldmatrix(uint32_t (&r)[Num], const void* row, bool trans, const std::source_location& where) {
   static_assert(Num == 1 || Num == 2 || Num == 4, "ldmatrix loads 1, 2 or 4 matrices");
-  const LdmatrixIn in{row, Num, trans};
-  LdmatrixOut out{};
+  LdmatrixIn in{row, Num, trans, {}};
+  // The read belongs to the lane that names the row, so it happens here, in this lane's fiber.
+  // A misaligned row is not read: the combine reports it, before anything else goes wrong.
+  if (lane_id() < 8 * Num && reinterpret_cast<uintptr_t>(row) % 16 == 0) std::memcpy(in.data, row, 16);
+  LdmatrixOut out;
   warp_collective(Collective::ldmatrix, 0xffffffffu, &in, &out, ldmatrix_combine, nullptr, where);
-  for (int i = 0; i < Num; ++i)
-    r[i] = static_cast<uint32_t>(*out.element[i][0]) | static_cast<uint32_t>(*out.element[i][1]) << 16;
+  for (int i = 0; i < Num; ++i) r[i] = out.r[i];
 }
 
 // cp.async: checks the operands as the ISA requires, marks the destination in flight, queues.
