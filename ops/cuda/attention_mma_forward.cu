@@ -161,6 +161,9 @@ __global__ void __launch_bounds__(MmaFwd<D>::kThreads)
   // out = O / l, staged through the warp's own rows of the Q tile (only this warp read them) so
   // that global stores are 16-byte vectors; lse = m + log l. Rows past the sequence end are
   // never written; a NaN l (a NaN logit) stays NaN in the output, so the test is == 0.
+  // ldmatrix read each Q row in the lane that named it, not the lanes that store over it, and
+  // with one key tile (or none computed) no barrier has come since: order those reads first.
+  __syncwarp();
   unsigned logit_bits = 0, range_bits = 0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
