@@ -116,6 +116,7 @@ std::string read_fd(int fd, const std::string& source, const char* op, uint64_t 
 }
 
 AtomicWriter::AtomicWriter(fs::path target, const char* op) : target_(std::move(target)), op_(op) {
+  if (target_.has_parent_path()) create_directories(target_.parent_path(), op_);
   tmp_ = target_;
   tmp_ += ".tmp-" + std::to_string(::getpid());
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -185,6 +186,30 @@ void create_directories(const fs::path& dir, const char* op) {
   throw IoError(op, fmt::format("{}: cannot create directory: {}", dir.string(),
                                 ec ? ec.message() : "it does not exist after creating it"),
                 "check that the parent directory is writable and the disk is not full");
+}
+
+void rename(const fs::path& from, const fs::path& to, const char* op) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (ec)
+    throw IoError(op, fmt::format("{}: cannot rename to {}: {}", from.string(), to.string(), ec.message()),
+                  "check that the directory is writable and the disk is not full");
+}
+
+void remove_all(const fs::path& path, const char* op) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec)
+    throw IoError(op, fmt::format("{}: cannot remove: {}", path.string(), ec.message()),
+                  "check that its directory is writable");
+}
+
+std::vector<fs::path> list_directory(const fs::path& dir, const char* op) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) out.push_back(it->path());
+  if (ec) throw IoError(op, fmt::format("{}: cannot list the directory: {}", dir.string(), ec.message()));
+  return out;
 }
 
 void fsync_dir(const fs::path& dir) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -46,6 +47,8 @@ std::string read_fd(int fd, const std::string& source, const char* op, uint64_t 
 // even across a crash: the bytes go to a temporary name beside the target, are fsync'd, and
 // the temporary is renamed over the target (then the directory is fsync'd). If commit() is never
 // reached (an exception), the destructor removes the temporary and the target is untouched.
+// The target's missing parent directories are created first, so every output file keel writes
+// (`--out a/b/map.svg`) behaves like its output directories.
 class AtomicWriter {
  public:
   AtomicWriter(std::filesystem::path target, const char* op);
@@ -71,6 +74,17 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view data,
 // than a directory (`--run-dir somefile/run`), or the system's (permissions, a full disk). Every
 // output directory is made here, so no raw std::filesystem message reaches a user.
 void create_directories(const std::filesystem::path& dir, const char* op);
+
+// The filesystem operations of keel's outputs (checkpoints, run and dataset directories), each an
+// IoError naming `op`, the path(s) and the system's reason when it fails (a read-only directory,
+// a full disk), never a raw std::filesystem message:
+//   rename: `from` becomes `to` (atomically within one filesystem; an empty directory `to` is
+//     replaced);
+//   remove_all: `path` and everything under it (nothing when it does not exist);
+//   list_directory: the entries of `dir`, in no particular order.
+void rename(const std::filesystem::path& from, const std::filesystem::path& to, const char* op);
+void remove_all(const std::filesystem::path& path, const char* op);
+std::vector<std::filesystem::path> list_directory(const std::filesystem::path& dir, const char* op);
 
 // Makes renames inside `dir` durable (best effort: some filesystems refuse to sync a directory).
 void fsync_dir(const std::filesystem::path& dir);

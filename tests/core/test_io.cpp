@@ -124,3 +124,38 @@ TEST_CASE("io::write_file_atomic replaces whole and leaves no temporary on failu
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++files;
   CHECK(files == 1);
 }
+
+TEST_CASE("io::rename, io::remove_all, io::list_directory: a failure is an IoError naming the path and the op") {
+  test::TempDir dir("io");
+  fs::create_directories(dir / "ro" / "a" / "inner");
+  std::ofstream(dir / "ro" / "a" / "inner" / "f") << "x";
+  std::ofstream(dir / "file") << "x";
+  io::rename(dir / "ro" / "a", dir / "ro" / "b", "test-op");  // the success path
+  CHECK(fs::is_directory(dir / "ro" / "b"));
+  CHECK(io::list_directory(dir / "ro", "test-op") == std::vector<fs::path>{dir / "ro" / "b"});
+  io::remove_all(dir / "nowhere", "test-op");  // nothing to remove is not an error
+
+  const std::string listed = error_of<IoError>([&] { io::list_directory(dir / "file", "test-op"); });
+  CHECK(has(listed, "IoError in test-op"));
+  CHECK(has(listed, (dir / "file").string() + ": cannot list the directory"));
+
+  test::ReadOnlyDir ro(dir / "ro");
+  REQUIRE_MESSAGE(ro.engaged(), "cannot make a directory read-only here");
+  const std::string renamed = error_of<IoError>([&] { io::rename(dir / "ro" / "b", dir / "ro" / "c", "test-op"); });
+  CHECK(has(renamed, "IoError in test-op"));
+  CHECK(has(renamed, (dir / "ro" / "b").string() + ": cannot rename to " + (dir / "ro" / "c").string()));
+  const std::string removed = error_of<IoError>([&] { io::remove_all(dir / "ro" / "b", "test-op"); });
+  CHECK(has(removed, "IoError in test-op"));
+  CHECK(has(removed, (dir / "ro" / "b").string() + ": cannot remove"));
+  CHECK_FALSE(has(renamed + removed, "filesystem error"));  // no raw library message
+}
+
+TEST_CASE("io::write_file_atomic creates the target's missing parent directories") {
+  test::TempDir dir("io");
+  io::write_file_atomic(dir / "a" / "b" / "f.svg", "<svg/>", "test");
+  CHECK(io::read_file(dir / "a" / "b" / "f.svg", "test") == "<svg/>");
+  std::ofstream(dir / "file") << "x";
+  const std::string e = error_of<IoError>([&] { io::write_file_atomic(dir / "file" / "f.svg", "x", "test-op"); });
+  CHECK(has(e, "IoError in test-op"));
+  CHECK(has(e, (dir / "file").string() + " is a file, not a directory"));
+}

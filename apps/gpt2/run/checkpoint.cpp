@@ -37,8 +37,8 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& run_d
   std::vector<std::pair<int64_t, fs::path>> out;
   std::error_code ec;
   if (!fs::is_directory(checkpoints_dir(run_dir), ec)) return out;
-  for (const auto& e : fs::directory_iterator(checkpoints_dir(run_dir)))
-    if (auto s = step_of(e.path()); s && fs::exists(e.path() / "trainer.json")) out.emplace_back(*s, e.path());
+  for (const fs::path& e : io::list_directory(checkpoints_dir(run_dir), kOp))
+    if (auto s = step_of(e); s && fs::exists(e / "trainer.json", ec)) out.emplace_back(*s, e);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -48,10 +48,10 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& run_d
 // remove_stale_temporaries cleans), the rename made durable, and only then deleted.
 void remove_checkpoint_dir(const fs::path& dir) {
   const fs::path trash = dir.parent_path() / fmt::format(".del-{}-{}", dir.filename().string(), ::getpid());
-  fs::rename(dir, trash);
+  io::rename(dir, trash, kOp);
   io::fsync_dir(dir.parent_path());
   std::error_code ec;
-  fs::remove_all(trash, ec);
+  fs::remove_all(trash, ec);  // what stays is a temporary that the next run cleans
 }
 
 // The pid that wrote a temporary ".tmp-step_00000100-1234" or ".del-step_00000100-1234".
@@ -68,11 +68,11 @@ std::optional<int64_t> owner_pid(const std::string& name) {
 void remove_stale_temporaries(const fs::path& run_dir) {
   std::error_code ec;
   if (!fs::is_directory(checkpoints_dir(run_dir), ec)) return;
-  for (const auto& e : fs::directory_iterator(checkpoints_dir(run_dir), ec)) {
-    const auto pid = owner_pid(e.path().filename().string());
+  for (const fs::path& e : io::list_directory(checkpoints_dir(run_dir), kOp)) {
+    const auto pid = owner_pid(e.filename().string());
     // Ours (a leftover of an earlier process with the same pid) or of a process that is gone.
     if (pid && (*pid == ::getpid() || (::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH)))
-      fs::remove_all(e.path(), ec);
+      io::remove_all(e, kOp);
   }
 }
 
@@ -82,15 +82,16 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const NamedTenso
   io::create_directories(root, kOp);
   fs::path final_dir = root / fmt::format("step_{:08d}", step);
   fs::path tmp = root / fmt::format(".tmp-step_{:08d}-{}", step, ::getpid());
-  fs::remove_all(tmp);
+  io::remove_all(tmp, kOp);
   io::create_directories(tmp, kOp);
   try {
     // Each file is itself written atomically and fsync'd; the directory rename publishes them together.
     nn::save_safetensors(tmp / "model.safetensors", model, {{"format", "keel-checkpoint"}});
     nn::save_safetensors(tmp / "optimizer.safetensors", optimizer);
     io::write_file_atomic(tmp / "trainer.json", trainer.dump(2) + "\n", kOp);
-    if (fs::exists(final_dir)) remove_checkpoint_dir(final_dir);  // a re-run of the same step replaces it
-    fs::rename(tmp, final_dir);
+    std::error_code ec;
+    if (fs::exists(final_dir, ec)) remove_checkpoint_dir(final_dir);  // a re-run of the same step replaces it
+    io::rename(tmp, final_dir, kOp);
     io::fsync_dir(root);
   } catch (...) {
     std::error_code ec;
@@ -113,7 +114,7 @@ Checkpoint load_checkpoint(const fs::path& dir) {
   c.dir = dir;
   const std::string corrupt = "the checkpoint is corrupt; delete it to resume from the one before";
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer.json"})
-    if (!fs::exists(dir / f))
+    if (std::error_code ec; !fs::exists(dir / f, ec))
       throw IoError(kOp, fmt::format("{}: missing {}", dir.string(), f),
                     "the checkpoint is incomplete; delete it to resume from the one before");
   c.model = nn::load_safetensors(dir / "model.safetensors").tensors;
