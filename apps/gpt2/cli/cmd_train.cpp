@@ -43,7 +43,7 @@ void add_train_command(CLI::App& app) {
       throw;
     }
     mpi_finalize();
-    if (r.rank != 0) return;
+    if (r.rank != 0 || r.already_finished) return;
     fmt::print("gpt2 train: {} at step {}: train loss {:.4f}, val loss {:.4f} (ppl {:.2f}); run in {}\n",
                r.interrupted ? "stopped" : "done", r.steps, r.final_loss, r.val_loss, r.val_perplexity, cfg.run_dir);
   });

@@ -16,6 +16,15 @@ SavedRun read_saved_run(const fs::path& run_dir) {
   if (!j.is_object() || !j.contains("train"))
     throw ConfigError("train", saved.config_path.string() + ": no \"train\" section", "is this a run of `gpt2 train`?");
   saved.cfg.merge_json(j["train"], saved.config_path);
+  // The recorded run is checked as a fresh run's flags are (one rule, TrainConfig::validate):
+  // its numbers feed the global batch and the loader's position, where a hostile value would
+  // overflow.
+  try {
+    saved.cfg.validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError("train", saved.config_path.string() + ": \"train\": " + e.message(),
+                      "the run's config.json was edited or damaged; restore it, or start a new run");
+  }
   if (auto d = j.find("distributed"); d != j.end() && d->is_object() && d->contains("world"))
     saved.world = static_cast<int>(
         io::get_int((*d)["world"], 1, 1 << 20, saved.config_path.string() + ": distributed.world"));

@@ -124,10 +124,10 @@ void TrainConfig::validate() const {
        "the model's shape and attention come from --init-from, so --n-layer, --n-head, --n-embd, "
        "--attention, --ls-local-heads, --ls-window, --bias and --tie-embeddings cannot change it",
        "drop those flags, or train from scratch without --init-from");
-  need(batch_size <= kMaxSize && grad_accum <= kMaxSize, "batch-size", "--batch-size and --grad-accum are at most 2^20");
+  // Each at most 2^20, so B x T x accum x world (world <= 2^20 too) stays far inside int64.
+  need(batch_size >= 1 && batch_size <= kMaxSize, "batch-size", "must be in [1, 2^20]");
+  need(grad_accum >= 1 && grad_accum <= kMaxSize, "grad-accum", "must be in [1, 2^20]");
   need(in(seq_len, 1, kMaxSize), "seq-len", "must be in [1, 2^20]");
-  need(batch_size >= 1, "batch-size", "must be at least 1");
-  need(grad_accum >= 1, "grad-accum", "must be at least 1");
   need(max_steps >= 1 && max_steps <= kMaxSteps, "max-steps", "must be in [1, 2^40]");
   need(warmup_steps >= 0 && warmup_steps <= kMaxSteps, "warmup-steps", "must be in [0, 2^40]");
   need(seed <= kMaxSeed, "seed", fmt::format("must be in {}", kSeedRange));

@@ -46,6 +46,7 @@ class Trainer {
 
  private:
   void open_run();
+  void write_run_files();
   void build_model();
   void build_optimizer();
   void resume_from(const fs::path& ckpt);
@@ -77,6 +78,7 @@ class Trainer {
   SavedRun saved_;
   uint64_t dropout_seed_ = 0;  // the seed of the dropout stream that rank 0 of this run starts from
   int64_t step_ = 0;  // the next optimizer step to take
+  bool finished_ = false;  // --resume of a run that already took its --max-steps
   double flops_per_token_ = 0, peak_ = 0, elapsed_ = 0;
   SpikeDetector spikes_{cfg_.spike_factor};  // on the losses of recent steps
   TrainResult result_;
@@ -127,12 +129,19 @@ void Trainer::open_run() {
     saved_ = read_saved_run(run_dir_);
     // Another world size keeps the global batch: B stays, the accumulation makes up the rest.
     cfg_.grad_accum = grad_accum_for_resume(saved_.cfg, saved_.world, cfg_, dist_.world());
+    cfg_.validate();  // the accumulation that makes up the global batch must be one a fresh run could ask for
     check_same_run(saved_, cfg_);
   } else if (latest_) {
     throw ConfigError("train", run_dir_.string() + " already holds a run (checkpoints in it)",
                       "continue it with --resume, or choose another --run-dir");
   }
   check_same_on_all_ranks(*dist_.comm, "configuration", launch_identity_of(cfg_).dump());
+}
+
+// The run's own files, written only once everything they describe has loaded and agrees (the
+// model, and on --resume the checkpoint, optimizer and trainer state): a launch that fails
+// before this point, for any reason, leaves every file of the run as it was.
+void Trainer::write_run_files() {
   if (dist_.root()) {
     io::create_directories(run_dir_, "train");
     nlohmann::json resolved{{"name", cfg_.name},
@@ -251,9 +260,9 @@ void Trainer::resume_from(const fs::path& ckpt) {
   } catch (const nlohmann::json::exception& e) {
     throw IoError("train", (ckpt / "trainer.json").string() + ": " + e.what(), "the checkpoint is corrupt");
   }
-  if (step_ >= cfg_.max_steps)
-    throw ConfigError("train", fmt::format("--resume: the run already reached step {} of --max-steps {}", step_,
-                                           cfg_.max_steps));
+  // A scheduler re-queues a job killed after its last checkpoint with the same command: there
+  // is nothing left to do, and that is success, not an error.
+  finished_ = step_ >= cfg_.max_steps;
 }
 
 // Saves the state after step_ has been taken; next_step is where a resume starts.
@@ -372,6 +381,18 @@ TrainResult Trainer::run() {
   build_model();
   build_optimizer();
   if (cfg_.resume) resume_from(*latest_);
+  result_.rank = dist_.rank();
+  result_.world = dist_.world();
+  if (finished_) {
+    if (dist_.root())
+      fmt::print("gpt2 train: {} already finished: step {} of --max-steps {} (checkpoint {}, metrics {}); "
+                 "nothing to do\n",
+                 run_dir_.string(), step_, cfg_.max_steps, latest_->string(), (run_dir_ / "metrics.jsonl").string());
+    result_.steps = step_;
+    result_.already_finished = true;
+    return result_;
+  }
+  write_run_files();
   start_log();
 
   for (; step_ < cfg_.max_steps; ++step_) {

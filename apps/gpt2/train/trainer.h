@@ -31,10 +31,12 @@ struct TrainResult {
   double final_loss = 0;      // last training loss
   double val_loss = 0, val_perplexity = 0;
   bool interrupted = false;   // SIGINT/SIGTERM/SIGUSR1: checkpointed, resumable
+  bool already_finished = false;  // --resume of a finished run: nothing was done or changed
   int rank = 0, world = 1;    // this process in a data-parallel run
 };
 
-// Runs (or with cfg.resume continues) a training run. ConfigError/IoError for bad input;
+// Runs (or with cfg.resume continues) a training run. Resuming a run that already reached
+// cfg.max_steps changes nothing and returns already_finished. ConfigError/IoError for bad input;
 // ValueError ("training diverged") when a NaN/inf appears in f32/bf16 and cfg.on_nonfinite is
 // "stop".
 TrainResult train(const TrainConfig& cfg);
