@@ -140,6 +140,19 @@ void run_compare(CLI::App& cmd, const TrainConfig& flags, const std::string& con
     }
     plan.insert(plan.end(), runs.begin(), runs.end());
   }
+  // Every planned model checked too (a swept window as long as the context, say), so that a bad
+  // value fails now and not after the runs before it have trained.
+  if (base.init_from.empty()) {
+    const uint32_t vocab = data::read_dataset_meta(base.data).vocab_size;
+    for (const TrainConfig& cfg : plan) {
+      try {
+        cfg.validate();
+        model_config(cfg, vocab);
+      } catch (const ConfigError& e) {
+        throw ConfigError("compare", cfg.name + ": " + e.message(), e.hint());
+      }
+    }
+  }
   std::vector<std::string> dirs;
   for (TrainConfig cfg : plan) {
     const std::string v = cfg.name;

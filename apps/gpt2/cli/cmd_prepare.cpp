@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "apps/gpt2/cli/commands.h"
 #include "apps/gpt2/run/seed.h"
+#include "core/error.h"
 #include "core/io.h"
 #include "data/prepare.h"
 #include "data/synthetic.h"
@@ -32,23 +34,43 @@ CLI::Option* add_count_option(CLI::App* cmd, const std::string& flag, uint64_t& 
       ->default_str(std::to_string(value));
 }
 
-// Generates the corpus into a JSON Lines file beside the output, prepares it, deletes it, and
+// The generated corpus lives only while it is prepared: a private file in the system's
+// temporary directory (TMPDIR), removed on success and on error, so nothing is left beside the
+// output. An interrupted run leaves OUT.partial behind; re-run, it starts that over cleanly
+// (the regenerated corpus is a new input to prepare's fingerprint).
+class TempCorpus {
+ public:
+  explicit TempCorpus(const std::string& kind) {
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+    if (ec)
+      throw IoError("prepare --synthetic", "no temporary directory: " + ec.message(),
+                    "set TMPDIR to a writable directory");
+    path_ = dir / fmt::format("keel-synthetic-{}-{}.jsonl", kind, getpid());
+  }
+  ~TempCorpus() {
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+  TempCorpus(const TempCorpus&) = delete;
+  TempCorpus& operator=(const TempCorpus&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Generates the corpus into a temporary JSON Lines file, prepares it like any corpus, and
 // records the generator's options in OUT/synthetic.json so the dataset says how it was made.
 void prepare_synthetic(data::PrepareOptions opts, const data::SyntheticOptions& syn) {
   data::validate(syn);
-  const std::filesystem::path corpus = opts.out.string() + ".synthetic.jsonl";
-  const uint64_t bytes = data::write_synthetic_corpus(syn, corpus.string());
+  const TempCorpus corpus(syn.kind);
+  const uint64_t bytes = data::write_synthetic_corpus(syn, corpus.path().string());
   if (opts.log)
     opts.log(fmt::format("synthetic {}: {} documents of {} words ({} bytes of text)", syn.kind, syn.documents,
                          syn.doc_words, bytes));
-  opts.inputs = {corpus};
-  try {
-    data::prepare_dataset(opts);
-  } catch (...) {
-    std::filesystem::remove(corpus);
-    throw;
-  }
-  std::filesystem::remove(corpus);
+  opts.inputs = {corpus.path()};
+  data::prepare_dataset(opts);
   const nlohmann::json meta = {{"kind", syn.kind},          {"words", syn.words},
                                {"order", syn.order},        {"noise", syn.noise},
                                {"recall_rate", syn.recall_rate}, {"documents", syn.documents},

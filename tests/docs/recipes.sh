@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The README's recipes, run as a new user would: from a fresh copy of the tree with no runs/,
+# so that a step that only worked because an earlier run left a folder behind fails here.
+#   tests/docs/recipes.sh GPT2 [SOURCE_DIR]
+# Each recipe keeps every step but trains for 2 steps (its step count overridden the way the
+# README tells users to: extra arguments replace the recipe's own):
+#   1. bash .ci/demo --max-steps 2            the main job (CPU branch)
+#   2. bash .ci/demo --lab --max-steps 2      the DoF lab, a synthetic corpus, the n/d sweep
+#   3. bash .ci/demo --figure1 --max-steps 2  its data preparation, then "needs a GPU" (exit 1)
+#   4. the README's tokenize examples print the ids their comments show
+#   5. the README's `gpt2` app block, line by line, with --max-steps 2 on train and compare
+# KEEL_GPT2 makes the demo use the binary under test instead of building one, and
+# KEEL_NVIDIA_SMI=false takes the no-GPU path on any machine. Prints `N passed, N failed`.
+set -uo pipefail
+gpt2=$(realpath "$1")
+src=$(realpath "${2:-$(dirname "$0")/../..}")
+work=$(mktemp -d "${TMPDIR:-/tmp}/keel-recipes.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+export KEEL_GPT2=$gpt2 KEEL_NVIDIA_SMI=false OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+# The tree as a clone has it: tracked files only (no build/, no runs/).
+if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  (cd "$src" && git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$work" 2>/dev/null)
+else
+  tar -C "$src" --exclude=./build --exclude=./runs -cf - . | tar -C "$work" -xf -
+fi
+cd "$work" || exit 2
+[ ! -e runs ] || { echo "FAIL: the copy already has runs/"; exit 1; }
+
+passed=0 failed=0
+check() {  # check NAME CONDITION-COMMAND...: one PASS/FAIL line
+  local name=$1
+  shift
+  if "$@"; then
+    echo "PASS: $name"
+    passed=$((passed + 1))
+  else
+    echo "FAIL: $name"
+    failed=$((failed + 1))
+  fi
+}
+run() {  # run LOG COMMAND...: runs it with its output in LOG, prints the log on failure
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] || { echo "--- $* exited $rc; $log:"; tail -n 30 "$log"; }
+  return $rc
+}
+last_step() { tail -n 50 "$1" | grep -o '"step":[0-9]*' | tail -n 1 | cut -d: -f2; }
+
+# 1. The main job.
+check "demo: compare MHSA and LS from a clean tree" run demo.log bash .ci/demo --max-steps 2
+check "demo: the report exists" test -s runs/demo-cpu/report.html
+check "demo: --max-steps 2 replaced the recipe's 200" test "$(last_step runs/demo-cpu/ls/metrics.jsonl)" = 2
+
+# 2. The teaching lab.
+check "demo --lab: DoF lab, synthetic corpus and n/d sweep" run lab.log bash .ci/demo --lab --max-steps 2
+check "demo --lab: the DoF page and the sweep report exist" \
+  test -s runs/lab/dof.html -a -s runs/lab/growth/report.html
+check "demo --lab: the synthetic corpus left nothing beside its dataset" \
+  test "$(ls runs/data | grep '^markov-64')" = markov-64
+check "demo --lab: --max-steps 2 replaced the recipe's 1500" \
+  test "$(last_step runs/lab/growth/mhsa/seq-len-256_batch-size-8/metrics.jsonl)" = 2
+
+# 3. Figure 1 on a machine without a GPU: the data, then one clear message and exit 1.
+KEEL_CORPUS=data/corpora/austen_6novels.txt.xz bash .ci/demo --figure1 --max-steps 2 >figure1.log 2>&1
+rc=$?
+check "demo --figure1 without a GPU exits 1" test $rc -eq 1
+check "demo --figure1 without a GPU says so" grep -q "needs an NVIDIA GPU" figure1.log
+check "demo --figure1 prepared its data first" test -s runs/data/prose-10k/meta.json
+[ $rc -eq 1 ] || tail -n 20 figure1.log
+
+# 4. The README's tokenize examples: `echo TEXT | $gpt2 tokenize [--decode]   # OUTPUT`.
+n=0
+while IFS= read -r line; do
+  cmd=${line%%#*} want=${line#*# }
+  got=$(eval "${cmd//\$gpt2/\"$gpt2\"}" 2>&1)
+  n=$((n + 1))
+  check "README: ${cmd//  / } prints $want" test "$got" = "$want"
+done < <(grep -E '^ +echo .*\| \$gpt2 tokenize.*# ' README.md | sed 's/^ *//')
+check "README: tokenize examples found" test $n -ge 2
+
+# 5. The README's app block (the first ```sh block holding `$gpt2 prepare`), in order, from the
+# clean tree. Training is cut to 2 steps; lines that need input the user brings, or minutes
+# on a CPU, are skipped and named.
+block=$(awk '/^```sh$/ {b = ""; inb = 1; next} /^```$/ {if (inb && b ~ /\$gpt2 prepare/) {printf "%s", b; exit} inb = 0; next}
+             inb {b = b $0 "\n"}' README.md)
+check "README: the gpt2 app block found" test -n "$block"
+gpt2_line=0
+while IFS= read -r line; do
+  case $line in
+    gpt2=*) continue ;;  # the binary under test stands in for the README's path
+    *some.txt* | *"--preset paper"*)
+      echo "skip: $line (needs the user's file, or minutes on a CPU)"
+      continue ;;
+    '$gpt2 train'* | '$gpt2 compare'*)
+      cmd=${line%%  #*}
+      if [[ $cmd == *--max-steps* ]]; then cmd=$(sed -E 's/--max-steps [0-9]+/--max-steps 2/' <<<"$cmd")
+      else cmd="$cmd --max-steps 2"; fi ;;
+    '$gpt2 '*) cmd=${line%%  #*} ;;
+    *) continue ;;
+  esac
+  gpt2_line=$((gpt2_line + 1))
+  check "README: ${cmd//\$gpt2/gpt2}" run "readme-$gpt2_line.log" eval "${cmd//\$gpt2/\"$gpt2\"}"
+done <<<"$block"
+check "README: the app block ran at least 12 commands" test $gpt2_line -ge 12
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
