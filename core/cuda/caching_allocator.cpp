@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/counters.h"
 #include "core/cuda/runtime.h"
 
 #if defined(KEEL_CUDA_EMULATED) && defined(__SANITIZE_ADDRESS__)
@@ -43,6 +44,7 @@ std::unordered_map<int, DevicePool> g_pools;
 
 void release_cached(int device, DevicePool& pool) {
   KEEL_CHECK_CUDA(cudaSetDevice(device));
+  detail::count_sync();
   KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(device)));
   for (auto& [size, blocks] : pool.free_blocks) {
     for (void* p : blocks) {
@@ -62,8 +64,10 @@ void* caching_allocate(int device, size_t nbytes) {
   std::lock_guard<std::mutex> lock(g_mu);
   DevicePool& pool = g_pools[device];
   void* p = nullptr;
+  bool reused = false;
   auto it = pool.free_blocks.find(size);
   if (it != pool.free_blocks.end() && !it->second.empty()) {
+    reused = true;
     p = it->second.back();
     it->second.pop_back();
   } else {
@@ -85,6 +89,7 @@ void* caching_allocate(int device, size_t nbytes) {
     KEEL_CHECK_CUDA(err);
     pool.reserved += size;
   }
+  detail::count_allocation(/*device_malloc=*/p != nullptr && !reused);
   pool.current += size;
   if (pool.current > pool.peak) pool.peak = pool.current;
   mark_in_use(p, nbytes, size);

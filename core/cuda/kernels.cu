@@ -146,6 +146,7 @@ void copy_strided(Tensor& dst, const Tensor& src) {
   cudaStream_t s = detail::stream(dev);
   if (packed && dst.dtype() == src.dtype()) {  // the same bytes in the same order
     if (dst.raw_data() == src.raw_data()) return;  // a tensor onto itself (memcpy forbids the overlap)
+    detail::count_copy();
     KEEL_CHECK_CUDA(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), static_cast<size_t>(n) * dtype_size(dst.dtype()),
                                     cudaMemcpyDeviceToDevice, s));
     return;

@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <utility>
 
+#include "core/cuda/counters.h"
+
 #ifdef KEEL_CUDA_EMULATED
 #include "core/cuda/emu/launch.h"
 #endif
@@ -33,6 +35,7 @@ namespace keel::cuda {
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                    Args&&... args) {
+  detail::count_launch();
 #ifdef KEEL_CUDA_EMULATED
   emu::launch(kernel, grid, block, shared_bytes, stream, std::forward<Args>(args)...);
 #else

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/counters.h"
 
 namespace keel::cuda {
 
@@ -83,22 +84,26 @@ size_t free_memory(int index) {
 
 void synchronize(int index) {
   check_device(index, "synchronize");
+  detail::count_sync();
   KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(index)));
 }
 
 void memcpy_host_to_device(void* dst, const void* src, size_t nbytes, int device) {
   cudaStream_t s = detail::stream(device);
+  detail::count_sync();
   KEEL_CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s));
   KEEL_CHECK_CUDA(cudaStreamSynchronize(s));  // the host buffer may be freed right after we return
 }
 
 void memcpy_device_to_host(void* dst, const void* src, size_t nbytes, int device) {
   cudaStream_t s = detail::stream(device);
+  detail::count_sync();
   KEEL_CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s));
   KEEL_CHECK_CUDA(cudaStreamSynchronize(s));
 }
 
 void memcpy_peer(void* dst, int dst_device, const void* src, int src_device, size_t nbytes) {
+  detail::count_sync(), detail::count_copy(), detail::count_sync();
   KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(src_device)));
   KEEL_CHECK_CUDA(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, detail::stream(dst_device)));
   KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(dst_device)));

@@ -10,6 +10,7 @@
 
 #include "core/copy.h"
 #include "core/cuda/check.h"
+#include "core/cuda/counters.h"
 #include "core/factory.h"
 
 namespace keel {
@@ -136,6 +137,7 @@ class NcclCommunicator final : public Communicator {
   void barrier() override {
     Tensor one = ones({1}, {DType::f32, Device::cuda(device_)});
     all_reduce_sum(one);
+    cuda::detail::count_sync();
     KEEL_CHECK_CUDA(cudaStreamSynchronize(stream_));
   }
 

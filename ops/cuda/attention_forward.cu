@@ -184,7 +184,9 @@ void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   const int dev = q.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
   if (H > 0) {
+    detail::count_copy();
     KEEL_CHECK_CUDA(cudaMemsetAsync(max_logit.raw_data(), 0, H * sizeof(float), detail::stream(dev)));
+    detail::count_copy();
     KEEL_CHECK_CUDA(cudaMemsetAsync(max_range.raw_data(), 0, H * sizeof(float), detail::stream(dev)));
   }
   if (B * H * T == 0) return;  // nothing to attend; the statistics are 0, as on the CPU

@@ -245,7 +245,9 @@ void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, c
       const int64_t nq = (T + F::kBr - 1) / F::kBr;
       Tensor dq_accum = empty({B, H, T, D}, {DType::f32, q.device()});
       Tensor flags = empty({B * H * nq}, {DType::i32, q.device()});
+      detail::count_copy();
       KEEL_CHECK_CUDA(cudaMemsetAsync(dq_accum.raw_data(), 0, dq_accum.numel() * sizeof(float), stream));
+      detail::count_copy();
       KEEL_CHECK_CUDA(cudaMemsetAsync(flags.raw_data(), 0, flags.numel() * sizeof(int), stream));
       const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + F::kBc - 1) / F::kBc));
       launch_threads(attention_mma_backward_kernel<E, HD>, grid, F::kThreads, F::kBytes, dev,

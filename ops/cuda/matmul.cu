@@ -146,9 +146,11 @@ void gemm(DType dt, int device, int64_t M, int64_t N, int64_t K, const Operand& 
   const int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
   const int lda = as_int(B.l.ld, "ld"), ldb = as_int(A.l.ld, "ld"), ldcc = as_int(ldc, "ld");
   if (nb == 1) {
+    detail::count_library_call();
     KEEL_CHECK_CUBLAS(cublasGemmEx(h.handle, opa, opb, m, n, k, &alpha, B.p, t, lda, A.p, t, ldb, &beta, C, t, ldcc,
                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else {
+    detail::count_library_call();
     KEEL_CHECK_CUBLAS(cublasGemmStridedBatchedEx(h.handle, opa, opb, m, n, k, &alpha, B.p, t, lda, B.batch_stride, A.p,
                                                  t, ldb, A.batch_stride, &beta, C, t, ldcc, sc, as_int(nb, "batch"),
                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -250,6 +252,7 @@ bool linear_lt(const Tensor& x2, const Tensor& w, const Tensor& bias, Tensor& ou
       found == 0)
     return false;  // e.g. operands off the 16-byte alignment the epilogue kernels want
   const float alpha = 1.0f, beta = 0.0f;
+  detail::count_library_call();
   KEEL_CHECK_CUBLAS(cublasLtMatmul(h.lt, d.op, &alpha, w.raw_data(), d.a, x2.raw_data(), d.b, &beta, out.raw_data(), d.c,
                                    out.raw_data(), d.c, &result.algo, h.workspace, kWorkspaceBytes,
                                    detail::stream(out.device().index)));
