@@ -101,8 +101,9 @@ Tensor GPT2::forward_cached(const Tensor& ids, KVCache& cache, Logits which) {
   if (static_cast<int64_t>(cache.layers.size()) != config_.n_layer)
     throw ShapeError(kOp, "the cache has " + std::to_string(cache.layers.size()) + " layers, the model " +
                               std::to_string(config_.n_layer), "make it with make_cache()");
-  Tensor pos = add(arange(t, {DType::f64}), double(P)).to(DType::i64).to(wpe.weight.device());
-  Tensor x = wte.forward(ids) + wpe.forward(pos);
+  // Positions [P, P + t) are rows P.. of the position table: a view of it, so a decode step
+  // builds and uploads no position ids (a host synchronisation per token on a GPU).
+  Tensor x = wte.forward(ids) + narrow(wpe.weight, 0, P, t);
   for (size_t l = 0; l < h.size(); ++l) x = h[l]->forward_cached(x, cache, static_cast<int64_t>(l));
   cache.advance(t);
   if (which == Logits::last) x = narrow(x, 1, t - 1, 1);

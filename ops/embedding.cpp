@@ -29,11 +29,15 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   detail::check_integer(op, {{"ids", ids}});
   detail::check_dim(op, {"weight", weight}, 2);
   Tensor idx = ids.contiguous();
-  // Ids are checked on the host; device ids come over once (N values, a few KB per batch).
-  Tensor idx_host = idx.device().is_cuda() ? idx.to(Device::cpu()) : idx;
   const int64_t V = weight.size(0), C = weight.size(1);
+  const bool grad = needs_grad({weight});
+  // Ids on the GPU are range-checked by the kernel, which reports a bad one at the host's next
+  // synchronisation (core/cuda/device_check.h): a lookup in generation costs no read-back. The
+  // backward groups ids on the host, so training copies them over once and checks them there.
+  const bool host_check = !idx.device().is_cuda() || grad;
+  Tensor idx_host = !host_check ? Tensor() : idx.device().is_cuda() ? idx.to(Device::cpu()) : idx;
   // Validate every id before touching memory: an id outside the table is a data bug.
-  visit_dtype<IndexDType>(idx.dtype(), op, [&]<typename I>() {
+  if (host_check) visit_dtype<IndexDType>(idx.dtype(), op, [&]<typename I>() {
     const I* p = idx_host.data<I>();
     for (int64_t i = 0; i < idx_host.numel(); ++i)
       if (p[i] < 0 || p[i] >= V)
@@ -47,7 +51,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor out = empty(out_shape, {weight.dtype(), weight.device()});
   if (weight.device().is_cuda()) cuda::embedding_forward(weight.contiguous(), idx, out);
   else cpu::embedding_forward(weight.contiguous(), idx, out);
-  if (needs_grad({weight})) {
+  if (grad) {
     auto n = std::make_shared<EmbeddingBackward>();
     n->ids = idx_host, n->weight_shape = weight.shape();
     connect(out, n, {weight, ids});

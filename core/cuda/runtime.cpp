@@ -6,6 +6,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/counters.h"
+#include "core/cuda/device_check.h"
 
 namespace keel::cuda {
 
@@ -86,6 +87,7 @@ void synchronize(int index) {
   check_device(index, "synchronize");
   detail::count_sync();
   KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(index)));
+  raise_device_check(index);
 }
 
 void memcpy_host_to_device(void* dst, const void* src, size_t nbytes, int device) {
@@ -93,6 +95,7 @@ void memcpy_host_to_device(void* dst, const void* src, size_t nbytes, int device
   detail::count_sync();
   KEEL_CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s));
   KEEL_CHECK_CUDA(cudaStreamSynchronize(s));  // the host buffer may be freed right after we return
+  raise_device_check(device);
 }
 
 void memcpy_device_to_host(void* dst, const void* src, size_t nbytes, int device) {
@@ -100,6 +103,7 @@ void memcpy_device_to_host(void* dst, const void* src, size_t nbytes, int device
   detail::count_sync();
   KEEL_CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s));
   KEEL_CHECK_CUDA(cudaStreamSynchronize(s));
+  raise_device_check(device);
 }
 
 void memcpy_peer(void* dst, int dst_device, const void* src, int src_device, size_t nbytes) {

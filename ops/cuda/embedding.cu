@@ -1,13 +1,15 @@
 // Embedding on the device: forward gathers rows, backward sums gradient rows per id.
 //
-// Backward is deterministic without atomics or a device sort: the ids are on the host already
-// (the front end range-checks them there), so the host groups the positions by id with a
+// Forward range-checks the ids in the kernel (core/cuda/device_check.h), so a lookup needs no
+// copy of them to the host. Backward is deterministic without atomics or a device sort: training
+// has the ids on the host already (the front end range-checks them there), so the host groups the positions by id with a
 // stable counting sort (O(N + V)) and uploads the groups; then one block per distinct id sums
 // that id's gradient rows in position order, in f32, and adds the sum into its row of gw. Each
 // row of gw has exactly one writer, and the summation order is fixed, so repeated runs give
 // identical bits (atomicAdd in f32 would not), at the cost of one small host-to-device copy.
 #include <vector>
 
+#include "core/cuda/device_check.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/embedding.h"
 
@@ -16,16 +18,26 @@ namespace keel::cuda {
 namespace {
 using namespace dev;
 
-// B*T = N ids, weight (V, C) -> out (N, C). kVec: rows are whole 16-byte packs (C * sizeof(T)
-// a multiple of 16 and both bases aligned), one pack per thread; else one element.
+// B*T = N ids, weight (rows, C) -> out (N, C). kVec: rows are whole 16-byte packs (C * sizeof(T)
+// a multiple of 16 and both bases aligned), one pack per thread; else one element. An id outside
+// [0, rows) is reported to `check` (core/cuda/device_check.h: the host raises it at its next
+// synchronisation) and its output row is zeros, so the kernel never reads outside the table.
 template <typename T, typename I, bool kVec>
 __global__ void embedding_forward_kernel(const T* __restrict__ w, const I* __restrict__ ids, T* __restrict__ out,
-                                         int64_t N, int64_t C) {
+                                         int64_t N, int64_t C, int64_t rows, DeviceCheckSlot* check) {
   constexpr int V = kVec ? Pack<T>::N : 1;
   const int64_t per_row = C / V, total = N * per_row;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = e / per_row, c = (e % per_row) * V;
-    const T* src = w + static_cast<int64_t>(ids[n]) * C + c;
+    const int64_t id = static_cast<int64_t>(ids[n]);
+    if (id < 0 || id >= rows) {
+      if (atomicCAS(&check->code, int32_t(DeviceCheck::none), int32_t(DeviceCheck::embedding_id)) ==
+          int32_t(DeviceCheck::none))
+        check->value = id, check->index = n, check->bound = rows;
+      for (int i = 0; i < V; ++i) out[n * C + c + i] = from_f32<T>(0.0f);
+      continue;
+    }
+    const T* src = w + id * C + c;
     if constexpr (kVec)
       store_pack(out + n * C + c, load_pack(src));
     else
@@ -67,10 +79,14 @@ void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) {
       const bool vec = (C * sizeof(T)) % 16 == 0 && plan::vector_head(C, sizeof(T), {pw, po}) == 0;
       const int64_t items = vec ? N * C / Pack<T>::N : N * C;
       const int blocks = grid_for(items, kThreads, w.device);
+      const int64_t rows = weight.size(0);
+      DeviceCheckSlot* check = device_check_slot(w.device);
       if (vec)
-        launch_kernel(embedding_forward_kernel<T, I, true>, blocks, kThreads, 0, w.stream, pw, ptr<const I>(ids), po, N, C);
+        launch_kernel(embedding_forward_kernel<T, I, true>, blocks, kThreads, 0, w.stream, pw, ptr<const I>(ids), po, N,
+                      C, rows, check);
       else
-        launch_kernel(embedding_forward_kernel<T, I, false>, blocks, kThreads, 0, w.stream, pw, ptr<const I>(ids), po, N, C);
+        launch_kernel(embedding_forward_kernel<T, I, false>, blocks, kThreads, 0, w.stream, pw, ptr<const I>(ids), po,
+                      N, C, rows, check);
       KEEL_CHECK_LAUNCH();
     });
   });

@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "core/autograd.h"
+#include "core/cuda/counters.h"
 #include "core/factory.h"
 #include "core/random.h"
 #include "cuda_compare.h"
@@ -249,6 +250,27 @@ TEST_CASE("cuda embedding forward and deterministic backward with repeated ids")
   CHECK(w.grad().to_vector<float>() == first);
   // Out-of-range ids raise the CPU's IndexError.
   CHECK_THROWS_AS(embedding(w, from_vector<int64_t>({0, 50257}, {2}).to(kGpu)), IndexError);
+}
+
+TEST_CASE("cuda embedding without a gradient checks its ids in the kernel, raised at the next sync") {
+  KEEL_REQUIRE_CUDA();
+  NoGradGuard no_grad;
+  Tensor w = rnd({100, 64}, 40).to(kGpu);
+  const Tensor bad = from_vector<int64_t>({3, 100, 7, -1}, {4}).to(kGpu);
+  const cuda::Counters before = cuda::counters();
+  Tensor out = embedding(w, bad);  // no read-back of the ids: nothing to wait for yet
+  CHECK((cuda::counters() - before).syncs == 0);
+  try {
+    (void)out.to_vector<float>();  // the first synchronisation reports what the kernel found
+    FAIL("no error for id 100 of a table of 100 rows");
+  } catch (const IndexError& e) {
+    const std::string m = e.what();
+    CHECK_MESSAGE(m.find("outside the table of 100 rows") != std::string::npos, m);
+    CHECK_MESSAGE((m.find("id 100 at position 1") != std::string::npos || m.find("id -1 at position 3") != std::string::npos), m);
+  }
+  // Reported once: the next lookup of good ids goes through, rows as on the CPU.
+  const Tensor good = from_vector<int64_t>({3, 99, 0}, {3});
+  CHECK(embedding(w, good.to(kGpu)).to_vector<float>() == embedding(w.to(Device::cpu()), good).to_vector<float>());
 }
 
 TEST_CASE("cuda dropout draws the CPU mask for the same generator state") {

@@ -8,10 +8,12 @@
 
 #include "core/allocator.h"
 #include "core/autograd.h"
+#include "core/cuda/counters.h"
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/random.h"
 #include "nn/kv_cache.h"
+#include "ops/reduce.h"
 
 namespace keel::app {
 
@@ -28,16 +30,15 @@ double quantile(std::vector<double> xs, double q) {
   return xs[i];
 }
 
-// logits (B, 1, V) -> the greedy token of each row, as (B, 1) ids on `device`. Reading the
-// logits back waits for the device, so a step's time is its whole time.
-Tensor greedy(const Tensor& logits, Device device, std::vector<int32_t>* row0 = nullptr) {
-  const int64_t B = logits.size(0), V = logits.size(2);
-  const std::vector<float> l = logits.to(DType::f32).to_vector<float>();
-  std::vector<int32_t> next(B);
-  for (int64_t b = 0; b < B; ++b)
-    next[b] = int32_t(std::max_element(l.begin() + b * V, l.begin() + (b + 1) * V) - (l.begin() + b * V));
-  if (row0) row0->push_back(next[0]);
-  return from_vector(next, {B, 1}).to(device);
+// logits (B, 1, V) -> the greedy token of each row, as (B, 1) i64 ids on the logits' device,
+// which the next step reads there. The argmax runs where the logits are; only the B ids come
+// back (to be recorded), and that read-back waits for the device, so a step's time is its whole
+// time. Ties go to the smallest id, as on the CPU.
+Tensor greedy(const Tensor& logits, std::vector<int32_t>* row0 = nullptr) {
+  Tensor next = argmax(logits, 2);
+  const std::vector<int64_t> ids = next.to_vector<int64_t>();
+  if (row0) row0->push_back(static_cast<int32_t>(ids[0]));
+  return next;
 }
 
 BenchRecord base_record(const nn::GPT2& model, const std::string& variant, const char* phase, int64_t B) {
@@ -96,11 +97,11 @@ void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSample
       cache.clear();
       tokens.clear();
       const auto t0 = Clock::now();
-      Tensor next = greedy(model.forward_cached(prompt_ids, cache, nn::GPT2::Logits::last), dev, &tokens);
+      Tensor next = greedy(model.forward_cached(prompt_ids, cache, nn::GPT2::Logits::last), &tokens);
       times.push_back(seconds_since(t0));
       if (rep + 1 == o.prefill_reps)  // the greedy continuation, for another implementation to match
         for (int64_t i = 1; i < o.check_tokens; ++i)
-          next = greedy(model.forward_cached(next, cache, nn::GPT2::Logits::last), dev, &tokens);
+          next = greedy(model.forward_cached(next, cache, nn::GPT2::Logits::last), &tokens);
     }
     BenchRecord r = base_record(model, variant, "prefill", B);
     r["P"] = P;
@@ -117,12 +118,18 @@ void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSample
       Generator gen(o.seed + 1);
       reset_peak_memory(dev);
       nn::fill_random(kv, B, L, spec, c.head_dim(), w.dtype(), dev, gen);
-      Tensor next = from_vector(std::vector<int32_t>(B, 1), {B, 1}).to(dev);
+      Tensor next = full({B, 1}, 1.0, {DType::i64, dev});
       std::vector<double> ms;
+      cuda::Counters ops;  // what the timed steps asked of the GPU (zero on the CPU)
       for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
+        const cuda::Counters c0 = cuda::counters();
         const auto t0 = Clock::now();
-        next = greedy(model.forward_cached(next, kv, nn::GPT2::Logits::last), dev);
-        if (s >= o.warmup) ms.push_back(1e3 * seconds_since(t0));
+        next = greedy(model.forward_cached(next, kv, nn::GPT2::Logits::last));
+        if (s < o.warmup) continue;
+        ms.push_back(1e3 * seconds_since(t0));
+        const cuda::Counters step = cuda::counters() - c0;
+        ops.launches += step.launches, ops.library_calls += step.library_calls, ops.copies += step.copies;
+        ops.syncs += step.syncs, ops.allocations += step.allocations, ops.device_mallocs += step.device_mallocs;
       }
       BenchRecord d = base_record(model, variant, "decode", B);
       d["context"] = L;
@@ -131,6 +138,13 @@ void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSample
       d["steps"] = o.steps;
       d["tokens_per_s"] = 1e3 * double(B) / quantile(ms, 0.5);
       d["kv_bytes"] = kv.bytes();
+      // Per token (exact on the emulated GPU too): the host-side cost a GPU step pays.
+      const double per = double(o.steps);
+      d["launches"] = double(ops.launches) / per;
+      d["library_calls"] = double(ops.library_calls) / per;
+      d["copies"] = double(ops.copies) / per;
+      d["syncs"] = double(ops.syncs) / per;
+      d["allocations"] = double(ops.allocations) / per;
       d["peak_mem_bytes"] = memory_stats(dev).peak;
       emit(d);
     }
@@ -176,6 +190,30 @@ std::string bench_sample_table(const std::vector<BenchRecord>& records) {
       const BenchRecord &m = *by.at("mhsa"), &l = *by.at("ls");
       s += fmt::format(" {:>11.2f}x {:>10.1f}%", m["ms"].get<double>() / l["ms"].get<double>(),
                        100.0 * l["kv_bytes"].get<double>() / m["kv_bytes"].get<double>());
+    }
+    s += "\n";
+  }
+  // On a GPU (or the emulated one): the operations a token costs the host, the usual bound of
+  // decode at batch 1 (docs/inference.md).
+  bool gpu = false;
+  for (const BenchRecord& r : records) gpu = gpu || (r["phase"] == "decode" && r.value("launches", 0.0) > 0);
+  if (!gpu) return s;
+  s += "decode, per token on the GPU: kernel launches + library calls + copies, host syncs, allocations\n";
+  s += fmt::format("  {:>5} {:>7}", "batch", "context");
+  for (const std::string& v : variants) s += fmt::format(" {:>30}", v);
+  s += "\n";
+  for (const auto& [key, by] : decode) {
+    s += fmt::format("  {:>5} {:>7}", key.first, key.second);
+    for (const std::string& v : variants) {
+      const auto it = by.find(v);
+      if (it == by.end()) {
+        s += fmt::format(" {:>30}", "-");
+        continue;
+      }
+      const BenchRecord& r = *it->second;
+      s += fmt::format(" {:>30}", fmt::format("{:.0f}+{:.0f}+{:.0f}, {:.0f} sync, {:.0f} alloc", r["launches"].get<double>(),
+                                              r["library_calls"].get<double>(), r["copies"].get<double>(),
+                                              r["syncs"].get<double>(), r["allocations"].get<double>()));
     }
     s += "\n";
   }

@@ -53,9 +53,12 @@ std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& promp
   SampleStats st;
   // The whole text fits the context: room for all of it now, so no step grows the cache.
   nn::KVCache cache = model.make_cache(int64_t(prompt.size()) + opt.max_new_tokens);
-  // Feeds `ids` after what the cache holds; returns the logits of the last position.
+  // Feeds `ids` after what the cache holds; returns the logits of the last position. One new
+  // token goes up as a kernel's argument (a fill), not as a copy the host must wait for: a
+  // decode step then synchronises once, to read its logits.
   auto feed = [&](const std::vector<int32_t>& ids) {
-    Tensor ids_t = from_vector(ids, {1, int64_t(ids.size())}).to(device);
+    Tensor ids_t = ids.size() == 1 ? full({1, 1}, double(ids[0]), {DType::i64, device})
+                                   : from_vector(ids, {1, int64_t(ids.size())}).to(device);
     Tensor logits = model.forward_cached(ids_t, cache, nn::GPT2::Logits::last);
     return logits.to(DType::f32).to_vector<float>();
   };

@@ -168,6 +168,24 @@ cudaError_t cudaFree(void* p) {
   std::free(p);
   return cudaSuccess;
 }
+// Pinned host memory is host memory here, and "mapped" means the kernels (host fibers) use the
+// same pointer: what a device writes into it the host sees after the next synchronisation, as on
+// a GPU.
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+  *p = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  if (posix_memalign(p, 256, bytes) != 0) *p = nullptr;
+  if (!*p) return record(cudaErrorMemoryAllocation, fmt::format("the host has no {} bytes to pin", bytes));
+  return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned) {
+  *device = host;
+  return cudaSuccess;
+}
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   const keel::emu::GpuModel& m = keel::emu::gpu_model();
   Runtime& r = rt();

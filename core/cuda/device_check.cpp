@@ -1,0 +1,64 @@
+// The host side of core/cuda/device_check.h: one slot per device in pinned, mapped host memory.
+#include "core/cuda/device_check.h"
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/cuda/check.h"
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+
+namespace keel::cuda {
+
+namespace {
+std::mutex g_mu;
+std::vector<DeviceCheckSlot*> g_host;    // the host's view of each device's slot
+std::vector<DeviceCheckSlot*> g_device;  // the device's view of the same memory
+
+DeviceCheckSlot* host_slot(int device) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_host.empty()) g_host.assign(device_count(), nullptr), g_device.assign(device_count(), nullptr);
+  check_device(device, "device_check_slot");
+  if (!g_host[device]) {
+    KEEL_CHECK_CUDA(cudaSetDevice(device));
+    void* p = nullptr;
+    KEEL_CHECK_CUDA(cudaHostAlloc(&p, sizeof(DeviceCheckSlot), cudaHostAllocMapped));
+    *static_cast<DeviceCheckSlot*>(p) = DeviceCheckSlot{};
+    void* d = nullptr;
+    KEEL_CHECK_CUDA(cudaHostGetDevicePointer(&d, p, 0));
+    g_host[device] = static_cast<DeviceCheckSlot*>(p);
+    g_device[device] = static_cast<DeviceCheckSlot*>(d);
+  }
+  return g_host[device];
+}
+}  // namespace
+
+DeviceCheckSlot* device_check_slot(int device) {
+  host_slot(device);
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_device[device];
+}
+
+void raise_device_check(int device) {
+  DeviceCheckSlot* s = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (device < 0 || size_t(device) >= g_host.size() || !g_host[device]) return;  // no kernel ever checked
+    s = g_host[device];
+  }
+  const DeviceCheckSlot found = *s;
+  if (found.code == int32_t(DeviceCheck::none)) return;
+  *s = DeviceCheckSlot{};
+  if (found.code == int32_t(DeviceCheck::embedding_id))
+    throw IndexError("embedding", "id " + std::to_string(found.value) + " at position " + std::to_string(found.index) +
+                                      " is outside the table of " + std::to_string(found.bound) +
+                                      " rows (found by the kernel on cuda:" + std::to_string(device) + ")",
+                     "check that the tokenizer's vocabulary matches the model's vocab_size");
+  throw CudaError("cuda", "a kernel on cuda:" + std::to_string(device) + " reported check " +
+                              std::to_string(found.code) + " (value " + std::to_string(found.value) + ")");
+}
+
+}  // namespace keel::cuda
