@@ -1,0 +1,524 @@
+#!/usr/bin/env python3
+"""keel's static kernel report: what the compiler says about every CUDA kernel, no GPU needed.
+
+    python3 tests/gpu/kernel_report.py [--out DIR] [--budgets FILE] [--update] [--reuse] [--self-test]
+
+Compiles every CUDA source (core/cuda, ops/cuda, optim/cuda) alone for sm_90 into a cubin with
+`nvcc -O3 -lineinfo -cubin -Xptxas -v`, then reports, per kernel (instantiations that differ
+only in a type argument grouped, worst one shown): registers, spill bytes, stack frame, shared
+memory, block size and resident blocks (CTAs) per SM on an H100/H200. For the kernels whose
+budget-file facts give their cp.async copies per tile (the tensor-core attention kernels) it
+also disassembles the SASS (nvdisasm) and measures the main loop: the cheapest path through it
+that runs every HMMA and issues the next tile's copies, and the loop's whole code.
+docs/gpu-benchmarks.md ("Static kernel report") explains every column. The budgets
+(tests/gpu/kernel_budgets.json) are a ratchet: exit status 1 names each kernel that got worse
+than its budget; --update rewrites them from today's values.
+--self-test checks, on the last measurement, that a budget tightened below today's value fails.
+Without nvcc the report says so and exits 0; nvdisasm comes from PyPI (bash .ci/setup).
+"""
+import argparse, concurrent.futures, glob, itertools, json, math, os, re, shutil, struct, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SOURCE_DIRS = ("core/cuda", "ops/cuda", "optim/cuda")
+NVCC_FLAGS = ["-std=c++20", "--expt-relaxed-constexpr", "-O3", "-DNDEBUG", "-DKEEL_WITH_CUDA=1", "-I" + ROOT,
+              "-arch=sm_90", "-lineinfo", "-cubin", "-Xptxas", "-v"]
+# sm_90 (H100, H200), as CUDA's cuda_occupancy.h computes it: 64K registers in 4 sub-partitions,
+# allocated per warp in units of 256; 228 KB of shared memory, 1 KB reserved per block, 128-byte units.
+SM90 = dict(regs_per_partition=16384, partitions=4, reg_unit=256, smem=228 * 1024, smem_reserved=1024,
+            smem_unit=128, max_threads=2048, max_ctas=32)
+INT_OPS = {"IADD3", "IADD", "IADD32I", "IMAD", "IMUL", "IMNMX", "IABS", "ISETP", "LEA", "LOP", "LOP3", "LOP32I",
+           "SHF", "SHL", "SHR", "SEL", "PRMT", "MOV", "MOV32I", "VIADD", "VIADDMNMX", "VIMNMX", "BMSK", "BREV",
+           "FLO", "POPC", "PLOP3", "SGXT", "BFE", "BFI"}  # a leading U (uniform datapath) counts too
+CONTROL_OPS = {"BRA", "BRX", "JMP", "JMX", "CALL", "RET", "BSSY", "BSYNC", "BREAK", "EXIT"}
+SYNC_OPS = {"WARPSYNC", "BAR"}
+# Budgets: metric -> (larger is worse, tolerance added by --update). Ratios get a relative one.
+METRICS = {"regs": (True, 4), "spill": (True, 0), "ctas": (False, 0), "ipm": (True, 0.03),
+           "static_ipm": (True, 0.03), "int_pct": (True, 1.0), "control": (True, 0.05), "sync": (True, 0),
+           "local": (True, 0), "tests": (True, 0.05), "mask_free": (False, 0)}
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def find_tool(name):
+    dirs = [os.environ.get("KEEL_CUDA_TOOLS", ""), os.path.expanduser("~/.cache/keel/cuda-tools"), "/usr/local/cuda"]
+    found = shutil.which(name)
+    for d in dirs:
+        if not found and d:
+            found = next(iter(sorted(glob.glob(os.path.join(d, "nvidia/*/bin", name)) + glob.glob(
+                os.path.join(d, "bin", name)))), None)
+    return found
+
+
+# ---------------------------------------------------------------- compile and ptxas -v
+
+def facts_for_source(source, budgets):
+    """The C++ expressions (shared memory, cp.async copies and scores per thread and tile) that the
+    budget file asks nvcc to evaluate for the kernels of one source: [(kernel, fact, expression)].
+    An entry's "each" lists values that {NAME} takes in its kernel and expressions."""
+    out = []
+    for f in budgets.get("facts", []):
+        each = f.get("each", {})
+        for combo in itertools.product(*each.values()):
+            sub = dict(zip(each, combo))
+            if f["source"] == source:
+                out += [(f["kernel"].format(**sub), key, str(expr).format(**sub)) for key, expr in f.items()
+                        if key not in ("kernel", "source", "each", "why")]
+    return out
+
+
+def compile_one(nvcc, source, out, facts):
+    """One .cu -> cubin; facts become template arguments of empty kernels whose names ptxas prints."""
+    stem = source.replace("/", "_")
+    src = os.path.join(ROOT, source)
+    if facts:
+        src = os.path.join(out, stem + ".probe.cu")
+        lines = ['#include "%s"' % os.path.join(ROOT, source), "namespace keel::cuda { namespace {",
+                 "template <long long I, long long V> __global__ void keel_report_fact() {}"]
+        for i, (_, _, expr) in enumerate(facts):
+            lines.append("template __global__ void keel_report_fact<%d, (%s)>();" % (i, expr))
+        open(src, "w").write("\n".join(lines + ["} }", ""]))
+    cubin = os.path.join(out, stem + ".cubin")
+    r = run([nvcc] + NVCC_FLAGS + ["-o", cubin, src])
+    if r.returncode != 0:
+        sys.exit("kernel report: nvcc failed on %s:\n%s" % (source, r.stderr[-4000:]))
+    return dict(source=source, cubin=cubin, log=r.stderr + r.stdout)
+
+
+def parse_ptxas(log):
+    kernels, cur = {}, None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)' for 'sm_90'", line)
+        if m:
+            cur = kernels.setdefault(m.group(1), dict(regs=0, spill_st=0, spill_ld=0, stack=0, smem_static=0))
+            continue
+        if cur is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            cur.update(stack=int(m.group(1)), spill_st=int(m.group(2)), spill_ld=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            cur["regs"] = int(m.group(1))
+            m = re.search(r"(\d+) bytes smem", line)
+            cur["smem_static"] = int(m.group(1)) if m else 0
+    return kernels
+
+
+def launch_bounds(cubin):
+    """__launch_bounds__ of each kernel: EIATTR_MAX_THREADS (0x05) in its .nv.info.<name> section."""
+    data = open(cubin, "rb").read()
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    strtab = sections[shstrndx][4]
+    bounds = {}
+    for name_at, _, _, _, offset, size in sections:
+        name = data[strtab + name_at:data.index(b"\0", strtab + name_at)].decode()
+        if not name.startswith(".nv.info."):
+            continue
+        pos = offset
+        while pos < offset + size:
+            fmt, attr = data[pos], data[pos + 1]
+            length = struct.unpack_from("<H", data, pos + 2)[0] if fmt == 0x04 else 0
+            if fmt == 0x04 and attr == 0x05:
+                x, y, z = struct.unpack_from("<III", data, pos + 4)
+                bounds[name[len(".nv.info."):]] = x * y * z
+            pos += 4 + length
+    return bounds
+
+
+def demangle(names):
+    r = run(["c++filt"], input="\n".join(names))
+    return dict(zip(names, r.stdout.splitlines())) if r.returncode == 0 else {n: n for n in names}
+
+
+def split_name(demangled):
+    """'void keel::cuda::(anonymous namespace)::k<__half, 128>(...)' -> ('k', ['__half', '128'])."""
+    text = demangled.replace("(anonymous namespace)::", "")
+    text = re.sub(r"^void ", "", text)
+    depth, args, cur, name = 0, [], "", ""
+    for ch in text:
+        if ch == "(" and depth == 0:
+            break
+        if ch == "<":
+            depth += 1
+            if depth == 1:
+                continue
+        elif ch == ">":
+            depth -= 1
+            if depth == 0:
+                args.append(cur.strip())
+                continue
+        elif ch == "," and depth == 1:
+            args.append(cur.strip())
+            cur = ""
+            continue
+        if depth == 0:
+            name += ch
+        else:
+            cur += ch
+    return name.split("::")[-1], args
+
+
+SHORT_TYPES = {"__nv_bfloat16": "bf16", "__half": "f16", "float": "f32", "double": "f64", "long": "i64", "int": "i32"}
+
+
+def group_of(name, args):
+    """Kernels that differ only in type arguments share a group (and a budget)."""
+    values = [a if a in ("true", "false") else re.sub(r"[a-z]+$", "", a)
+              for a in args if re.fullmatch(r"-?\d+[a-z]*|true|false", a)]
+    return name + ("<%s>" % ", ".join(values) if values else "")
+
+
+def occupancy(regs, smem_bytes, threads):
+    """Resident blocks per SM and what limits them (cuda_occupancy.h's arithmetic for sm_90)."""
+    warps = -(-threads // 32)
+    per_warp = -(-regs * 32 // SM90["reg_unit"]) * SM90["reg_unit"]
+    by_regs = (SM90["regs_per_partition"] // per_warp * SM90["partitions"]) // warps if per_warp else 10 ** 9
+    alloc = -(-(smem_bytes + SM90["smem_reserved"]) // SM90["smem_unit"]) * SM90["smem_unit"]
+    by_smem = SM90["smem"] // alloc
+    limits = {"regs": by_regs, "smem": by_smem, "threads": SM90["max_threads"] // threads, "blocks": SM90["max_ctas"]}
+    n = min(limits.values())
+    return n, "+".join(k for k in limits if limits[k] == n)
+
+
+# ---------------------------------------------------------------- SASS: the main loop
+
+INSTR = re.compile(r"^\s+/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*(.*?)\s*;")
+LINE = re.compile(r'^\s*//## File "([^"]+)", line (\d+)(\s+inlined at)?')
+
+
+def parse_sass(text):
+    """nvdisasm -c -gi output -> {mangled: [instruction dicts]}; `line` is the outermost source line."""
+    funcs, cur, labels, where = {}, None, [], None
+    for line in text.splitlines():
+        if line.startswith(".text."):
+            cur, where = funcs.setdefault(line[6:].rstrip(":"), []), None
+        elif re.match(r"^\.L_x_\d+:", line):
+            labels.append(line.rstrip(":"))
+        elif LINE.match(line):
+            m = LINE.match(line)
+            if not m.group(3):
+                where = (os.path.relpath(os.path.normpath(m.group(1)), ROOT), int(m.group(2)))
+        elif INSTR.match(line) and cur is not None:
+            m = INSTR.match(line)
+            cur.append(dict(pred=(m.group(2) or "").strip(), op=m.group(3), base=m.group(3).split(".")[0],
+                            args=m.group(4), labels=labels, where=where))
+            labels = []
+    return funcs
+
+
+def basic_blocks(ins):
+    label_at = {label: i for i, x in enumerate(ins) for label in x["labels"]}
+    leaders = {0} | {i for i, x in enumerate(ins) if x["labels"]}
+    leaders |= {i + 1 for i, x in enumerate(ins) if x["base"] in ("BRA", "BRX", "JMP", "JMX", "EXIT", "RET")}
+    leaders = sorted(i for i in leaders if i < len(ins))
+    blocks = [dict(ins=ins[a:b], succ=[]) for a, b in zip(leaders, leaders[1:] + [len(ins)])]
+    block_of = {first: k for k, first in enumerate(leaders)}
+    for k, b in enumerate(blocks):
+        last, falls = b["ins"][-1], True
+        if last["base"] == "BRA":
+            b["succ"].append(block_of[label_at[re.search(r"(\.L_x_\d+)", last["args"]).group(1)]])
+            falls = bool(last["pred"]) or "," in last["args"].split("`")[0]  # @P BRA, or BRA P, target
+        elif last["base"] in ("BRX", "JMP", "JMX", "EXIT", "RET"):
+            falls = bool(last["pred"]) and last["base"] in ("EXIT", "RET")
+        if falls and k + 1 < len(blocks):
+            b["succ"].append(k + 1)
+    return blocks
+
+
+def main_loop(blocks):
+    """The natural loop (a back edge k -> h, h dominating k) that holds the most HMMA."""
+    preds = {k: [] for k in range(len(blocks))}
+    for k, b in enumerate(blocks):
+        for s in b["succ"]:
+            preds[s].append(k)
+    reach, stack = {0}, [0]
+    while stack:
+        for s in blocks[stack.pop()]["succ"]:
+            if s not in reach:
+                reach.add(s), stack.append(s)
+    dom = {k: set(reach) for k in reach}
+    dom[0], changed = {0}, True
+    while changed:
+        changed = False
+        for k in sorted(reach - {0}):
+            new = set.intersection(*[dom[p] for p in preds[k] if p in reach]) | {k}
+            changed, dom[k] = changed or new != dom[k], new
+    loops = {}
+    for k in reach:
+        for h in blocks[k]["succ"]:
+            if h in dom[k]:
+                body, stack = loops.setdefault(h, {h}), [k]
+                while stack:
+                    n = stack.pop()
+                    if n not in body:
+                        body.add(n), stack.extend(preds[n])
+    hmma = lambda ks: sum(x["base"] == "HMMA" for k in ks for x in blocks[k]["ins"])
+    if not loops or not max(hmma(b) for b in loops.values()):
+        return None, None
+    head = max(loops, key=lambda h: (hmma(loops[h]), len(loops[h])))
+    return head, loops[head]
+
+
+def cheapest_path(blocks, head, body, copies):
+    """From the loop head back to it, every edge that goes backwards in the code cut (inner loops
+    run once): the path with the most HMMA that issues exactly `copies` LDGSTS, and of those the
+    fewest instructions. Dynamic programming over (block, LDGSTS so far) in code order."""
+    best = {head: {0: (0, 0, None)}}  # block -> LDGSTS before it -> (HMMA, -instructions, came from)
+    ends = []
+    for k in sorted(body):
+        for c, (hm, neg, _) in sorted(best.get(k, {}).items()):
+            ins = blocks[k]["ins"]
+            hm, neg = hm + sum(x["base"] == "HMMA" for x in ins), neg - len(ins)
+            c2 = c + sum(x["base"] == "LDGSTS" for x in ins)
+            for s in blocks[k]["succ"]:
+                if s == head and c2 == copies:
+                    ends.append((hm, neg, k, c))
+                elif s > k and s in body and (hm, neg) > best.setdefault(s, {}).get(c2, (-1, 0))[:2]:
+                    best[s][c2] = (hm, neg, (k, c))
+    if not ends:
+        raise ValueError("no path through the loop issues %d cp.async copies" % copies)
+    _, _, k, c = max(ends)
+    path = []
+    while k is not None:
+        path.append(k)
+        k, c = best[k][c][2] or (None, None)
+    return path[::-1]
+
+
+def loop_metrics(ins, source, copies, scores):
+    blocks = basic_blocks(ins)
+    head, body = main_loop(blocks)
+    if head is None:
+        return None
+    path = cheapest_path(blocks, head, body, copies)
+    on_path = [x for k in path for x in blocks[k]["ins"]]
+    static = [x for k in body for x in blocks[k]["ins"]]
+    count = lambda xs, ops: sum(x["base"] in ops or (x["base"][0] == "U" and x["base"][1:] in ops) for x in xs)
+    n, hmma, static_hmma = len(on_path), count(on_path, {"HMMA"}), count(static, {"HMMA"})
+    tests = sum(x["base"] == "BRA" and bool(x["pred"] or "," in x["args"].split("`")[0]) for x in on_path)
+    tests -= 1 if len(blocks[path[-1]]["succ"]) > 1 else 0  # the loop's own conditional back edge
+    tests += count(on_path, {"FSEL", "SEL"})
+    latch = blocks[path[-1]]["ins"][-1]["where"]
+    return dict(line="%s:%d" % (os.path.basename(latch[0]), latch[1]) if latch else "?", instr=n, hmma=hmma,
+                ipm=round(n / hmma, 2), hmma_pct=round(100 * hmma / n, 1),
+                int_pct=round(100 * count(on_path, INT_OPS) / n, 1), control=count(on_path, CONTROL_OPS),
+                sync=count(on_path, SYNC_OPS), copies=count(on_path, {"LDGSTS"}),
+                local=count(on_path, {"LDL", "STL"}), tests=tests, mask_free=tests < scores,
+                static_instr=len(static), static_hmma=static_hmma, static_ipm=round(len(static) / static_hmma, 2))
+
+
+# ---------------------------------------------------------------- measure, check, print
+
+def measure(args, budgets):
+    nvcc = find_tool("nvcc")
+    if not nvcc:
+        print("kernel report: skipped: nvcc not found (on PATH or in /usr/local/cuda/bin), nothing checked")
+        sys.exit(0)
+    nvdisasm = find_tool("nvdisasm")
+    if not nvdisasm:
+        sys.exit("kernel report: nvdisasm not found (PATH, $KEEL_CUDA_TOOLS, ~/.cache/keel/cuda-tools, "
+                 "/usr/local/cuda/bin); `bash .ci/setup` installs it from PyPI (nvidia-cuda-nvdisasm)")
+    os.makedirs(args.out, exist_ok=True)
+    sources = sorted(os.path.relpath(p, ROOT) for d in SOURCE_DIRS for p in glob.glob(os.path.join(ROOT, d, "*.cu")))
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        units = list(pool.map(lambda s: compile_one(nvcc, s, args.out, facts_for_source(s, budgets)), sources))
+    kernels = {}
+    for u in units:
+        facts = facts_for_source(u["source"], budgets)
+        ptxas, bounds = parse_ptxas(u["log"]), launch_bounds(u["cubin"])
+        names = demangle(list(ptxas))
+        values = {}
+        for mangled, d in ptxas.items():
+            name, targs = split_name(names[mangled])
+            if name == "keel_report_fact":
+                values[int(re.sub(r"\D", "", targs[0]))] = int(re.sub(r"[a-z]+$", "", targs[1]))
+        sass = None
+        for mangled, d in ptxas.items():
+            name, targs = split_name(names[mangled])
+            if name == "keel_report_fact":
+                continue
+            label = name + ("<%s>" % ", ".join(SHORT_TYPES.get(a, a) for a in targs) if targs else "")
+            full = name + ("<%s>" % ", ".join(targs) if targs else "")
+            fact = {key: values[i] for i, (kernel, key, _) in enumerate(facts) if kernel == full}
+            threads = bounds.get(mangled) or budgets["threads"].get(name, budgets["threads"]["default"])
+            smem = d["smem_static"] + fact.get("smem", 0)
+            ctas, limit = occupancy(d["regs"], smem, threads)
+            k = dict(d, source=u["source"], label=label, group=group_of(name, targs), threads=threads, smem=smem,
+                     ctas=ctas, limit=limit, spill=d["spill_st"] + d["spill_ld"])
+            if "copies" in fact:
+                if sass is None:
+                    r = run([nvdisasm, "-c", "-gi", u["cubin"]])
+                    sass = parse_sass(r.stdout)
+                try:
+                    k["loop"] = loop_metrics(sass[mangled], u["source"], fact["copies"], fact["scores"])
+                except ValueError as e:
+                    sys.exit("kernel report: %s: %s (the copies fact in %s)" % (label, e, args.budgets))
+            kernels[mangled] = k
+    r = run([nvcc, "--version"])
+    commit = run(["git", "-C", ROOT, "describe", "--always", "--dirty"]).stdout.strip()
+    return dict(nvcc=r.stdout.strip().splitlines()[-1], nvdisasm=run([nvdisasm, "--version"]).stdout.strip()
+                .splitlines()[-1], commit=commit, kernels=kernels)
+
+
+def groups(measured):
+    """Per group: the worst instantiation's numbers (most registers, spills, fewest CTAs; worst loop)."""
+    out = {}
+    for k in measured["kernels"].values():
+        g = out.setdefault(k["group"], dict(n=0, regs=0, spill=0, stack=0, smem=0, threads=k["threads"],
+                                            ctas=10 ** 9, limit="", loop=None, source=k["source"]))
+        g["n"] += 1
+        for m in ("regs", "spill", "stack", "smem"):
+            g[m] = max(g[m], k[m])
+        if k["ctas"] < g["ctas"]:
+            g.update(ctas=k["ctas"], limit=k["limit"], threads=k["threads"])
+        if k.get("loop") and (g["loop"] is None or k["loop"]["ipm"] > g["loop"]["ipm"]):
+            g["loop"] = k["loop"]
+    return out
+
+
+def values_of(g):
+    v = {m: g[m] for m in ("regs", "spill", "ctas")}
+    if g["loop"]:
+        v.update({m: g["loop"][m] for m in ("ipm", "static_ipm", "int_pct", "control", "sync", "local", "tests",
+                                             "mask_free")})
+    return v
+
+
+def worse(metric, value, budget):
+    larger_is_worse = METRICS[metric][0]
+    return value > budget if larger_is_worse else value < budget
+
+
+def with_tolerance(metric, value):
+    larger_is_worse, tol = METRICS[metric]
+    if isinstance(value, bool) or tol == 0 or not larger_is_worse:
+        return value
+    if metric in ("regs", "int_pct"):
+        return min(value + tol, 255) if metric == "regs" else round(value + tol, 1)
+    return round(value * (1 + tol), 2) if isinstance(value, float) else math.ceil(value * (1 + tol))
+
+
+def check(measured, budgets):
+    failures, hints, gs = [], [], groups(measured)
+    for name, g in sorted(gs.items()):
+        budget = budgets["budgets"].get(name)
+        if budget is None:
+            print("kernel report: note: %s has no budget (run with --update to record one)" % name)
+            continue
+        values = values_of(g)
+        for metric in budget:
+            value = values.get(metric)
+            if value is None:
+                failures.append("%s: %s was not measured (no main loop found), budget %s"
+                                % (name, metric, budget[metric]))
+            elif worse(metric, value, budget[metric]):
+                failures.append("%s: %s is %s, budget %s" % (name, metric, value, budget[metric]))
+            elif with_tolerance(metric, value) != budget[metric] and worse(metric, budget[metric],
+                                                                           with_tolerance(metric, value)):
+                hints.append("%s: %s is %s, budget %s" % (name, metric, value, budget[metric]))
+    for name in sorted(set(budgets["budgets"]) - set(gs)):
+        print("kernel report: note: budget for %s, which no longer exists" % name)
+    return failures, hints
+
+
+def table(rows, header):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+
+
+def report(measured, budgets):
+    gs = groups(measured)
+    print("## keel kernel report, sm_90: %s, %s, commit %s\n" % (measured["nvcc"], measured["nvdisasm"],
+                                                                 measured["commit"]))
+    rows = [(os.path.basename(g["source"]), n, g["n"], g["regs"], g["spill"], g["stack"], g["smem"], g["threads"],
+             g["ctas"], g["limit"]) for n, g in sorted(gs.items(), key=lambda kv: (kv[1]["source"], kv[0]))]
+    print(table(rows, ["file", "kernel", "inst.", "regs", "spill B", "stack B", "smem B", "threads", "CTAs/SM",
+                       "limit"]))
+    loops = [(n, g["loop"]) for n, g in sorted(gs.items()) if g["loop"]]
+    print("\nMain loops (per warp and key/query tile; path = cheapest path that runs every HMMA and "
+          "issues the next tile's copies):\n")
+    print(table([(n, l["line"], "%d/%d = %.1f" % (l["static_instr"], l["static_hmma"], l["static_ipm"]),
+                  l["instr"], l["hmma"], l["ipm"], l["hmma_pct"], l["int_pct"], l["control"], l["sync"], l["copies"],
+                  l["local"], l["tests"], "yes" if l["mask_free"] else "no") for n, l in loops],
+                ["kernel", "loop", "static instr/HMMA", "path instr", "HMMA", "instr/HMMA", "HMMA %",
+                 "INT %", "BRA+BSSY+BSYNC", "WARPSYNC+BAR", "LDGSTS", "LDL+STL", "tests", "mask-free"]))
+    rows = []
+    shown = lambda v: {True: "yes", False: "no"}.get(v, v) if isinstance(v, bool) else v
+    for pattern, target in budgets.get("targets", {}).items():
+        for n, g in gs.items():
+            if pattern != "why" and re.fullmatch(pattern, n):
+                for metric, want in target.items():
+                    have = values_of(g).get(metric)
+                    rows.append((n, metric, shown(want), shown(have),
+                                 "not yet" if have is None or worse(metric, have, want) else "met"))
+    if rows:
+        print("\nTargets (reported, not enforced):\n")
+        print(table(sorted(rows), ["kernel", "metric", "target", "today", ""]))
+
+
+def self_test(args, budgets):
+    """The ratchet must fail: rerun the check (no compiling) with one budget at a time made tighter
+    than today's value, expecting exit status 1 and the kernel and metric named."""
+    gs = groups(json.load(open(os.path.join(args.out, "measured.json"))))
+    g = next(n for n in sorted(gs) if gs[n]["loop"])
+    cases = [(g, "regs", gs[g]["regs"] - 1), (g, "ipm", round(gs[g]["loop"]["ipm"] * 0.9, 2)),
+             (g, "ctas", gs[g]["ctas"] + 1), (g, "mask_free", True), (None, None, None)]
+    passed = 0
+    for group, metric, value in cases:
+        tight = json.loads(json.dumps(budgets))
+        if group:
+            tight["budgets"].setdefault(group, {})[metric] = value
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(tight, f)
+        r = run([sys.executable, os.path.abspath(__file__), "--reuse", "--out", args.out, "--budgets", f.name])
+        os.unlink(f.name)
+        want = 1 if group else 0
+        ok = r.returncode == want and (not group or re.search(re.escape("%s: %s is" % (group, metric)), r.stdout))
+        print("self-test: %s %s budget %s -> exit %d: %s" % (group or "every", metric or "", value, r.returncode,
+                                                                  "ok" if ok else "WRONG"))
+        passed += bool(ok)
+    print("%d passed, %d failed" % (passed, len(cases) - passed))
+    return passed == len(cases)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.path.join(ROOT, "build", "kernel-report"), help="cubins and measured.json")
+    p.add_argument("--budgets", default=os.path.join(ROOT, "tests", "gpu", "kernel_budgets.json"))
+    p.add_argument("--jobs", type=int, default=2, help="parallel nvcc runs (default 2)")
+    p.add_argument("--reuse", action="store_true", help="check DIR/measured.json again instead of compiling")
+    p.add_argument("--update", action="store_true", help="rewrite the budgets from today's values + tolerance")
+    p.add_argument("--self-test", action="store_true", help="show that tightened budgets fail (after a run)")
+    args = p.parse_args()
+    budgets = json.load(open(args.budgets))
+    if args.self_test:
+        sys.exit(0 if self_test(args, budgets) else 1)
+    if args.reuse:
+        measured = json.load(open(os.path.join(args.out, "measured.json")))
+    else:
+        measured = measure(args, budgets)
+        json.dump(measured, open(os.path.join(args.out, "measured.json"), "w"), indent=1)
+    report(measured, budgets)
+    if args.update:
+        text = open(args.budgets).read()
+        rows = ['  %s: %s' % (json.dumps(n), json.dumps({m: with_tolerance(m, v) for m, v in values_of(g).items()}))
+                for n, g in sorted(groups(measured).items())]
+        with open(args.budgets, "w") as f:  # "budgets" is the file's last entry, one line per kernel group
+            f.write(text[:text.index('"budgets":')] + '"budgets": {\n' + ",\n".join(rows) + "\n }\n}\n")
+        print("\nkernel report: budgets written to %s" % os.path.relpath(args.budgets, ROOT))
+        return
+    failures, hints = check(measured, budgets)
+    for h in hints:
+        print("kernel report: better than budget (tighten with --update): " + h)
+    for f in failures:
+        print("kernel report: FAIL: " + f)
+    print("kernel report: %d kernel groups, %d over budget" % (len(groups(measured)), len(failures)))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
