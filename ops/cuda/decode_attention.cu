@@ -1,18 +1,27 @@
 // Decode attention on the GPU, split over the keys (flash-decoding): a few new queries against a
-// long KV cache.
+// long KV cache, every head of a layer in one launch.
 //
 // A decode step has only B * H * t query rows (6 at batch 1 for the paper's model), far fewer
 // than a GPU has multiprocessors, so one block per row would leave it idle. Each row's keys are
 // cut into n_split chunks instead, and a block of 128 threads owns one (row, chunk): it streams
 // its keys 128 at a time, one key per thread for the logit q . k, and keeps an online softmax (m
 // the largest logit so far, l the sum of exp(s - m), and the unnormalised output acc = sum of
-// exp(s - m) v, rescaled by exp(m - m_new) when m grows, as the flash forward does). It writes
-// (acc, m, l) to a small f32 workspace; a second kernel merges a row's chunks:
-//   M = max_s m_s,  L = sum_s l_s exp(m_s - M),  out = sum_s acc_s exp(m_s - M) / L.
+// exp(s - m) v, rescaled by exp(m - m_new) when m grows, as the flash forward does).
+//   n_split == 1  the block owns the whole row and writes out = acc / l itself: one launch.
+//   n_split > 1   it writes (acc, m, l) to a small f32 workspace, and a second kernel merges a
+//                 row's chunks: M = max_s m_s, L = sum_s l_s exp(m_s - M),
+//                 out = sum_s acc_s exp(m_s - M) / L.
 // n_split is picked so the launch has about two blocks per multiprocessor and no chunk is
 // shorter than 256 keys. A row's keys are [band_start(p, w), p], so a local head's 50 keys fill
 // one chunk and its other chunks are empty blocks that only write (0, -inf, 0): it reads its
-// window and nothing else. The key of position j sits in slot j % S of the cache.
+// window and nothing else.
+//
+// The heads come in two groups with caches of their own (a local ring, a global cache: see
+// DecodeCache), the key of position j in slot j % S of the head's group, so LS-attention's local
+// and global heads share the launch as MHSA's heads do. In the generation step the new token's
+// key and value arrive with the queries, and the block that will read them writes them into
+// their slot first (see decode_partial_kernel): no copies before the launch, and the output
+// goes out as (B, 1, H, D), the layout c_proj reads.
 #include <algorithm>
 
 #include "ops/attention_band.h"
@@ -31,19 +40,31 @@ constexpr int kMaxHeads = 128;         // windows travel to the kernel by value
 
 struct DecodeDims {
   int64_t position;  // of the first query
-  int64_t S;         // cache slots per head
+  int64_t S0, S1;    // cache slots per head of the first group (heads [0, H0)) and of the second
   int64_t chunk;     // keys per split, a multiple of kBlock
-  int H, t;
+  int H, H0, t;
   float scale, softcap;
   int window[kMaxHeads];
 };
 
-// q (R = B*H*t, D), k, v (B*H, S, D) -> part (R, n_split, D + 2) f32: acc (D), m, l per chunk.
-// Grid (R, n_split), kBlock threads.
+// Where a launch reads and writes. The caches are written (the new token) and read in the same
+// launch, so they are neither const nor __restrict__: the compiler must not route their loads
+// through the read-only cache, which does not see the block's own writes.
+template <typename T>
+struct DecodeArgs {
+  const T* q;                 // (B*H*t, D)
+  const T *k_new, *v_new;     // (B*H, D), or null: nothing to write (t == 1 when set)
+  T *k0, *v0;                 // (B, H0, S0, D)
+  T *k1, *v1;                 // (B, H - H0, S1, D)
+  float* part;                // (R, n_split, D + 2) when n_split > 1
+  T* out;                     // (R, D) when n_split == 1
+};
+
+// q (R = B*H*t, D), cache (B, H0, S0, D) + (B, H - H0, S1, D) -> out (R, D) when n_split == 1,
+// else part (R, n_split, D + 2) f32: acc (D), m, l per chunk. k_new, v_new (B*H, D) go into
+// slot position % S first. Grid (R, n_split), kBlock threads.
 template <typename T, int D>
-__global__ void __launch_bounds__(kBlock)
-    decode_partial_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                          float* __restrict__ part, DecodeDims dims) {
+__global__ void __launch_bounds__(kBlock) decode_partial_kernel(DecodeArgs<T> a, DecodeDims dims) {
   static_assert(kBlock % D == 0, "groups of D threads split the P V product");
   constexpr int G = kBlock / D;
   __shared__ float qs[D];
@@ -52,13 +73,29 @@ __global__ void __launch_bounds__(kBlock)
   __shared__ float scratch[32];
   const int r = blockIdx.x, tid = threadIdx.x, g = tid / D, d = tid % D;
   const int64_t bh = r / dims.t, p = dims.position + r % dims.t;
-  const int64_t lo = band_start<int64_t>(p, dims.window[bh % dims.H]);
+  const int b = static_cast<int>(bh / dims.H), h = static_cast<int>(bh % dims.H);
+  const bool first = h < dims.H0;  // which group holds the head
+  const int64_t S = first ? dims.S0 : dims.S1;
+  const int64_t head = first ? int64_t(b) * dims.H0 + h : int64_t(b) * (dims.H - dims.H0) + (h - dims.H0);
+  T* K = (first ? a.k0 : a.k1) + head * S * D;
+  T* V = (first ? a.v0 : a.v1) + head * S * D;
+  const int64_t lo = band_start<int64_t>(p, dims.window[h]);
   const int64_t begin = lo + int64_t(blockIdx.y) * dims.chunk;
   const int64_t end = begin + dims.chunk < p + 1 ? begin + dims.chunk : p + 1;
-  const T* K = k + bh * dims.S * D;
-  const T* V = v + bh * dims.S * D;
 
-  for (int e = tid; e < D; e += kBlock) qs[e] = to_f32(q[int64_t(r) * D + e]);
+  // The new key is part of its own query's window, so it must be in its slot before the tile
+  // loop reads the slot. Only the block whose chunk holds position p reads that slot: earlier
+  // chunks end before p, later ones are empty, and the key the slot held (position p - S) is in
+  // no window (the front end checked every span). So that block writes it, and the barrier
+  // below makes the write visible to its threads; no other block touches the slot.
+  if (a.k_new != nullptr && begin <= p && p < begin + dims.chunk) {
+    const int64_t slot = (p % S) * D;
+    for (int e = tid; e < D; e += kBlock) {
+      K[slot + e] = a.k_new[bh * D + e];
+      V[slot + e] = a.v_new[bh * D + e];
+    }
+  }
+  for (int e = tid; e < D; e += kBlock) qs[e] = to_f32(a.q[int64_t(r) * D + e]);
   __syncthreads();
 
   float m = -INFINITY, l = 0.0f, acc = 0.0f;  // acc: element d of group g's share of the output
@@ -66,7 +103,7 @@ __global__ void __launch_bounds__(kBlock)
     const int64_t j = j0 + tid;
     float s = -INFINITY;
     if (j < end) {
-      const T* kr = K + (j % dims.S) * D;
+      const T* kr = K + (j % S) * D;
       float dot = 0.0f;
 #pragma unroll 8
       for (int e = 0; e < D; ++e) dot += qs[e] * to_f32(kr[e]);
@@ -82,16 +119,24 @@ __global__ void __launch_bounds__(kBlock)
     m = m_new;
     acc *= alpha;
     const int n = end - j0 < kBlock ? static_cast<int>(end - j0) : kBlock;
-    for (int jj = g; jj < n; jj += G) acc += ps[jj] * to_f32(V[((j0 + jj) % dims.S) * D + d]);
+    for (int jj = g; jj < n; jj += G) acc += ps[jj] * to_f32(V[((j0 + jj) % S) * D + d]);
   }
 
   accs[tid] = acc;
   __syncthreads();
-  float* out = part + (int64_t(r) * gridDim.y + blockIdx.y) * (D + 2);
+  if (gridDim.y == 1) {  // the whole row: normalise here, nothing to merge (the combine's M = m)
+    if (tid < D) {
+      float o = 0.0f;
+      for (int gg = 0; gg < G; ++gg) o += accs[gg * D + tid];
+      a.out[int64_t(r) * D + tid] = from_f32<T>(o / l);
+    }
+    return;
+  }
+  float* out = a.part + (int64_t(r) * gridDim.y + blockIdx.y) * (D + 2);
   if (tid < D) {
-    float a = 0.0f;
-    for (int gg = 0; gg < G; ++gg) a += accs[gg * D + tid];
-    out[tid] = a;
+    float o = 0.0f;
+    for (int gg = 0; gg < G; ++gg) o += accs[gg * D + tid];
+    out[tid] = o;
   }
   if (tid == 0) {
     out[D] = m;
@@ -116,12 +161,20 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const float* __rest
   out[int64_t(r) * D + d] = from_f32<T>(o / L);
 }
 
+template <typename T>
+T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr;
+}
+
 }  // namespace
 
-void decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& window,
-                              int64_t position, double scale, double softcap, Tensor& out) {
+// q (B, H, t, D), k_new, v_new (B, H, 1, D) or undefined, cache (B, Hl, S0, D) + (B, H - Hl, S1, D)
+// -> out (B, H, t, D)
+void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor& v_new, const DecodeCache& cache,
+                              const std::vector<int64_t>& window, int64_t position, double scale, double softcap,
+                              Tensor& out) {
   constexpr const char* kOp = "decode_attention (CUDA)";
-  const int64_t B = q.size(0), H = q.size(1), t = q.size(2), D = q.size(3), S = k.size(2);
+  const int64_t B = q.size(0), H = q.size(1), t = q.size(2), D = q.size(3);
   const int64_t R = B * H * t;
   if (R == 0 || D == 0) return;
   if (H > kMaxHeads)
@@ -130,8 +183,10 @@ void decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   if (R > 2147483647) throw ShapeError(kOp, "too many query rows for one launch: " + shape_str(q.shape()));
   DecodeDims dims{};
   dims.position = position;
-  dims.S = S;
   dims.H = static_cast<int>(H);
+  dims.H0 = cache.k_local.defined() ? static_cast<int>(cache.k_local.size(1)) : 0;
+  dims.S0 = dims.H0 > 0 ? cache.k_local.size(2) : 1;
+  dims.S1 = dims.H0 < H ? cache.k_global.size(2) : 1;
   dims.t = static_cast<int>(t);
   dims.scale = static_cast<float>(scale);
   dims.softcap = static_cast<float>(softcap);
@@ -149,16 +204,25 @@ void decode_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   int64_t n_split = std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 65535));
   dims.chunk = ((span + n_split - 1) / n_split + kBlock - 1) / kBlock * kBlock;
   n_split = (span + dims.chunk - 1) / dims.chunk;
-  Tensor part = empty({R, n_split, D + 2}, {DType::f32, q.device()});
+  // One split writes the output itself: no workspace, no combine launch.
+  Tensor part = n_split > 1 ? empty({R, n_split, D + 2}, {DType::f32, q.device()}) : Tensor();
   cudaStream_t stream = detail::stream(dev);
 
   visit_cuda_float(q.dtype(), kOp, [&]<typename T>() {
+    const DecodeArgs<T> args{static_cast<const T*>(q.raw_data()),
+                             ptr_or_null<T>(k_new),
+                             ptr_or_null<T>(v_new),
+                             ptr_or_null<T>(cache.k_local),
+                             ptr_or_null<T>(cache.v_local),
+                             ptr_or_null<T>(cache.k_global),
+                             ptr_or_null<T>(cache.v_global),
+                             ptr_or_null<float>(part),
+                             static_cast<T*>(out.raw_data())};
     auto run = [&]<int HD>() {
       launch_kernel(decode_partial_kernel<T, HD>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(n_split)),
-                    dim3(kBlock), 0, stream, static_cast<const T*>(q.raw_data()),
-                    static_cast<const T*>(k.raw_data()), static_cast<const T*>(v.raw_data()),
-                    static_cast<float*>(part.raw_data()), dims);
+                    dim3(kBlock), 0, stream, args, dims);
       KEEL_CHECK_LAUNCH();
+      if (n_split == 1) return;
       launch_kernel(decode_combine_kernel<T, HD>, dim3(static_cast<unsigned>(R)), dim3(HD), 0, stream,
                     static_cast<const float*>(part.raw_data()), static_cast<T*>(out.raw_data()),
                     static_cast<int>(n_split));

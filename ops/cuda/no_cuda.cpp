@@ -37,8 +37,8 @@ void attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tenso
   no_cuda("attention backward");
 }
 
-void decode_attention_forward(const Tensor&, const Tensor&, const Tensor&, const std::vector<int64_t>&, int64_t, double,
-                              double, Tensor&) {
+void decode_attention_forward(const Tensor&, const Tensor&, const Tensor&, const DecodeCache&, const std::vector<int64_t>&,
+                              int64_t, double, double, Tensor&) {
   no_cuda("decode_attention");
 }
 
