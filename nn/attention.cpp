@@ -82,8 +82,8 @@ Tensor Attention::forward_cached(const Tensor& x, KVCache& cache, int64_t layer)
   const int64_t B = x.size(0), t = x.size(1), C = x.size(2);
   std::vector<Tensor> qkv = project(x);
   Tensor y = cached_attention(qkv[0], qkv[1], qkv[2], cache.layers[static_cast<size_t>(layer)], cache, cache.length(),
-                              spec_);
-  return c_proj.forward(reshape(transpose(y, 1, 2), {B, t, C}));
+                              spec_);  // (B, t, H, D)
+  return c_proj.forward(reshape(y, {B, t, C}));
 }
 
 }  // namespace keel::nn

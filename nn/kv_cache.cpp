@@ -58,7 +58,7 @@ void KVCache::clear() {
   length_ = 0;
 }
 
-// q, k, v (B, H, t, D) at positions [position, position + t) -> (B, H, t, D)
+// q, k, v (B, H, t, D) at positions [position, position + t) -> (B, t, H, D)
 Tensor cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, LayerKV& kv, const KVCache& cache,
                         int64_t position, const AttentionSpec& spec) {
   const int64_t H = q.size(1), t = q.size(2), Hl = spec.local_heads(), Hg = H - Hl;
@@ -72,34 +72,31 @@ Tensor cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, Layer
     for (int64_t a = 0; a < t; ++a)
       outs.push_back(cached_attention(narrow(q, 2, a, 1), narrow(k, 2, a, 1), narrow(v, 2, a, 1), kv, cache,
                                       position + a, spec));
-    return concat(outs, 2);
+    return concat(outs, 1);
   }
-  Tensor out;
-  if (position == 0) {
-    kv = LayerKV{};  // a new text, perhaps of another batch size
-    out = attention(q, k, v, spec).out;
-  }
-  if (Hl > 0) {
+  if (position == 0) kv = LayerKV{};  // a new text, perhaps of another batch size
+  if (Hl > 0 && !kv.k_local.defined()) {
     const int64_t W = spec.max_local_window();
-    if (!kv.k_local.defined()) kv.k_local = slots_for(k, Hl, W), kv.v_local = slots_for(v, Hl, W);
-    const int64_t n = std::min(t, W);  // older keys of a long prompt are out of every later window
-    write_slots(kv.k_local, narrow(narrow(k, 1, 0, Hl), 2, t - n, n), position + t - n);
-    write_slots(kv.v_local, narrow(narrow(v, 1, 0, Hl), 2, t - n, n), position + t - n);
+    kv.k_local = slots_for(k, Hl, W), kv.v_local = slots_for(v, Hl, W);
   }
-  if (Hg > 0) {
+  if (Hg > 0) {  // room for this step's keys; grows by doubling, so rarely copies
     make_room(kv.k_global, k, Hg, position + t, position, cache);
     make_room(kv.v_global, v, Hg, position + t, position, cache);
-    write_slots(kv.k_global, narrow(k, 1, Hl, Hg), position);
-    write_slots(kv.v_global, narrow(v, 1, Hl, Hg), position);
   }
-  if (position == 0) return out;
+  // A decode step: the kernel writes the token's key and value into their slots itself.
+  if (position > 0) return decode_attention_cached(q, k, v, kv, spec, position);
 
-  std::vector<Tensor> outs;
-  if (Hl > 0)
-    outs.push_back(decode_attention(narrow(q, 1, 0, Hl), kv.k_local, kv.v_local, spec.head_range(0, Hl), position));
-  if (Hg > 0)
-    outs.push_back(decode_attention(narrow(q, 1, Hl, Hg), kv.k_global, kv.v_global, spec.head_range(Hl, Hg), position));
-  return outs.size() == 1 ? outs[0] : concat(outs, 1);
+  // A prompt: the fused attention op, then its keys and values into the cache.
+  if (Hl > 0) {
+    const int64_t n = std::min(t, kv.k_local.size(2));  // older keys of a long prompt are out of every later window
+    write_slots(kv.k_local, narrow(narrow(k, 1, 0, Hl), 2, t - n, n), t - n);
+    write_slots(kv.v_local, narrow(narrow(v, 1, 0, Hl), 2, t - n, n), t - n);
+  }
+  if (Hg > 0) {
+    write_slots(kv.k_global, narrow(k, 1, Hl, Hg), 0);
+    write_slots(kv.v_global, narrow(v, 1, Hl, Hg), 0);
+  }
+  return transpose(attention(q, k, v, spec).out, 1, 2);
 }
 
 void fill_random(KVCache& cache, int64_t B, int64_t length, const AttentionSpec& spec, int64_t D, DType dtype,

@@ -19,13 +19,14 @@
 #include "core/random.h"
 #include "core/tensor.h"
 #include "ops/attention.h"
+#include "ops/decode_attention.h"
 
 namespace keel::nn {
 
-struct LayerKV {
-  Tensor k_local, v_local;    // (B, H_local, W, D): the ring of the local heads
-  Tensor k_global, v_global;  // (B, H_global, S, D): every key so far, in slots [0, length)
-};
+// One layer's cache: k_local, v_local (B, H_local, W, D), the ring of the local heads;
+// k_global, v_global (B, H_global, S, D), every key so far in slots [0, length). It is the
+// DecodeCache that ops/decode_attention.h's fused decode step reads and writes.
+using LayerKV = DecodeCache;
 
 class KVCache {
  public:
@@ -49,9 +50,12 @@ class KVCache {
 
 // One attention step over the cache. q, k, v (B, H, t, D): the new tokens at positions
 // [position, position + t), already projected (and q/k-normed). Writes k, v into the cache and
-// returns (B, H, t, D), the rows attention(q_all, k_all, v_all, spec) would give for them.
+// returns (B, t, H, D), the rows attention(q_all, k_all, v_all, spec) would give for them, heads
+// side by side as c_proj reads them (a reshape to (B, t, C), free after a decode step).
 // At position 0 the tokens go through the fused attention op (a prompt costs what it costs in
-// training, a local head O(t W)); after that each token is one decode_attention step per group.
+// training, a local head O(t W)); after that each token is one decode_attention_cached step for
+// all heads, which writes the token's key and value into the cache itself: one GPU launch, two
+// when a global head's keys are split over blocks.
 Tensor cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, LayerKV& kv, const KVCache& cache,
                         int64_t position, const AttentionSpec& spec);
 
