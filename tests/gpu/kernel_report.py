@@ -358,10 +358,10 @@ def measure(args, budgets):
                 except ValueError as e:
                     sys.exit("kernel report: %s: %s (the copies fact in %s)" % (label, e, args.budgets))
             kernels[mangled] = k
-    r = run([nvcc, "--version"])
-    commit = run(["git", "-C", ROOT, "describe", "--always", "--dirty"]).stdout.strip()
-    return dict(nvcc=r.stdout.strip().splitlines()[-1], nvdisasm=run([nvdisasm, "--version"]).stdout.strip()
-                .splitlines()[-1], commit=commit, kernels=kernels)
+    version = lambda tool: next((l.split(", ")[-1] for l in run([tool, "--version"]).stdout.splitlines()
+                                 if "release" in l), "?")
+    commit = run(["git", "-C", ROOT, "describe", "--always", "--dirty"]).stdout.strip() or "?"
+    return dict(nvcc=version(nvcc), nvdisasm=version(nvdisasm), commit=commit, kernels=kernels)
 
 
 def groups(measured):
@@ -432,8 +432,8 @@ def table(rows, header):
 
 def report(measured, budgets):
     gs = groups(measured)
-    print("## keel kernel report, sm_90: %s, %s, commit %s\n" % (measured["nvcc"], measured["nvdisasm"],
-                                                                 measured["commit"]))
+    print("## keel kernel report, sm_90: nvcc %s, nvdisasm %s, commit %s\n" % (measured["nvcc"], measured["nvdisasm"],
+                                                                              measured["commit"]))
     rows = [(os.path.basename(g["source"]), n, g["n"], g["regs"], g["spill"], g["stack"], g["smem"], g["threads"],
              g["ctas"], g["limit"]) for n, g in sorted(gs.items(), key=lambda kv: (kv[1]["source"], kv[0]))]
     print(table(rows, ["file", "kernel", "inst.", "regs", "spill B", "stack B", "smem B", "threads", "CTAs/SM",
