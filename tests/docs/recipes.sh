@@ -6,7 +6,8 @@
 # README tells users to: extra arguments replace the recipe's own):
 #   1. bash .ci/demo --max-steps 2            the main job (CPU branch)
 #   2. bash .ci/demo --lab --max-steps 2      the DoF lab, a synthetic corpus, the n/d sweep
-#   3. bash .ci/demo --figure1 --max-steps 2  its data preparation, then "needs a GPU" (exit 1)
+#   3. bash .ci/demo --figure1 --max-steps 2  its data preparation, then "needs a GPU" (exit 1),
+#      for a text corpus and for the synthetic one (KEEL_CORPUS=markov)
 #   4. the README's tokenize examples print the ids their comments show
 #   5. the README's `gpt2` app block, line by line, with --max-steps 2 on train and compare
 # KEEL_GPT2 makes the demo use the binary under test instead of building one, and
@@ -77,6 +78,14 @@ check "demo --figure1 without a GPU exits 1" test $rc -eq 1
 check "demo --figure1 without a GPU says so" grep -q "needs an NVIDIA GPU" figure1.log
 check "demo --figure1 prepared its data first" test -s runs/data/prose-10k/meta.json
 [ $rc -eq 1 ] || tail -n 20 figure1.log
+
+# 3b. Its synthetic variant (the lab's dense-local corpus at T = 2048): the data, then exit 1.
+fresh figure1-markov
+KEEL_CORPUS=markov FIG_STEPS=2 bash .ci/demo --figure1 >figure1-markov.log 2>&1
+rc=$?
+check "demo --figure1 on the synthetic corpus without a GPU exits 1 after its data" \
+  test $rc -eq 1 -a -s runs/data/markov-64-long/meta.json
+[ $rc -eq 1 ] || tail -n 20 figure1-markov.log
 
 # 4. The README's tokenize examples: `echo TEXT | $gpt2 tokenize [--decode]   # OUTPUT`.
 fresh readme
