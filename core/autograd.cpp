@@ -80,6 +80,27 @@ void accumulate_into(Tensor& dst, const Tensor& src) {
   });
 }
 
+// Reads dst and src, writes dst (a first gradient is a copy: read src, write grad). The one
+// op cost kept in core, since the engine itself does this work; the rest are in ops/op_costs.
+static profiler::Cost accumulate_cost(const Tensor& g) {
+  profiler::Cost c;
+  c.flops = double(g.numel());
+  c.bytes = 3.0 * double(g.numel()) * double(dtype_size(g.dtype()));
+  c.shape = shape_str(g.shape());
+  return c;
+}
+
+profiler::Cost AccumulateGrad::cost(const Tensor& g) const {
+  auto leaf = leaf_.lock();
+  if (!leaf || !leaf->grad) {
+    profiler::Cost c;
+    c.bytes = 2.0 * double(g.numel()) * double(dtype_size(g.dtype()));
+    c.shape = shape_str(g.shape());
+    return c;
+  }
+  return accumulate_cost(g);
+}
+
 std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
   auto leaf = leaf_.lock();
   if (!leaf) return {};
@@ -151,7 +172,13 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
     ready.pop_back();
     Tensor g = std::move(grads[n]);
     grads.erase(n);
-    std::vector<Tensor> input_grads = n->backward(g);
+    std::vector<Tensor> input_grads;
+    {
+      // Every op's backward is profiled here, in one place, under its node's name.
+      profiler::Scope prof(n->name(), profiler::Phase::backward);
+      if (prof) prof.cost(n->cost(g));
+      input_grads = n->backward(g);
+    }
     if (t_grad_ready_hook)
       if (auto* acc = dynamic_cast<AccumulateGrad*>(n))
         if (auto leaf = acc->leaf(); leaf && --pending_leaf[leaf.get()] == 0) t_grad_ready_hook(leaf);
@@ -164,6 +191,8 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
           grads[next] = input_grads[i];
         else {
           // A tensor used twice: sum the two contributions into a fresh buffer we own.
+          profiler::Scope prof("accumulate_grad", profiler::Phase::backward);
+          if (prof) prof.cost(accumulate_cost(input_grads[i]));
           Tensor sum = it->second.clone();
           accumulate_into(sum, input_grads[i]);
           it->second = sum;

@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/profiler.h"
 #include "core/tensor.h"
 
 namespace keel {
@@ -40,6 +41,9 @@ class Node {
   virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
   // Drop the saved tensors once backward has used them.
   virtual void release() {}
+  // What backward(grad_output) will cost, from the saved shapes (ops/op_costs.h); asked only
+  // while the profiler records, before backward runs.
+  virtual profiler::Cost cost(const Tensor& /*grad_output*/) const { return {}; }
 
   bool needs_input_grad(size_t i) const { return i < next.size() && next[i] != nullptr; }
 
@@ -53,6 +57,7 @@ class AccumulateGrad : public Node {
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : leaf_(leaf) {}
   const char* name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> backward(const Tensor& grad_output) override;
+  profiler::Cost cost(const Tensor& grad_output) const override;
   std::shared_ptr<TensorImpl> leaf() const { return leaf_.lock(); }
 
  private:

@@ -1,4 +1,5 @@
 #include "core/copy.h"
+#include "core/profiler.h"
 
 #include <cstring>
 #include <type_traits>
@@ -77,6 +78,15 @@ void copy_(Tensor& dst, const Tensor& src) {
                                   shape_str(src.shape()));
   if (src.numel() == 0) return;
   Device dd = dst.device(), sd = src.device();
+  // Profiled as an op of its own when no op around it is (contiguous(), to() in model code).
+  // Its cost, read src and write dst, is kept here because core does the work (ops/op_costs.h).
+  profiler::Scope prof(dd == sd ? "copy" : dd.is_cuda() ? "copy_to_device" : "copy_to_host");
+  if (prof) {
+    profiler::Cost c;
+    c.bytes = double(src.numel()) * double(dtype_size(src.dtype()) + dtype_size(dst.dtype()));
+    c.shape = shape_str(src.shape());
+    prof.cost(c);
+  }
   if (dd.is_cpu() && sd.is_cpu()) return copy_cpu(dst, src);
   if (dd.is_cuda() && sd.is_cuda() && dd == sd) return cuda::copy_strided(dst, src);
 

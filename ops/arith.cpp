@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "ops/common.h"
+#include "ops/op_costs.h"
 #include "ops/cpu/arith.h"
 #include "ops/cuda/arith.h"
 #include "ops/reduce.h"
@@ -47,6 +48,8 @@ void check_binary(const char* op, const Tensor& a, const Tensor& b) {
 Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   check_binary(name, a, b);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  profiler::Scope prof(name);
+  if (prof) prof.cost(op_costs::elementwise({&a, &b}, shape, a.dtype(), 1));
   Tensor out = empty(shape, {a.dtype(), a.device()});
   if (a.device().is_cuda()) cuda::binary(op, a, b, out);
   else cpu::binary(op, a, b, out);
@@ -57,6 +60,14 @@ struct AddBackward : Node {
   Shape a_shape, b_shape;
   double b_sign;  // +1 for add, -1 for sub
   const char* name() const override { return b_sign > 0 ? "AddBackward" : "SubBackward"; }
+  profiler::Cost cost(const Tensor& g) const override {
+    // grad -> ga, gb (each a copy, or a sum over broadcast dims): one read and one write each
+    profiler::Cost c;
+    for (size_t i = 0; i < 2; ++i)
+      if (needs_input_grad(i)) c.bytes += op_costs::bytes_of(g) + op_costs::bytes_of(i ? b_shape : a_shape, g.dtype());
+    c.shape = shape_str(g.shape());
+    return c;
+  }
   std::vector<Tensor> backward(const Tensor& g) override {
     Tensor ga, gb;
     if (needs_input_grad(0)) ga = sum_to_shape(g, a_shape);
@@ -137,6 +148,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
 namespace {
 // x (any) -> same shape
 Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double s = 0.0) {
+  profiler::Scope prof(name);
+  if (prof) prof.cost(op_costs::elementwise({&x}, x.shape(), x.dtype(), 1));
   detail::check_floating(name, {{"x", x}});
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
   if (x.device().is_cuda()) cuda::unary(op, x, out, s);

@@ -8,6 +8,7 @@
 #include "ops/common.h"
 #include "ops/cpu/attention.h"
 #include "ops/cuda/attention.h"
+#include "ops/op_costs.h"
 
 namespace keel {
 
@@ -111,12 +112,15 @@ struct AttentionBackward : Node {
     return {dq, dk, dv};
   }
   void release() override { q = k = v = out = lse = {}; }
+  profiler::Cost cost(const Tensor&) const override { return op_costs::attention_backward(q, window, lse.dtype()); }
 };
 
 }  // namespace
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
   check_arguments(q, k, v, spec);
+  profiler::Scope prof(kOp);
+  if (prof) prof.cost(op_costs::attention(q, spec.window, q.device().is_cuda() ? DType::f32 : q.dtype()));
   // Kernels read packed rows; the graph edges still go to the caller's (possibly strided) tensors.
   Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(), vc = v.detach().contiguous();
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);

@@ -5,6 +5,7 @@
 #include "ops/common.h"
 #include "ops/cpu/cross_entropy.h"
 #include "ops/cuda/cross_entropy.h"
+#include "ops/op_costs.h"
 
 namespace keel {
 
@@ -25,6 +26,9 @@ struct CrossEntropyBackward : Node {
     return {d.as_strided(logits_shape, contiguous_strides(logits_shape), 0), Tensor()};
   }
   void release() override { logits = targets = lse = {}; }
+  profiler::Cost cost(const Tensor&) const override {
+    return op_costs::cross_entropy_backward(logits, targets, lse.dtype(), logits_dtype);
+  }
 };
 
 }  // namespace
@@ -47,6 +51,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   if (V == 0)
     throw ShapeError(op, "logits have an empty class dimension: " + detail::describe("logits", logits),
                      "logits (..., V) need V >= 1 classes");
+  profiler::Scope prof(op);
+  if (prof) prof.cost(op_costs::cross_entropy(logits, targets, logits.device().is_cuda() ? DType::f32 : logits.dtype()));
   // The CPU kernels compute in f32/f64: bf16/f16 logits are widened (the CUDA kernels read
   // them as they are and compute in f32).
   const bool half = logits.dtype() == DType::bf16 || logits.dtype() == DType::f16;

@@ -3,6 +3,7 @@
 
 #include "ops/arith.h"
 #include "ops/common.h"
+#include "ops/op_costs.h"
 #include "ops/cpu/dropout.h"
 #include "ops/cuda/dropout.h"
 
@@ -24,6 +25,8 @@ Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {
   if (!(p >= 0.0 && p < 1.0))
     throw ValueError(op, "probability p = " + std::to_string(p) + " is outside [0, 1)", "use 0 <= p < 1");
   if (!training || p == 0.0) return x;
+  profiler::Scope prof(op);
+  if (prof) prof.cost(op_costs::elementwise({&x}, x.shape(), x.dtype(), 1));  // mask drawn and applied: x -> mask, out
   const uint64_t key = gen.seed(), base = gen.advance(x.numel());
   Tensor mask = empty(x.shape(), {x.dtype(), x.device()});
   const float pf = static_cast<float>(p);

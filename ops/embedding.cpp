@@ -4,6 +4,7 @@
 #include "ops/common.h"
 #include "ops/cpu/embedding.h"
 #include "ops/cuda/embedding.h"
+#include "ops/op_costs.h"
 
 namespace keel {
 
@@ -19,6 +20,7 @@ struct EmbeddingBackward : Node {
     return {gw, Tensor()};
   }
   void release() override { ids = {}; }
+  profiler::Cost cost(const Tensor& g) const override { return op_costs::embedding_backward(g, ids, weight_shape); }
 };
 }  // namespace
 
@@ -28,6 +30,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   detail::check_floating(op, {{"weight", weight}});
   detail::check_integer(op, {{"ids", ids}});
   detail::check_dim(op, {"weight", weight}, 2);
+  profiler::Scope prof(op);
+  if (prof) prof.cost(op_costs::embedding(ids, weight));
   Tensor idx = ids.contiguous();
   const int64_t V = weight.size(0), C = weight.size(1);
   const bool grad = needs_grad({weight});

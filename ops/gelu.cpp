@@ -5,6 +5,7 @@
 #include "ops/common.h"
 #include "ops/cpu/gelu.h"
 #include "ops/cuda/gelu.h"
+#include "ops/op_costs.h"
 
 namespace keel {
 
@@ -26,6 +27,7 @@ struct GeluBackward : Node {
     return {dx.as_strided(shape, contiguous_strides(shape), 0)};
   }
   void release() override { x = {}; }
+  profiler::Cost cost(const Tensor&) const override { return op_costs::gelu_backward(x); }
 };
 
 }  // namespace
@@ -35,6 +37,8 @@ Tensor gelu(const Tensor& x) {
   const char* op = "gelu";
   detail::check_defined(op, {{"x", x}});
   detail::check_floating(op, {{"x", x}});
+  profiler::Scope prof(op);
+  if (prof) prof.cost(op_costs::gelu(x));
   Tensor xf = flat(x);
   Tensor yf = x.device().is_cuda() ? cuda::gelu_forward(xf) : cpu::gelu_forward(xf);
   Tensor y = yf.as_strided(x.shape(), contiguous_strides(x.shape()), 0);

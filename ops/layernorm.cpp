@@ -7,6 +7,7 @@
 #include "ops/common.h"
 #include "ops/cpu/layernorm.h"
 #include "ops/cuda/layernorm.h"
+#include "ops/op_costs.h"
 
 namespace keel {
 
@@ -33,6 +34,9 @@ struct LayerNormBackward : Node {
     return {dx, dw, db};
   }
   void release() override { x = weight = mean = rstd = {}; }
+  profiler::Cost cost(const Tensor&) const override {
+    return op_costs::layernorm_backward(x, mean.dtype(), needs_input_grad(0), needs_input_grad(1), needs_input_grad(2));
+  }
 };
 
 }  // namespace
@@ -51,6 +55,8 @@ Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, doub
                              detail::describe("bias", bias));
   if (!(eps >= 0) || !std::isfinite(eps))
     throw ValueError(op, "eps must be a finite number >= 0, got " + std::to_string(eps));
+  profiler::Scope prof(op);
+  if (prof) prof.cost(op_costs::layernorm(x, bias.defined(), x.device().is_cuda() ? DType::f32 : x.dtype()));
   Tensor x2 = rows_of(x), w = weight.detach().contiguous();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor mean, rstd;

@@ -7,6 +7,7 @@
 #include "ops/common.h"
 #include "ops/cpu/matmul.h"
 #include "ops/cuda/matmul.h"
+#include "ops/op_costs.h"
 
 namespace keel {
 
@@ -27,6 +28,10 @@ struct MatmulBackward : Node {
     return {da, db};
   }
   void release() override { a = b = {}; }
+  profiler::Cost cost(const Tensor& grad) const override {
+    return op_costs::matmul_backward(grad.shape(), a_shape, b_shape, grad.dtype(), needs_input_grad(0),
+                                     needs_input_grad(1));
+  }
 };
 
 struct LinearBackward : Node {
@@ -42,6 +47,10 @@ struct LinearBackward : Node {
     return {dx, dw, db};
   }
   void release() override { x = weight = {}; }
+  profiler::Cost cost(const Tensor& grad) const override {
+    const int64_t K = weight.defined() ? weight.size(1) : x.size(-1);
+    return op_costs::linear_backward(grad, K, needs_input_grad(0), needs_input_grad(1), needs_input_grad(2));
+  }
 };
 
 bool wants_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
@@ -60,6 +69,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     throw ShapeError(op, "inner dimensions differ: " + detail::describe("a", a) + ", " + detail::describe("b", b),
                      "a's last dimension must equal b's second-to-last");
   matmul_batch_shape(a, b, op);  // throws when the batch dims do not broadcast
+  profiler::Scope prof(op);
+  if (prof) prof.cost(op_costs::matmul(a, b));
   Tensor out = a.device().is_cuda() ? cuda::matmul(a, b) : cpu::matmul(a, b);
   if (needs_grad({a, b})) {
     auto node = std::make_shared<MatmulBackward>();
@@ -85,6 +96,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     throw ShapeError(op, "bias does not match the out-features: " + detail::describe("bias", bias) + ", " +
                              detail::describe("weight", weight),
                      "bias must be (out_features)");
+  profiler::Scope prof(op);
+  if (prof) prof.cost(op_costs::linear(x, weight, bias));
   Tensor out = x.device().is_cuda() ? cuda::linear(x, weight, bias) : cpu::linear(x, weight, bias);
   if (needs_grad({x, weight, bias})) {
     auto node = std::make_shared<LinearBackward>();

@@ -3,6 +3,7 @@
 
 #include "ops/arith.h"
 #include "ops/common.h"
+#include "ops/op_costs.h"
 #include "ops/cpu/reduce.h"
 #include "ops/cuda/reduce.h"
 
@@ -31,6 +32,8 @@ Shape reduced_shape(const Shape& s, int64_t d, bool keepdim) {
 // x (outer, n, inner) -> out (outer, inner) [, argmax (outer, inner)]: the kernel of x's device.
 void run_reduce(Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
                 Tensor* argmax = nullptr) {
+  profiler::Scope prof(kind == Reduce::sum ? "sum" : "max");
+  if (prof) prof.cost(op_costs::reduction(x, out.shape()));
   if (x.device().is_cuda()) cuda::reduce_dim(kind, x, outer, n, inner, out, argmax);
   else cpu::reduce_dim(kind, x, outer, n, inner, out, argmax);
 }

@@ -3,6 +3,7 @@
 
 #include "core/autograd.h"
 #include "ops/common.h"
+#include "ops/op_costs.h"
 #include "ops/cpu/softmax.h"
 #include "ops/cuda/softmax.h"
 
@@ -30,6 +31,8 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   detail::check_floating(op, {{"x", x}});
   detail::check_min_dim(op, {"x", x}, 1);
   int64_t d = normalize_dim(dim, x.dim(), op);
+  profiler::Scope prof(op);
+  if (prof) prof.cost(op_costs::softmax(x));
   Tensor xc = x.detach().contiguous();
   Tensor y = x.device().is_cuda() ? cuda::softmax_forward(xc, d, log) : cpu::softmax_forward(xc, d, log);
   if (needs_grad({x})) {

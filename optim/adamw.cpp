@@ -6,6 +6,7 @@
 
 #include "core/copy.h"
 #include "core/factory.h"
+#include "ops/op_costs.h"
 #include "optim/adamw_math.h"
 #include "optim/cpu/adamw.h"
 #include "optim/cuda/adamw.h"
@@ -64,6 +65,7 @@ void AdamW::set_lr(double lr) {
 }
 
 void AdamW::zero_grad() {
+  profiler::Scope prof("zero_grad", profiler::Phase::optimizer);
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i].second;
     Slot& s = slots_[i];
@@ -112,6 +114,8 @@ void AdamW::update(const std::string& name, Tensor& param, const Tensor& grad_in
   if (n == 0) return;
 
   Tensor p = param.detach();
+  profiler::Scope prof("adamw", profiler::Phase::optimizer);
+  if (prof) prof.cost(op_costs::adamw(double(n), param.dtype(), grad.dtype(), slot.master.defined()));
   if (p.device().is_cuda()) cuda::adamw_step(p, grad, slot.m, slot.v, slot.master, s);
   else cpu::adamw_step(p, grad, slot.m, slot.v, slot.master, s);
 }

@@ -24,6 +24,11 @@ void synchronize(int) { no_cuda("synchronize"); }
 void memcpy_host_to_device(void*, const void*, size_t, int) { no_cuda("memcpy"); }
 void memcpy_device_to_host(void*, const void*, size_t, int) { no_cuda("memcpy"); }
 void memcpy_peer(void*, int, const void*, int, size_t) { no_cuda("memcpy"); }
+void* event_record(int) { no_cuda("event_record"); }
+double event_elapsed_ms(void*, void*) { no_cuda("event_elapsed_ms"); }
+void event_destroy(void*) {}
+void nvtx_push(const char*) {}
+void nvtx_pop() {}
 void* caching_allocate(int, size_t) { no_cuda("cuda allocate"); }
 void caching_free(int, void*, size_t) {}
 MemoryStats caching_stats(int) { return {}; }

@@ -8,6 +8,10 @@
 #include "core/cuda/counters.h"
 #include "core/cuda/device_check.h"
 
+// Header-only NVTX v3 (the toolkit's): no library to link; a range costs a call into the tool
+// only when one (Nsight) is attached.
+#include <nvtx3/nvToolsExt.h>
+
 namespace keel::cuda {
 
 namespace detail {
@@ -112,5 +116,26 @@ void memcpy_peer(void* dst, int dst_device, const void* src, int src_device, siz
   KEEL_CHECK_CUDA(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, detail::stream(dst_device)));
   KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(dst_device)));
 }
+
+void* event_record(int device) {
+  cudaEvent_t e = nullptr;
+  KEEL_CHECK_CUDA(cudaEventCreate(&e));
+  KEEL_CHECK_CUDA(cudaEventRecord(e, detail::stream(device)));
+  return e;
+}
+
+double event_elapsed_ms(void* start, void* end) {
+  KEEL_CHECK_CUDA(cudaEventSynchronize(static_cast<cudaEvent_t>(end)));
+  float ms = 0;
+  KEEL_CHECK_CUDA(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+  return ms;
+}
+
+void event_destroy(void* event) {
+  if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+void nvtx_push(const char* name) { nvtxRangePushA(name); }
+void nvtx_pop() { nvtxRangePop(); }
 
 }  // namespace keel::cuda

@@ -35,4 +35,14 @@ void memcpy_host_to_device(void* dst, const void* src, size_t nbytes, int device
 void memcpy_device_to_host(void* dst, const void* src, size_t nbytes, int device);
 void memcpy_peer(void* dst, int dst_device, const void* src, int src_device, size_t nbytes);
 
+// For the profiler (core/profiler.h): an event recorded now on the device's stream, the
+// milliseconds between two (waits for the later one; not counted as a sync, so profiling does
+// not change the counts it reports), and NVTX ranges that Nsight Systems and Nsight Compute show
+// under keel's op names. Without CUDA the events raise DeviceError and the ranges do nothing.
+void* event_record(int device);
+double event_elapsed_ms(void* start, void* end);
+void event_destroy(void* event);
+void nvtx_push(const char* name);
+void nvtx_pop();
+
 }  // namespace keel::cuda

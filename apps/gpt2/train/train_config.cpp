@@ -153,6 +153,10 @@ void TrainConfig::validate() const {
   need(dist_backend == "auto" || dist_backend == "local" || dist_backend == "mpi" || dist_backend == "nccl",
        "dist-backend", "unknown backend '" + dist_backend + "'", "use auto, local, mpi or nccl");
   need(bucket_mb > 0, "bucket-mb", "must be positive");
+  need(profile >= 0 && profile <= kMaxSteps, "profile", "must be in 0..2^40");
+  need(profile_warmup >= 0 && profile_warmup <= kMaxSteps, "profile-warmup", "must be in 0..2^40");
+  need(profile_gpu == "H100" || profile_gpu == "H200", "profile-gpu", "unknown GPU '" + profile_gpu + "'",
+       "use H100 or H200");
   need(nproc >= 0, "nproc", "cannot be negative");
   need(zero == 0 || zero == 1, "zero", fmt::format("ZeRO stage {} is not available", zero),
        "use 1 to shard the optimizer state over the ranks, or 0 for plain data parallelism");
@@ -167,7 +171,7 @@ nlohmann::json identity_of(const TrainConfig& cfg) {
   // What may change between an interrupted run and its resumption without changing the run.
   for (const char* key : {"run_dir", "name", "log_every", "val_every", "val_batches", "ckpt_every",
                           "keep_checkpoints", "on_nonfinite", "spike_factor", "spike_signal", "device", "data",
-                          "dist_backend", "bucket_mb", "nproc", "zero", "reduce_dtype"})
+                          "profile", "profile_warmup", "profile_gpu", "dist_backend", "bucket_mb", "nproc", "zero", "reduce_dtype"})
     j.erase(key);
   // A variant's own knobs change nothing in the others' models: an MHSA run that recorded the
   // softcap default of its day (30 before it became nn's 50) resumes under today's default.

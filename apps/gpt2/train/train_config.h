@@ -66,6 +66,10 @@ struct TrainConfig {
   double spike_factor = 2.0;          // log a spike when loss > factor * recent mean
   std::string spike_signal = "max_logit";  // the statistic a spike names its hottest head by: max_logit | max_range
   bool resume = false;
+  // --- profiling (docs/training.md, "Profiling a step"): after profile_warmup steps, record
+  // `profile` steps per op; predicted times on the emulated GPU are for profile_gpu.
+  int64_t profile = 0, profile_warmup = 1;
+  std::string profile_gpu = "H100";
 
   // --- data parallelism (docs/distributed.md) ---
   std::string dist_backend = "auto";  // auto | local | mpi | nccl

@@ -69,6 +69,11 @@ void for_each_field(TrainConfig& c, F&& f) {
   f("spike_signal", c.spike_signal,
     "attention statistic that spike and divergence messages and the progress line report: max_logit | max_range "
     "(the largest max - min of one row's logits, which a shift of the row does not move)");
+  f("profile", c.profile,
+    "profile N steps after the warm-up: a table per op, profile.json and profile_trace.json (Chrome trace) "
+    "in the run directory (0 = off)");
+  f("profile_warmup", c.profile_warmup, "steps to run before profiling");
+  f("profile_gpu", c.profile_gpu, "GPU the emulated device's profile predicts times for: H100 | H200");
   f("dist_backend", c.dist_backend, "data-parallel backend: auto | local | mpi | nccl (auto: mpi on CPUs, nccl on GPUs)");
   f("bucket_mb", c.bucket_mb, "data parallelism: gradient all-reduce bucket size in MB");
   f("nproc", c.nproc, "start N local ranks of this command under mpirun (data parallelism on one machine)");

@@ -15,6 +15,7 @@
 #include "apps/gpt2/train/distributed.h"
 #include "apps/gpt2/train/memory_check.h"
 #include "apps/gpt2/train/resume.h"
+#include "apps/gpt2/train/step_profiler.h"
 #include "apps/gpt2/train/step_signals.h"
 #include "apps/gpt2/train/stop_request.h"
 #include "core/allocator.h"
@@ -294,7 +295,10 @@ StepResult Trainer::train_step(double lr) {
   s.stats.max_range = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
   opt_->zero_grad();  // bf16/f16 parameters get f32 gradient buffers: the micro-batches add up in f32
   for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
-    auto [ids, targets] = batch_tensors(loader_->next(), device_);
+    auto [ids, targets] = [&] {
+      profiler::Scope prof("batch_to_device", profiler::Phase::host);
+      return batch_tensors(loader_->next(), device_);
+    }();
     nn::GPT2Output out = model_->forward(ids, targets);
     // Scaling each loss by 1/accum makes the sum of the micro-batches' gradients the gradient of
     // the mean loss (and by the loss scale for f16, in f32). During the last backward, finished
@@ -303,10 +307,14 @@ StepResult Trainer::train_step(double lr) {
       auto hook = micro + 1 == cfg_.grad_accum ? opt_->backward_hook() : nullptr;
       scaler_->scale_loss(out.loss, 1.0 / double(cfg_.grad_accum)).backward();
     }
-    s.loss += out.loss.item() / double(cfg_.grad_accum);
-    s.stats.max_logit.merge(out.max_logit.to_vector<float>());
-    s.stats.max_range.merge(out.max_range.to_vector<float>());
+    {  // the step's host syncs, named for the profile
+      profiler::Scope prof("loss_to_host", profiler::Phase::host);
+      s.loss += out.loss.item() / double(cfg_.grad_accum);
+      s.stats.max_logit.merge(out.max_logit.to_vector<float>());
+      s.stats.max_range.merge(out.max_range.to_vector<float>());
+    }
   }
+  const profiler::PhaseGuard optimizer_phase(profiler::Phase::optimizer);
   s.grad_norm = opt_->finish_gradients(*scaler_, cfg_.grad_clip);
   s.loss = mean_over_ranks(*dist_.comm, s.loss);
   max_over_ranks(*dist_.comm, s.stats.max_logit);
@@ -394,11 +402,14 @@ TrainResult Trainer::run() {
   }
   write_run_files();
   start_log();
+  StepProfiler step_profiler(cfg_, device_, run_dir_, dist_.root(), step_);
 
   for (; step_ < cfg_.max_steps; ++step_) {
     const double lr = schedule_.lr_at(step_);
     auto t0 = std::chrono::steady_clock::now();
+    step_profiler.begin(step_);
     StepResult s = train_step(lr);
+    step_profiler.end(step_);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     elapsed_ += seconds;
     result_.final_loss = s.loss;
