@@ -1,0 +1,111 @@
+// The profiler's counts of one training step of a tiny GPT-2 on a GPU (exact on the emulated
+// one): FLOPs, bytes and launches of each kind of op against numbers worked out by hand from
+// the model's shapes, so a change that adds a launch, or a cost formula that drifts, fails here.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "core/factory.h"
+#include "core/profiler.h"
+#include "cuda_test.h"
+#include "nn/gpt2.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+
+using namespace keel;
+
+namespace {
+struct Totals {
+  double calls = 0, flops = 0, bytes = 0, launches = 0, library = 0, copies = 0, syncs = 0;
+};
+Totals totals(const profiler::Summary& s, const std::string& name, profiler::Phase phase) {
+  Totals t;
+  for (const profiler::Row& r : s.rows)
+    if (r.name == name && r.phase == phase) {
+      t.calls += double(r.calls), t.flops += r.flops, t.bytes += r.bytes;
+      t.launches += double(r.counts.launches), t.library += double(r.counts.library_calls);
+      t.copies += double(r.counts.copies), t.syncs += double(r.counts.syncs);
+    }
+  return t;
+}
+}  // namespace
+
+TEST_CASE("profiler on the GPU: one step of a tiny GPT-2, counted exactly") {
+  KEEL_REQUIRE_CUDA();
+  const Device dev = Device::cuda(0);
+  nn::GPT2Config c;
+  // L 2, H 2 heads of D 32, C 64, V 512 (multiples of 8: cuBLAS's fast path), bias, tied, f32.
+  c.n_layer = 2, c.n_head = 2, c.n_embd = 64, c.block_size = 32, c.vocab_size = 512;
+  const double L = 2, H = 2, D = 32, C = 64, V = 512, B = 2, T = 32, BT = B * T;
+  nn::GPT2 model(c, 7);
+  model.to(dev);
+  optim::AdamW opt(model.named_parameters());
+  std::vector<int32_t> ids(static_cast<size_t>(BT)), tg(static_cast<size_t>(BT));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 5) % 512), tg[i] = int32_t((i * 11 + 3) % 512);
+  const Tensor x = from_vector(ids, {2, 32}).to(dev), y = from_vector(tg, {2, 32}).to(dev);
+  auto step = [&] {
+    opt.zero_grad();
+    model.forward(x, y).loss.backward();
+    {
+      profiler::PhaseGuard optimizer(profiler::Phase::optimizer);
+      optim::clip_grad_norm(model.parameters(), 1.0);
+      opt.step();
+    }
+  };
+  step();  // warm-up: the caching allocator and cuBLAS handles
+  profiler::Session session({dev, "H100"});
+  session.step_begin();
+  step();
+  session.step_end();
+  const profiler::Profile p = session.finish();
+  const profiler::Summary s = profiler::summarize(p);
+  using profiler::Phase;
+  const double params = double(model.named_parameters().size());  // 2 + 12 per layer + ln_f's 2 = 28
+
+  // Linear layers: c_attn (C -> 3C), attn c_proj (C -> C), c_fc (C -> 4C), mlp c_proj (4C -> C)
+  // per layer, all with bias (one add per output), and the tied lm_head (C -> V, no bias).
+  const double matrix = L * 2 * BT * (3 * C * C + C * C + 4 * C * C + 4 * C * C) + 2 * BT * C * V;
+  const double bias_adds = L * BT * (3 * C + C + 4 * C + C);
+  const Totals lin = totals(s, "linear", Phase::forward), linb = totals(s, "LinearBackward", Phase::backward);
+  CHECK(lin.calls == 4 * L + 1);
+  CHECK(lin.flops == matrix + bias_adds);
+  CHECK(lin.library == 4 * L + 1);  // one cuBLAS(Lt) call each, the bias in its epilogue
+  CHECK(lin.launches == 0);
+  CHECK(linb.flops == 2 * matrix + bias_adds);  // dx and dweight each a product of the forward's size; dbias sums
+  // dx, dweight and dbias one operation each; the lm_head has no bias.
+  CHECK(linb.launches + linb.library == 3 * 4 * L + 2);
+
+  // Causal attention: T(T+1)/2 pairs per head, 4 D FLOPs each forward, 10 D backward.
+  const double pairs = L * B * H * T * (T + 1) / 2;
+  CHECK(totals(s, "attention", Phase::forward).flops == 4 * D * pairs);
+  CHECK(totals(s, "AttentionBackward", Phase::backward).flops == 10 * D * pairs);
+  // forward: q, k, v read, out written (f32), the row log-sum-exp (f32) written
+  CHECK(totals(s, "attention", Phase::forward).bytes == L * (4 * BT * C * 4 + B * H * T * 4));
+
+  // LayerNorm: ln_1, ln_2 per layer and ln_f, one kernel each; x read, y written, weight and bias
+  // read, mean and rstd written (f32).
+  const Totals ln = totals(s, "layernorm", Phase::forward);
+  CHECK(ln.calls == 2 * L + 1);
+  CHECK(ln.launches == 2 * L + 1);
+  CHECK(ln.bytes == (2 * L + 1) * (2 * BT * C * 4 + 2 * C * 4 + 2 * BT * 4));
+  // GELU: one kernel per MLP, 4C wide, x read and y written.
+  const Totals ge = totals(s, "gelu", Phase::forward);
+  CHECK(ge.launches == L);
+  CHECK(ge.bytes == L * 2 * BT * 4 * C * 4);
+
+  // The optimizer: AdamW is one fused kernel per parameter tensor; the gradient norm reads each
+  // gradient's sum of squares back to the host: one sync per tensor, the step's largest cause.
+  const Totals adamw = totals(s, "adamw", Phase::optimizer), norm = totals(s, "grad_norm", Phase::optimizer);
+  CHECK(adamw.calls == params);
+  CHECK(adamw.launches == params);
+  CHECK(params == 2 + 12 * L + 2);
+  CHECK(norm.syncs == params);
+
+  // The rows add up: no launch of the step is counted twice, and few fall outside every op.
+  double launches = 0;
+  for (const profiler::Row& r : s.rows) launches += double(r.counts.launches + r.counts.library_calls);
+  CHECK(launches + double(s.outside.launches + s.outside.library_calls) ==
+        double(s.counts.launches + s.counts.library_calls));
+  CHECK(s.step_predicted_us > 0);
+  CHECK(profiler::table(p).find("predicted H100 step") != std::string::npos);
+}
