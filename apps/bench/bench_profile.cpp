@@ -1,0 +1,116 @@
+// bench_profile: the predicted step time of GPT-2 124M on a named GPU, from the profiler's
+// exact counts on the emulated GPU (core/profiler_predict.h for the model and its limits). On a
+// real GPU the same program prints measured times beside the predictions.
+//
+// The emulator runs kernels on the host, so a whole gpt2-124m step at B 16 x T 1024 is out of
+// its reach in CI. What it runs: the full widths (C 768, 12 heads of 64, vocabulary 50257,
+// bf16, tied lm_head) at a reduced B x T (default 1 x 32, about 30 s), with 1 and then 2 layers. Every layer
+// does the same work, so one layer's cost is the difference of the two profiles, and 12 layers
+// are the 1-layer step plus 11 more layers: exact in depth for counts, FLOPs, bytes and the
+// prediction. B x T is not extrapolated: the printed step is gpt2-124m's at this B x T.
+//
+//   bench_profile [--gpu H100|H200] [--batch B] [--seq T] [--layers L]
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/cuda/runtime.h"
+#include "core/factory.h"
+#include "core/profiler.h"
+#include "nn/gpt2.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+
+using namespace keel;
+
+namespace {
+
+struct Totals {
+  double predicted_us = 0, flops = 0, bytes = 0, operations = 0, syncs = 0;
+  std::map<std::string, double> groups;  // predicted us per kind of op
+};
+
+// The group an op's row belongs to in the breakdown.
+std::string group_of(const profiler::Row& r) {
+  if (r.phase == profiler::Phase::optimizer) return "optimizer (AdamW, grad norm, clip)";
+  if (r.name == "AccumulateGrad" || r.name == "accumulate_grad") return "gradient accumulation (autograd)";
+  if (r.name == "linear" || r.name == "LinearBackward") return "matmuls (linear layers, lm_head)";
+  if (r.name == "attention" || r.name == "AttentionBackward") return "attention";
+  if (r.name == "cross_entropy" || r.name == "CrossEntropyBackward") return "loss (cross-entropy)";
+  if (r.name.rfind("copy", 0) == 0 || r.name == "batch_to_device" || r.name == "loss_to_host") return "copies";
+  return "element-wise (layernorm, gelu, add, embedding, ...)";
+}
+
+Totals profile_step(int64_t layers, int64_t B, int64_t T, const std::string& gpu) {
+  nn::GPT2Config c;  // gpt2-124m
+  c.n_layer = layers;
+  nn::GPT2 model(c, 1);
+  const Device dev = Device::cuda(0);
+  model.to(dev);
+  model.to(DType::bf16);
+  optim::AdamW opt(model.named_parameters());
+  std::vector<int32_t> ids(static_cast<size_t>(B * T));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % 50257);
+  const Tensor x = from_vector(ids, {B, T}).to(dev), y = from_vector(ids, {B, T}).to(dev);
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss = model.forward(x, y).loss;
+    loss.backward();
+    (void)loss.item();  // as the trainer does: the step's one read-back of the loss
+    profiler::PhaseGuard optimizer(profiler::Phase::optimizer);
+    optim::clip_grad_norm(model.parameters(), 1.0);
+    opt.step();
+  };
+  step();  // warm-up: allocator cache, cuBLAS handles
+  profiler::Session session({dev, gpu});
+  session.step_begin();
+  step();
+  session.step_end();
+  const profiler::Profile p = session.finish();
+  const profiler::Summary s = profiler::summarize(p);
+  if (layers == 1) fmt::print("{}\n", profiler::table(p, 25));
+  Totals t;
+  t.predicted_us = s.step_predicted_us, t.flops = s.flops, t.bytes = s.bytes;
+  t.operations = double(s.counts.operations()), t.syncs = double(s.counts.syncs);
+  for (const profiler::Row& r : s.rows) t.groups[group_of(r)] += r.predicted_us;
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_profile: GPT-2 124M's predicted step time on a GPU, from the emulated GPU's exact counts"};
+  std::string gpu = "H100";
+  int64_t B = 1, T = 32, L = 12;
+  app.add_option("--gpu", gpu, "the GPU to predict for: H100 | H200");
+  app.add_option("--batch", B, "sequences per step");
+  app.add_option("--seq", T, "sequence length");
+  app.add_option("--layers", L, "layers of the model predicted (gpt2-124m: 12)");
+  CLI11_PARSE(app, argc, argv);
+  if (cuda::device_count() == 0) {
+    fmt::print("bench_profile: no CUDA device (real or emulated); nothing to profile\n");
+    return 0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const Totals one = profile_step(1, B, T, gpu), two = profile_step(2, B, T, gpu);
+  const double k = double(L - 1);
+  auto at_depth = [&](double a, double b) { return a + k * (b - a); };
+  fmt::print("gpt2-124m ({} layers, C 768, 12 heads of 64, vocab 50257, bf16), B {} x T {}, from 1- and 2-layer "
+             "profiles on {} ({:.0f} s):\n",
+             L, B, T, cuda::device_info(0).name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  fmt::print("  per step: {:.3g} GFLOP, {:.3g} GB moved, {:.0f} stream operations, {:.0f} host syncs\n",
+             at_depth(one.flops, two.flops) / 1e9, at_depth(one.bytes, two.bytes) / 1e9,
+             at_depth(one.operations, two.operations), at_depth(one.syncs, two.syncs));
+  const double step_us = at_depth(one.predicted_us, two.predicted_us);
+  for (const auto& [group, us] : one.groups) {
+    const double g = at_depth(us, two.groups.count(group) ? two.groups.at(group) : 0.0);
+    fmt::print("  {:<52} {:8.3f} ms {:5.1f}%\n", group, g / 1000, 100 * g / step_us);
+  }
+  fmt::print("predicted {} step time of gpt2-124m at B {} x T {}: {:.3f} ms (one layer {:.3f} ms)\n", gpu, B, T,
+             step_us / 1000, (two.predicted_us - one.predicted_us) / 1000);
+  return 0;
+}
