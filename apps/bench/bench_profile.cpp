@@ -21,6 +21,7 @@
 #include "core/cuda/runtime.h"
 #include "core/factory.h"
 #include "core/profiler.h"
+#include "core/profiler_predict.h"
 #include "nn/gpt2.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -110,6 +111,10 @@ int main(int argc, char** argv) {
     const double g = at_depth(us, two.groups.count(group) ? two.groups.at(group) : 0.0);
     fmt::print("  {:<52} {:8.3f} ms {:5.1f}%\n", group, g / 1000, 100 * g / step_us);
   }
+  // The host issues every stream operation: past the device's time, the GPU waits for it.
+  const double host_us = at_depth(one.operations, two.operations) * profiler::gpu_model(gpu).host_op_us;
+  fmt::print("  host issuing the operations at ~{} us each: {:.3f} ms: {}\n", profiler::gpu_model(gpu).host_op_us,
+             host_us / 1000, host_us > step_us ? "launch-bound" : "device-bound");
   fmt::print("predicted {} step time of gpt2-124m at B {} x T {}: {:.3f} ms (one layer {:.3f} ms)\n", gpu, B, T,
              step_us / 1000, (two.predicted_us - one.predicted_us) / 1000);
   return 0;
