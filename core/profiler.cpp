@@ -12,7 +12,7 @@
 namespace keel::profiler {
 
 namespace detail {
-bool g_on = false;
+std::atomic<bool> g_on{false};
 }
 
 namespace {
@@ -78,7 +78,12 @@ void Scope::end() {
   open_ = false;
   if (index_ < 0) return;
   std::lock_guard<std::mutex> lock(g_state.mu);
-  Event& e = g_state.profile->events_list[size_t(index_)];
+  Profile* p = g_state.profile;
+  if (!p || size_t(index_) >= p->events_list.size()) {  // the session ended while this scope was open
+    index_ = -1;
+    return;
+  }
+  Event& e = p->events_list[size_t(index_)];
   e.host_us = now_us() - e.host_start_us;  // first: the clock stops when the op's work does
   if (g_state.cuda) {
     e.ev[1] = cuda::event_record(g_state.device);
@@ -92,7 +97,8 @@ void Scope::end() {
 void Scope::cost(Cost c) {
   if (index_ < 0) return;
   std::lock_guard<std::mutex> lock(g_state.mu);
-  g_state.profile->events_list[size_t(index_)].cost = std::move(c);
+  if (Profile* p = g_state.profile; p && size_t(index_) < p->events_list.size())
+    p->events_list[size_t(index_)].cost = std::move(c);
 }
 
 Session::Session(Options o) {
@@ -135,6 +141,7 @@ void Session::step_end() {
   if (!open_) return;
   detail::g_on = false;
   open_ = false;
+  std::lock_guard<std::mutex> lock(g_state.mu);  // a helper thread's scope may still be ending
   StepRecord s;
   s.host_us = now_us() - step_host_start_us_;
   s.counts = cuda::counters() - step_counts_;
@@ -167,18 +174,16 @@ void Session::step_end() {
 
 Profile Session::finish() {
   if (open_) step_end();
+  std::lock_guard<std::mutex> lock(g_state.mu);
   // Records of a step that never ended (an exception inside it) are dropped.
   size_t kept = 0;
   for (const Event& e : p_.events_list) kept += e.step < int(p_.steps.size()) ? 1 : 0;
   for (size_t i = kept; i < p_.events_list.size(); ++i)
     for (void*& ev : p_.events_list[i].ev) cuda::event_destroy(ev), ev = nullptr;
   p_.events_list.resize(kept);
-  {
-    std::lock_guard<std::mutex> lock(g_state.mu);
-    detail::g_on = false;
-    g_state.profile = nullptr;
-    g_state.gpu = nullptr;
-  }
+  detail::g_on = false;
+  g_state.profile = nullptr;
+  g_state.gpu = nullptr;
   finished_ = true;
   return std::move(p_);
 }

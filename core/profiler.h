@@ -20,6 +20,7 @@
 // counter read; numerics never change either way.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,9 +51,11 @@ struct Cost {
 };
 
 namespace detail {
-extern bool g_on;  // written only by Session, between steps, on the thread that runs them
-}
-inline bool on() { return detail::g_on; }
+// Written by Session between steps; read by every op. Atomic because helper threads (gradient
+// all-reduce) may run ops too; a relaxed load is a plain load on x86 and ARM.
+extern std::atomic<bool> g_on;
+}  // namespace detail
+inline bool on() { return detail::g_on.load(std::memory_order_relaxed); }
 
 // One op's record of one call (outermost scopes only).
 struct Event {
@@ -72,10 +75,10 @@ struct Event {
 class Scope {
  public:
   explicit Scope(const char* name) {
-    if (detail::g_on) begin(name, nullptr);
+    if (on()) begin(name, nullptr);
   }
   Scope(const char* name, Phase phase) {
-    if (detail::g_on) begin(name, &phase);
+    if (on()) begin(name, &phase);
   }
   ~Scope() {
     if (open_) end();
