@@ -55,3 +55,14 @@ TEST_CASE("a decode step synchronises with the GPU once per token, to read its t
     CHECK(r["launches"].get<double>() > 0);  // the counters count
   }
 }
+
+TEST_CASE("LS-attention issues no more operations per token than MHSA") {
+  KEEL_REQUIRE_CUDA();
+  auto ops = [](const app::BenchRecord& r) {
+    return r["launches"].get<double>() + r["library_calls"].get<double>() + r["copies"].get<double>();
+  };
+  const auto records = decode_records();
+  INFO("mhsa: " << records.at("mhsa").dump() << "\nls: " << records.at("ls").dump());
+  CHECK(ops(records.at("ls")) <= ops(records.at("mhsa")));
+  CHECK(records.at("ls")["allocations"].get<double>() <= records.at("mhsa")["allocations"].get<double>());
+}

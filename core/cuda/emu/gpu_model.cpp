@@ -44,6 +44,23 @@ long env_int(const char* name, long lo, long hi, long fallback) {
   return n;
 }
 
+// CUDA_VISIBLE_DEVICES as the CUDA runtime reads it: the devices listed, up to the first entry
+// that is not one of them; set but empty (or "-1") hides every device, the usual way to run a
+// CUDA program on the CPU alone.
+int visible_devices(int devices) {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!v) return devices;
+  int visible = 0;
+  for (const char* p = v; *p;) {
+    char* end = nullptr;
+    const long n = std::strtol(p, &end, 10);
+    if (end == p || n < 0 || n >= devices || (*end && *end != ',')) break;
+    ++visible;
+    p = *end ? end + 1 : end;
+  }
+  return visible;
+}
+
 GpuModel from_environment() {
   const char* which = std::getenv("KEEL_EMU_GPU");
   GpuModel m;
@@ -52,7 +69,7 @@ GpuModel from_environment() {
   else
     throw ConfigError("emulated CUDA", std::string("KEEL_EMU_GPU=") + which + " names no GPU keel can emulate",
                       "use h100 (the default) or a100");
-  m.devices = static_cast<int>(env_int("KEEL_EMU_DEVICES", 1, 8, 1));
+  m.devices = visible_devices(static_cast<int>(env_int("KEEL_EMU_DEVICES", 1, 8, 1)));
   const long mb = env_int("KEEL_EMU_MEMORY_MB", 1, 1L << 24, 0);
   if (mb) m.memory_bytes = size_t(mb) << 20;
   return m;

@@ -68,7 +68,7 @@ int device_count() { return keel::emu::gpu_model().devices; }
 // ---- devices ----
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = device_count();
-  return cudaSuccess;
+  return *count == 0 ? record(cudaErrorNoDevice) : cudaSuccess;  // as the runtime answers with none visible
 }
 cudaError_t cudaSetDevice(int device) {
   if (device < 0 || device >= device_count())
