@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <map>
+#include <numeric>
 
 #include "core/allocator.h"
 #include "core/autograd.h"
@@ -39,6 +42,26 @@ Tensor greedy(const Tensor& logits, std::vector<int32_t>* row0 = nullptr) {
   const std::vector<int64_t> ids = next.to_vector<int64_t>();
   if (row0) row0->push_back(static_cast<int32_t>(ids[0]));
   return next;
+}
+
+// Row 0 of logits (B, 1, V): its kCheckTop largest logits in f32, largest first (ties: the smaller
+// id first, NaN above everything), appended to ids and values. Another implementation's logits
+// for the same token are compared with them (apps/bench/bench_sample.py). Not timed.
+constexpr int64_t kCheckTop = 8;
+void record_top(const Tensor& logits, BenchRecord& ids, BenchRecord& values) {
+  const int64_t V = logits.size(-1), k = std::min(kCheckTop, V);
+  std::vector<float> row = logits.to(DType::f32).to_vector<float>();
+  row.resize(static_cast<size_t>(V));
+  const auto key = [&](int32_t i) { return std::isnan(row[i]) ? std::numeric_limits<float>::infinity() : row[i]; };
+  std::vector<int32_t> idx(static_cast<size_t>(V));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int32_t a, int32_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); });
+  idx.resize(static_cast<size_t>(k));
+  std::vector<double> v;
+  for (int32_t i : idx) v.push_back(row[i]);
+  ids.push_back(idx);
+  values.push_back(v);
 }
 
 BenchRecord base_record(const nn::GPT2& model, const std::string& variant, const char* phase, int64_t B) {
@@ -91,17 +114,24 @@ void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSample
     const Tensor prompt_ids = from_vector(ids, {B, P}).to(dev);
     std::vector<double> times;
     std::vector<int32_t> tokens;
+    BenchRecord top_ids = BenchRecord::array(), top_logits = BenchRecord::array();
     nn::KVCache cache = model.make_cache(P + o.check_tokens);
     reset_peak_memory(dev);
     for (int64_t rep = 0; rep < o.prefill_reps; ++rep) {
       cache.clear();
       tokens.clear();
       const auto t0 = Clock::now();
-      Tensor next = greedy(model.forward_cached(prompt_ids, cache, nn::GPT2::Logits::last), &tokens);
+      Tensor logits = model.forward_cached(prompt_ids, cache, nn::GPT2::Logits::last);
+      Tensor next = greedy(logits, &tokens);
       times.push_back(seconds_since(t0));
-      if (rep + 1 == o.prefill_reps)  // the greedy continuation, for another implementation to match
-        for (int64_t i = 1; i < o.check_tokens; ++i)
-          next = greedy(model.forward_cached(next, cache, nn::GPT2::Logits::last), &tokens);
+      if (rep + 1 < o.prefill_reps) continue;
+      // The greedy continuation and each step's top logits, for another implementation to match.
+      record_top(logits, top_ids, top_logits);
+      for (int64_t i = 1; i < o.check_tokens; ++i) {
+        logits = model.forward_cached(next, cache, nn::GPT2::Logits::last);
+        next = greedy(logits, &tokens);
+        record_top(logits, top_ids, top_logits);
+      }
     }
     BenchRecord r = base_record(model, variant, "prefill", B);
     r["P"] = P;
@@ -111,6 +141,8 @@ void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSample
     r["tokens_per_s"] = double(B * P) / quantile(times, 0.5);
     r["peak_mem_bytes"] = memory_stats(dev).peak;
     r["greedy"] = tokens;
+    r["greedy_top_ids"] = top_ids;
+    r["greedy_top_logits"] = top_logits;
     emit(r);
 
     for (int64_t L : o.contexts) {
