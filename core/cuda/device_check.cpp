@@ -5,7 +5,6 @@
 
 #include <mutex>
 #include <string>
-#include <vector>
 
 #include "core/cuda/check.h"
 #include "core/cuda/runtime.h"
@@ -14,14 +13,19 @@
 namespace keel::cuda {
 
 namespace {
+// The slots live as long as the process. Plain arrays, not vectors: they have no destructor, so
+// the slots stay reachable (and LeakSanitizer quiet) through the end of the process.
+constexpr int kMaxDevices = 64;
 std::mutex g_mu;
-std::vector<DeviceCheckSlot*> g_host;    // the host's view of each device's slot
-std::vector<DeviceCheckSlot*> g_device;  // the device's view of the same memory
+DeviceCheckSlot* g_host[kMaxDevices];    // the host's view of each device's slot
+DeviceCheckSlot* g_device[kMaxDevices];  // the device's view of the same memory
 
 DeviceCheckSlot* host_slot(int device) {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_host.empty()) g_host.assign(device_count(), nullptr), g_device.assign(device_count(), nullptr);
   check_device(device, "device_check_slot");
+  if (device >= kMaxDevices)
+    throw DeviceError("device_check_slot", "cuda:" + std::to_string(device) + " is beyond the " +
+                                               std::to_string(kMaxDevices) + " devices keel supports in one process");
   if (!g_host[device]) {
     KEEL_CHECK_CUDA(cudaSetDevice(device));
     void* p = nullptr;
@@ -46,7 +50,7 @@ void raise_device_check(int device) {
   DeviceCheckSlot* s = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    if (device < 0 || size_t(device) >= g_host.size() || !g_host[device]) return;  // no kernel ever checked
+    if (device < 0 || device >= kMaxDevices || !g_host[device]) return;  // no kernel ever checked
     s = g_host[device];
   }
   const DeviceCheckSlot found = *s;
