@@ -20,29 +20,27 @@ std::mutex g_mu;
 DeviceCheckSlot* g_host[kMaxDevices];    // the host's view of each device's slot
 DeviceCheckSlot* g_device[kMaxDevices];  // the device's view of the same memory
 
-DeviceCheckSlot* host_slot(int device) {
-  std::lock_guard<std::mutex> lock(g_mu);
+// Makes device's slot if it has none yet; g_mu held.
+void make_slot(int device) {
   check_device(device, "device_check_slot");
   if (device >= kMaxDevices)
     throw DeviceError("device_check_slot", "cuda:" + std::to_string(device) + " is beyond the " +
                                                std::to_string(kMaxDevices) + " devices keel supports in one process");
-  if (!g_host[device]) {
-    KEEL_CHECK_CUDA(cudaSetDevice(device));
-    void* p = nullptr;
-    KEEL_CHECK_CUDA(cudaHostAlloc(&p, sizeof(DeviceCheckSlot), cudaHostAllocMapped));
-    *static_cast<DeviceCheckSlot*>(p) = DeviceCheckSlot{};
-    void* d = nullptr;
-    KEEL_CHECK_CUDA(cudaHostGetDevicePointer(&d, p, 0));
-    g_host[device] = static_cast<DeviceCheckSlot*>(p);
-    g_device[device] = static_cast<DeviceCheckSlot*>(d);
-  }
-  return g_host[device];
+  if (g_host[device]) return;
+  KEEL_CHECK_CUDA(cudaSetDevice(device));
+  void* p = nullptr;
+  KEEL_CHECK_CUDA(cudaHostAlloc(&p, sizeof(DeviceCheckSlot), cudaHostAllocMapped));
+  *static_cast<DeviceCheckSlot*>(p) = DeviceCheckSlot{};
+  void* d = nullptr;
+  KEEL_CHECK_CUDA(cudaHostGetDevicePointer(&d, p, 0));
+  g_host[device] = static_cast<DeviceCheckSlot*>(p);
+  g_device[device] = static_cast<DeviceCheckSlot*>(d);
 }
 }  // namespace
 
 DeviceCheckSlot* device_check_slot(int device) {
-  host_slot(device);
   std::lock_guard<std::mutex> lock(g_mu);
+  make_slot(device);
   return g_device[device];
 }
 

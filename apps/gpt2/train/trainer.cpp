@@ -439,8 +439,6 @@ TrainResult Trainer::run() {
     }
   }
   result_.steps = step_;
-  result_.rank = dist_.rank();
-  result_.world = dist_.world();
   return result_;
 }
 
