@@ -12,6 +12,7 @@ add_library(keel_app STATIC
   ${CMAKE_CURRENT_LIST_DIR}/report/svg_chart.cpp
   ${CMAKE_CURRENT_LIST_DIR}/report/logit_heatmap.cpp
   ${CMAKE_CURRENT_LIST_DIR}/report/signal_sections.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/report/profile_section.cpp
   ${CMAKE_CURRENT_LIST_DIR}/report/sweep_section.cpp
 )
 target_include_directories(keel_app PUBLIC

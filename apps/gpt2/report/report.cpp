@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "apps/gpt2/report/finite_values.h"
+#include "apps/gpt2/report/profile_section.h"
 #include "apps/gpt2/report/signal_sections.h"
 #include "apps/gpt2/report/sweep_section.h"
 #include "apps/gpt2/report/svg_chart.h"
@@ -47,6 +48,7 @@ struct ReportRun {
   RunSummary summary;
   std::vector<MetricsRecord> records;
   std::string color;
+  std::optional<RunProfile> profile;  // RUN_DIR/profile.json, when the run was profiled
 };
 
 constexpr const char* kStyle = R"(
@@ -168,8 +170,8 @@ std::vector<svg::Series> series_of(const std::vector<ReportRun>& runs, RecordKin
 
 std::string render_html(const std::vector<ReportRun>& runs, const std::string& title, const std::string& sweep_key) {
   std::string h = fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                              "<title>{0}</title><style>{1}{2}</style></head><body>\n<h1>{0}</h1>\n",
-                              svg::escape(title), kStyle, kSignalStyle);
+                              "<title>{0}</title><style>{1}{2}{3}</style></head><body>\n<h1>{0}</h1>\n",
+                              svg::escape(title), kStyle, kSignalStyle, kProfileStyle);
   h += fmt::format("<p>{} run{}: {}</p>\n", runs.size(), runs.size() == 1 ? "" : "s",
                    [&] {
                      std::string dirs;
@@ -220,6 +222,9 @@ std::string render_html(const std::vector<ReportRun>& runs, const std::string& t
   std::vector<SignalRun> signal_runs;
   for (const auto& r : runs) signal_runs.push_back({r.summary.name, r.color, &r.records});
   h += signal_sections(signal_runs);
+  std::vector<ProfiledRun> profiled;
+  for (const auto& r : runs) profiled.push_back({r.summary.name, r.color, r.profile ? &*r.profile : nullptr});
+  h += profile_section(profiled);
   return h + "</body></html>\n";
 }
 
@@ -378,6 +383,7 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
   for (const auto& dir : run_dirs) {
     ReportRun r;
     std::tie(r.summary, r.records) = load_run(dir);
+    r.profile = read_profile(dir);
     r.color = svg::palette_color(runs.size());
     ++name_count[r.summary.name];
     runs.push_back(std::move(r));
