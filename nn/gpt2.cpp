@@ -7,6 +7,7 @@
 #include "ops/arith.h"
 #include "ops/cross_entropy.h"
 #include "ops/dropout.h"
+#include "ops/matmul.h"
 #include "ops/shape.h"
 
 namespace keel::nn {
@@ -20,6 +21,11 @@ const GPT2Config& validated(const GPT2Config& c) {
 // the initial weights of a given seed (and the other way round).
 constexpr uint64_t kDropoutKey = 0x9E3779B97F4A7C15ull;
 }  // namespace
+
+int64_t padded_vocab(int64_t vocab_size, Device device) {
+  constexpr int64_t kAlign = 128;  // as llm.c: 50257 -> 50304
+  return device.is_cuda() ? (vocab_size + kAlign - 1) / kAlign * kAlign : vocab_size;
+}
 
 GPT2::GPT2(const GPT2Config& config, uint64_t seed)
     : config_(validated(config)),
@@ -68,8 +74,23 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets) {
   for (size_t l = 0; l < L; ++l) x = h[l]->forward(x, &stats[l], &stats[L + l]);
 
   GPT2Output out;
-  out.logits = lm_head->forward(ln_f.forward(x));
-  if (targets.defined()) out.loss = cross_entropy(out.logits, targets);  // padded targets are its ignore index
+  x = ln_f.forward(x);
+  const int64_t V = config_.vocab_size, Vp = padded_vocab(V, x.device());
+  if (Vp == V) {
+    out.logits = lm_head->forward(x);
+    if (targets.defined()) out.loss = cross_entropy(out.logits, targets);  // padded targets are its ignore index
+  } else {
+    // The output layer over Vp >= V rows, the extra ones zero: every dimension of its three
+    // matmuls (forward, both gradients) is then a multiple of 128, which cuBLAS's fast kernels
+    // need (N = 50257 runs at a sixth of their speed). The weight stays (V, C) everywhere else
+    // (checkpoints, the HF export, sampling); the loss reads only the V real columns, and the
+    // padding's gradient is 0, so the result is the unpadded one.
+    const Tensor& w = lm_head->weight;
+    const Tensor wp = concat({w, zeros({Vp - V, w.size(1)}, {w.dtype(), w.device()})}, 0);  // (Vp, C)
+    const Tensor logits = linear(x, wp);                                                    // (B, T, Vp)
+    out.logits = narrow(logits, 2, 0, V);
+    if (targets.defined()) out.loss = cross_entropy(logits, targets, kIgnoreIndex, V);
+  }
   {
     NoGradGuard no_grad;
     const int64_t H = config_.n_head;

@@ -22,11 +22,15 @@
 namespace keel::nn {
 
 struct GPT2Output {
-  Tensor logits;     // (B, T, V), the parameters' dtype and device
+  Tensor logits;     // (B, T, V), the parameters' dtype and device (on a GPU a view of padded rows)
   Tensor loss;       // [] mean cross-entropy over non-ignored targets; undefined without targets
   Tensor max_logit;  // (L, H) f32 on the CPU: largest |pre-softmax logit| per layer and head
   Tensor max_range;  // (L, H) f32 on the CPU: largest logit range of one row (ops/attention.h)
 };
+
+// The vocabulary size the output layer computes over in training and evaluation on `device`:
+// on a GPU vocab_size rounded up to a multiple of 128 (GPT2::forward says why), else vocab_size.
+int64_t padded_vocab(int64_t vocab_size, Device device);
 
 class GPT2 : public Module {
  public:

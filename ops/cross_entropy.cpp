@@ -15,13 +15,13 @@ struct CrossEntropyBackward : Node {
   Tensor logits, targets, lse;  // logits (N, V) (widened to f32 on the CPU), targets (N), lse (N) (f32 on CUDA)
   Shape logits_shape;
   DType logits_dtype = DType::f32;  // the dtype dlogits must have
-  int64_t ignore_index = kIgnoreIndex, count = 0;
+  int64_t classes = 0, ignore_index = kIgnoreIndex, count = 0;
   const char* name() const override { return "CrossEntropyBackward"; }
   // grad [] -> dlogits (..., V); targets get none
   std::vector<Tensor> backward(const Tensor& grad) override {
     // The loss gradient stays on the device: no host round trip in the backward pass.
     auto kernel = logits.device().is_cuda() ? cuda::cross_entropy_backward : cpu::cross_entropy_backward;
-    Tensor d = kernel(logits, targets, lse, ignore_index, count, grad);
+    Tensor d = kernel(logits, targets, lse, classes, ignore_index, count, grad);
     if (d.dtype() != logits_dtype) d = d.to(logits_dtype);
     return {d.as_strided(logits_shape, contiguous_strides(logits_shape), 0), Tensor()};
   }
@@ -33,8 +33,8 @@ struct CrossEntropyBackward : Node {
 
 }  // namespace
 
-// logits (..., V), targets (...) -> []
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+// logits (..., Vp), targets (...) -> [], over the first `classes` columns (0: all)
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t classes) {
   const char* op = "cross_entropy";
   detail::check_same_device(op, {{"logits", logits}, {"targets", targets}});
   detail::check_floating(op, {{"logits", logits}});
@@ -45,7 +45,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     throw ShapeError(op, "targets must have logits' shape without the last dim: " +
                              detail::describe("logits", logits) + ", " + detail::describe("targets", targets),
                      "logits (..., V) go with targets (...)");
-  int64_t V = logits.size(-1), N = numel_of(rows);
+  const int64_t Vp = logits.size(-1), N = numel_of(rows);
+  if (classes < 0 || classes > Vp)
+    throw ValueError(op, "classes = " + std::to_string(classes) + " is not in [0, " + std::to_string(Vp) + "]",
+                     "pass the number of real classes (at most the logits' last dim), or 0 for all");
+  const int64_t V = classes > 0 ? classes : Vp;
   // No class to score: logsumexp over nothing is -inf, so no loss means anything (PyTorch raises
   // too). Refused here for both devices, so the kernels may assume V >= 1.
   if (V == 0)
@@ -57,13 +61,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   // them as they are and compute in f32).
   const bool half = logits.dtype() == DType::bf16 || logits.dtype() == DType::f16;
   Tensor lc = half && !logits.device().is_cuda() ? logits.detach().to(DType::f32) : logits.detach().contiguous();
-  Tensor l2 = lc.as_strided({N, V}, {V, 1}, lc.offset());
+  Tensor l2 = lc.as_strided({N, Vp}, {Vp, 1}, lc.offset());
   Tensor tc = targets.detach().contiguous();
   Tensor t1 = tc.as_strided({N}, {1}, tc.offset());
   Tensor lse;
   int64_t count = 0;
-  Tensor loss = logits.device().is_cuda() ? cuda::cross_entropy_forward(l2, t1, ignore_index, lse, count)
-                                          : cpu::cross_entropy_forward(l2, t1, ignore_index, lse, count);
+  Tensor loss = logits.device().is_cuda() ? cuda::cross_entropy_forward(l2, t1, V, ignore_index, lse, count)
+                                          : cpu::cross_entropy_forward(l2, t1, V, ignore_index, lse, count);
   if (needs_grad({logits})) {
     auto node = std::make_shared<CrossEntropyBackward>();
     node->logits = l2;
@@ -71,6 +75,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     node->lse = lse;
     node->logits_shape = logits.shape();
     node->logits_dtype = logits.dtype();
+    node->classes = V;
     node->ignore_index = ignore_index;
     node->count = count;
     connect(loss, node, {logits, targets});

@@ -23,6 +23,12 @@ inline constexpr int64_t kIgnoreIndex = -100;
 // target is ignored the loss is 0 with a zero gradient (PyTorch gives NaN): a batch made only
 // of padding then leaves the model unchanged instead of turning its weights into NaN.
 // A target outside [0, V) that is not ignore_index raises IndexError; V = 0 raises ShapeError.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = kIgnoreIndex);
+//
+// classes > 0: only the first `classes` columns of the last dim are classes (V = classes); the
+// rest is padding, which the softmax never sees and whose gradient is 0. A vocabulary padded to
+// a multiple of 128 keeps the output layer's matmuls on cuBLAS's aligned kernels (nn/gpt2.cpp);
+// the loss and every real column's gradient are what the unpadded logits give.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = kIgnoreIndex,
+                     int64_t classes = 0);
 
 }  // namespace keel

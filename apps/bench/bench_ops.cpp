@@ -1,6 +1,8 @@
 // bench_ops: keel's matmul and linear against a bare cuBLAS call at GPT-2 (124M) shapes,
 // B*T = 8192 rows of C = 768, bf16 in and out with f32 accumulation:
-//   x @ W for 768 -> 2304 (c_attn), 768 -> 3072 (c_fc), 3072 -> 768 (c_proj), 768 -> 50257 (lm_head).
+//   x @ W for 768 -> 2304 (c_attn), 768 -> 3072 (c_fc), 3072 -> 768 (c_proj), 768 -> 50257 (lm_head),
+//   and 768 -> 50304: the lm_head as `gpt2` runs it on a GPU, its vocabulary padded to a multiple
+//   of 128 (nn/gpt2.cpp), which the unpadded row beside it shows the reason for.
 // Prints milliseconds and TFLOP/s side by side; the gap is keel's overhead (allocation from the
 // cache, dispatch, layout planning). Then one row per memory-bound op (the op table below; adding
 // an op adds a row, docs/ops.md) with its time and the bandwidth its compulsory bytes imply.
@@ -67,7 +69,7 @@ int main(int argc, char** argv) {
     std::printf("%-22s %10s %10s %12s %12s %12s %12s\n", "shape (M x K -> N)", "cuBLAS ms", "keel ms", "linear ms",
                 "cuBLAS TF/s", "keel TF/s", "linear TF/s");
     const int64_t M = 8192;
-    const int64_t shapes[][2] = {{768, 2304}, {768, 3072}, {3072, 768}, {768, 50257}};
+    const int64_t shapes[][2] = {{768, 2304}, {768, 3072}, {3072, 768}, {768, 50257}, {768, 50304}};
     Generator gen(0);
     for (const auto& kn : shapes) {
       const int64_t K = kn[0], N = kn[1];

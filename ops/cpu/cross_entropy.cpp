@@ -26,10 +26,10 @@ std::vector<int64_t> checked_targets(const Tensor& targets, int64_t V, int64_t i
 }
 }  // namespace
 
-// logits (N, V), targets (N) -> loss [], lse (N)
-Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& lse,
+// logits (N, Vp), targets (N) -> loss [], lse (N)
+Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t V, int64_t ignore_index, Tensor& lse,
                              int64_t& count) {
-  int64_t N = logits.size(0), V = logits.size(1);
+  const int64_t N = logits.size(0), Vp = logits.size(1);
   std::vector<int64_t> t = checked_targets(targets, V, ignore_index);
   lse = empty({N}, {logits.dtype()});
   Tensor loss = empty({}, {logits.dtype()});
@@ -38,9 +38,9 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
     T* pl = lse.data<T>();
     double total = 0;
     int64_t n = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total, n) if (N * V >= kParallelMin)
+#pragma omp parallel for schedule(static) reduction(+ : total, n) if (N * Vp >= kParallelMin)
     for (int64_t r = 0; r < N; ++r) {
-      const T* row = px + r * V;
+      const T* row = px + r * Vp;
       T m = -std::numeric_limits<T>::infinity();
       for (int64_t v = 0; v < V; ++v) m = std::max(m, row[v]);
       double s = 0;
@@ -57,20 +57,21 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
   return loss;
 }
 
-// logits (N, V), targets (N), lse (N), grad [] -> dlogits (N, V)
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index,
-                              int64_t count, const Tensor& grad) {
-  int64_t N = logits.size(0), V = logits.size(1);
+// logits (N, Vp), targets (N), lse (N), grad [] -> dlogits (N, Vp)
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t V,
+                              int64_t ignore_index, int64_t count, const Tensor& grad) {
+  const int64_t N = logits.size(0), Vp = logits.size(1);
   std::vector<int64_t> t = targets.to_vector<int64_t>();  // checked by the forward
-  Tensor dx = empty({N, V}, {logits.dtype()});
+  Tensor dx = empty({N, Vp}, {logits.dtype()});
   double scale = count > 0 ? grad.item() / count : 0.0;
   visit_dtype<CpuFloat>(logits.dtype(), "cross_entropy", [&]<typename T>() {
     const T *px = logits.data<T>(), *pl = lse.data<T>();
     T* pd = dx.data<T>();
-#pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
+#pragma omp parallel for schedule(static) if (N * Vp >= kParallelMin)
     for (int64_t r = 0; r < N; ++r) {
-      const T* row = px + r * V;
-      T* out = pd + r * V;
+      const T* row = px + r * Vp;
+      T* out = pd + r * Vp;
+      std::fill(out + V, out + Vp, T(0));  // padding: no class, no gradient
       if (t[r] == ignore_index) {
         std::fill(out, out + V, T(0));
         continue;

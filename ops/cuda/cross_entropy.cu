@@ -7,6 +7,9 @@
 // and divides by the number of counted rows.
 // Backward: one block per row writes (softmax - onehot) * grad / count straight from the
 // logits and lse, zero rows for ignored targets. grad stays on the device (no sync).
+// Rows may be padded (Vp >= V columns, a vocabulary padded so that the matmuls around the
+// loss run on cuBLAS's aligned kernels): the forward reads only the V classes, the backward
+// writes zeros into the padding.
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -19,13 +22,14 @@ namespace keel::cuda {
 namespace {
 using namespace dev;
 
-// logits (N, V), targets (N) -> lse (N), row_loss (N) (0 for ignored rows)
+// logits (N, Vp), targets (N) -> lse (N), row_loss (N) (0 for ignored rows), over V classes
 template <typename T, typename I>
 __global__ void ce_forward_kernel(const T* __restrict__ logits, const I* __restrict__ targets, int64_t N, int64_t V,
-                                  int64_t ignore_index, float* __restrict__ lse, float* __restrict__ row_loss) {
+                                  int64_t Vp, int64_t ignore_index, float* __restrict__ lse,
+                                  float* __restrict__ row_loss) {
   __shared__ float scratch[64];
   for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
-    const T* row = logits + r * V;
+    const T* row = logits + r * Vp;
     MaxSum ms{-INFINITY, 0.0f};
     row_fold<T>(row, nullptr, V, row_head(row, V), [&](int64_t, float v, float) { ms = push(ms, v); });
     ms = block_merge(ms, scratch);
@@ -50,32 +54,34 @@ __global__ void ce_mean_kernel(const float* __restrict__ row_loss, int64_t N, in
   if (threadIdx.x == 0) loss[0] = static_cast<L>(count > 0 ? s / static_cast<float>(count) : 0.0f);
 }
 
-// logits, dlogits (N, V), targets (N), lse (N), grad [] f32 -> dlogits; vec: logits and
-// dlogits share their alignment modulo 16, so one head serves both.
+// logits, dlogits (N, Vp), targets (N), lse (N), grad [] f32 -> dlogits (columns >= V: 0); vec:
+// logits and dlogits share their alignment modulo 16, so one head serves both.
 template <typename T, typename I>
 __global__ void ce_backward_kernel(const T* __restrict__ logits, const I* __restrict__ targets,
                                    const float* __restrict__ lse, const float* __restrict__ grad, int64_t N, int64_t V,
-                                   int64_t ignore_index, float inv_count, bool vec, T* __restrict__ dlogits) {
+                                   int64_t Vp, int64_t ignore_index, float inv_count, bool vec,
+                                   T* __restrict__ dlogits) {
   const float scale = grad[0] * inv_count;
   for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
-    const T* row = logits + r * V;
-    const int64_t t = static_cast<int64_t>(targets[r]), head = vec ? row_head(row, V) : V;
+    const T* row = logits + r * Vp;
+    const int64_t t = static_cast<int64_t>(targets[r]), head = vec ? row_head(row, Vp) : Vp;
     if (t == ignore_index) {
-      row_map<T>(row, nullptr, dlogits + r * V, V, head, [](int64_t, float, float) { return 0.0f; });
+      row_map<T>(row, nullptr, dlogits + r * Vp, Vp, head, [](int64_t, float, float) { return 0.0f; });
       continue;
     }
     const float l = lse[r];
-    row_map<T>(row, nullptr, dlogits + r * V, V, head,
-               [&](int64_t j, float v, float) { return (expf(v - l) - (j == t ? 1.0f : 0.0f)) * scale; });
+    row_map<T>(row, nullptr, dlogits + r * Vp, Vp, head, [&](int64_t j, float v, float) {
+      return j < V ? (expf(v - l) - (j == t ? 1.0f : 0.0f)) * scale : 0.0f;
+    });
   }
 }
 }  // namespace
 
-// logits (N, V), targets (N) -> loss [] f32 (f64 for f64 logits), lse (N) f32, count
-Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& lse,
+// logits (N, Vp), targets (N) -> loss [] f32 (f64 for f64 logits), lse (N) f32, count; V classes
+Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t V, int64_t ignore_index, Tensor& lse,
                              int64_t& count) {
   require_device(logits, "cross_entropy");
-  const int64_t N = logits.size(0), V = logits.size(1);
+  const int64_t N = logits.size(0), Vp = logits.size(1);
   // The targets come to the host once: the range check raises the CPU's IndexError, and the
   // backward's 1 / count must be known here. (N values: a few KB for a GPT-2 batch.)
   std::vector<int64_t> t = targets.to_vector<int64_t>();
@@ -100,7 +106,8 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
       if (N > 0 && V > 0) {
         const int blocks = static_cast<int>(std::min<int64_t>(N, int64_t(sm_count(w.device)) * 32));
         launch_kernel(ce_forward_kernel<T, I>, blocks, row_threads(V, sizeof(T)), 0, w.stream,
-            ptr<const T>(logits), ptr<const I>(targets), N, V, ignore_index, ptr<float>(lse), ptr<float>(row_loss));
+            ptr<const T>(logits), ptr<const I>(targets), N, V, Vp, ignore_index, ptr<float>(lse),
+            ptr<float>(row_loss));
         KEEL_CHECK_LAUNCH();
       }
       // The loss is f32 for every storage type the CUDA kernels take (visit_float has no f64).
@@ -112,12 +119,12 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
   return loss;
 }
 
-// logits (N, V), targets (N), lse (N), grad [] -> dlogits (N, V)
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t ignore_index,
-                              int64_t count, const Tensor& grad) {
+// logits (N, Vp), targets (N), lse (N), grad [] -> dlogits (N, Vp); V classes
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t V,
+                              int64_t ignore_index, int64_t count, const Tensor& grad) {
   require_device(logits, "cross_entropy backward");
-  const int64_t N = logits.size(0), V = logits.size(1);
-  Tensor dx = empty({N, V}, {logits.dtype(), logits.device()});
+  const int64_t N = logits.size(0), Vp = logits.size(1);
+  Tensor dx = empty({N, Vp}, {logits.dtype(), logits.device()});
   if (N == 0 || V == 0) return dx;
   Tensor g = grad.dtype() == DType::f32 ? grad : grad.detach().to(DType::f32);
   visit_float(logits.dtype(), "cross_entropy backward", [&]<typename T>() {
@@ -127,8 +134,8 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
       T* pd = ptr<T>(dx);
       const bool vec = (reinterpret_cast<uintptr_t>(pl) & 15u) == (reinterpret_cast<uintptr_t>(pd) & 15u);
       const int blocks = static_cast<int>(std::min<int64_t>(N, int64_t(sm_count(w.device)) * 32));
-      launch_kernel(ce_backward_kernel<T, I>, blocks, row_threads(V, sizeof(T)), 0, w.stream,
-          pl, ptr<const I>(targets), ptr<const float>(lse), ptr<const float>(g), N, V, ignore_index,
+      launch_kernel(ce_backward_kernel<T, I>, blocks, row_threads(Vp, sizeof(T)), 0, w.stream,
+          pl, ptr<const I>(targets), ptr<const float>(lse), ptr<const float>(g), N, V, Vp, ignore_index,
           count > 0 ? 1.0f / static_cast<float>(count) : 0.0f, vec, pd);
       KEEL_CHECK_LAUNCH();
     });

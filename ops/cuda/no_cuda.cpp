@@ -42,8 +42,10 @@ void decode_attention_forward(const Tensor&, const Tensor&, const Tensor&, const
   no_cuda("decode_attention");
 }
 
-Tensor cross_entropy_forward(const Tensor&, const Tensor&, int64_t, Tensor&, int64_t&) { no_cuda("cross_entropy"); }
-Tensor cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, const Tensor&) {
+Tensor cross_entropy_forward(const Tensor&, const Tensor&, int64_t, int64_t, Tensor&, int64_t&) {
+  no_cuda("cross_entropy");
+}
+Tensor cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, const Tensor&) {
   no_cuda("cross_entropy backward");
 }
 

@@ -6,6 +6,7 @@
 
 #include "gradcheck.h"
 #include "ops/cross_entropy.h"
+#include "ops/shape.h"
 
 using namespace keel;
 using keel::testing::gradcheck;
@@ -175,4 +176,33 @@ TEST_CASE("cross_entropy of bf16/f16 logits: the loss is f32, the gradient has t
   }
   // f64 logits keep an f64 loss (finite-difference checks need it).
   CHECK(cross_entropy(wide.to(DType::f64), from_vector(t, {16})).dtype() == DType::f64);
+}
+
+TEST_CASE("cross_entropy over the first `classes` columns: padding is never a class and gets no gradient") {
+  // (4, 7) logits of which 5 are classes: the loss and the real columns' gradient are those of
+  // the (4, 5) logits alone, whatever the padding holds (here large values that would dominate).
+  Tensor full = from_vector<double>({0.1, -0.3, 0.7, 0.2, -1.0, 9.0, 9.0,   //
+                                     0.5, 0.4, -0.2, 0.0, 0.3, -9.0, 9.0,   //
+                                     -0.6, 0.2, 0.1, 0.9, -0.4, 9.0, -9.0,  //
+                                     0.3, 0.3, 0.3, 0.3, 0.3, 0.0, 0.0},
+                                    {4, 7})
+                     .set_requires_grad(true);
+  Tensor real = narrow(full.detach(), 1, 0, 5).contiguous().set_requires_grad(true);
+  const Tensor targets = from_vector<int64_t>({1, 4, kIgnoreIndex, 0}, {4});
+  Tensor padded_loss = cross_entropy(full, targets, kIgnoreIndex, 5);
+  Tensor loss = cross_entropy(real, targets);
+  CHECK(padded_loss.item() == loss.item());
+  CHECK(loss.item() == doctest::Approx(naive_cross_entropy(real, {1, 4, kIgnoreIndex, 0}, kIgnoreIndex)));
+  padded_loss.backward();
+  loss.backward();
+  const std::vector<double> g = full.grad().to_vector<double>(), want = real.grad().to_vector<double>();
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t j = 0; j < 5; ++j) CHECK(g[r * 7 + j] == want[r * 5 + j]);
+    CHECK(g[r * 7 + 5] == 0.0);
+    CHECK(g[r * 7 + 6] == 0.0);
+  }
+  // A target in the padding is out of range; classes must fit the last dim.
+  CHECK_THROWS_AS(cross_entropy(full, from_vector<int64_t>({5, 0, 0, 0}, {4}), kIgnoreIndex, 5), IndexError);
+  CHECK_THROWS_AS(cross_entropy(full, targets, kIgnoreIndex, 8), ValueError);
+  CHECK_THROWS_AS(cross_entropy(full, targets, kIgnoreIndex, -1), ValueError);
 }

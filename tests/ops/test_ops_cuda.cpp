@@ -394,6 +394,11 @@ TEST_CASE("cuda cross_entropy at V 50257 with ignored rows") {
       Tensor t2 = ids_of({37}, 1001, 83, it);
       compare([](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], 5); }, {l2, t2}, dt, true,
               DType::f32);
+      // Rows padded to 1024 columns of which 1001 are classes (the GPU's padded vocabulary):
+      // the padding is read by neither device and its gradient is 0 on both.
+      Tensor l3 = rnd({37, 1024}, 84);
+      compare([](const std::vector<Tensor>& a) { return cross_entropy(a[0], a[1], kIgnoreIndex, 1001); },
+              {l3, t2}, dt, true, DType::f32);
     }
   // Every row ignored: loss 0 and a zero gradient; a bad target raises IndexError.
   Tensor l = rnd({3, 10}, 84).to(kGpu).detach().set_requires_grad(true);
