@@ -1,6 +1,7 @@
 #include "optim/clip.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "ops/op_costs.h"
@@ -8,28 +9,31 @@
 
 namespace keel::optim {
 
-double grad_norm(const std::vector<Tensor>& params) {
-  // Squares summed in f64 per tensor, then across tensors in list order: deterministic.
+double grad_norm(const std::vector<Tensor>& params, StepReadback* readback) {
+  // Squares summed in f64 per tensor, then across tensors in list order: deterministic, and on
+  // a GPU one read of the device for all tensors (with the step's other scalars when given).
   profiler::Scope prof("grad_norm", profiler::Phase::optimizer);
+  std::vector<Tensor> grads;
+  grads.reserve(params.size());
+  for (const Tensor& p : params)
+    if (Tensor g = p.grad(); g.defined()) grads.push_back(g);
   if (prof) {  // reads every gradient once, a multiply-add per element
     profiler::Cost c;
-    for (const Tensor& p : params)
-      if (Tensor g = p.grad(); g.defined()) c.flops += 2.0 * double(g.numel()), c.bytes += op_costs::bytes_of(g);
+    for (const Tensor& g : grads) c.flops += 2.0 * double(g.numel()), c.bytes += op_costs::bytes_of(g);
     prof.cost(c);
   }
-  double total = 0;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (g.defined()) total += sum_of_squares(g);
-  }
-  return std::sqrt(total);
+  if (!readback && grads.empty()) return 0.0;
+  std::optional<StepReadback> own;
+  if (!readback) readback = &own.emplace(grads.front().device(), 1);
+  sum_of_squares_into(grads, readback->buffer(), StepReadback::kGradSumSq);
+  return std::sqrt(readback->read()[StepReadback::kGradSumSq]);
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, StepReadback* readback) {
   if (!(max_norm > 0) || !std::isfinite(max_norm))
     throw ValueError("clip_grad_norm", "max_norm must be a positive finite number, got " + std::to_string(max_norm),
                      "pass e.g. 1.0, or skip clipping");
-  double norm = grad_norm(params);
+  double norm = grad_norm(params, readback);
   if (!std::isfinite(norm) || norm <= max_norm) return norm;
   const double coef = max_norm / (norm + 1e-6);
   profiler::Scope prof("clip_scale", profiler::Phase::optimizer);

@@ -5,6 +5,7 @@
 
 #include "core/named_tensors.h"
 #include "core/tensor.h"
+#include "optim/step_readback.h"
 
 namespace keel::optim {
 
@@ -13,12 +14,15 @@ namespace keel::optim {
 // exceeds max_norm (> 0), every gradient is scaled in place by max_norm / (norm + 1e-6).
 // When some gradient holds inf or NaN the result is inf or NaN and nothing is scaled: the
 // caller should skip the step (the norm is what goes into the log).
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// The sum of squares is the f64 sum, in list order, of each gradient's (optim::sum_of_squares),
+// computed on the gradients' device and read once. With a readback it lands in its kGradSumSq
+// slot and the readback is read (its one copy to the host); without, a slot of its own is.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, StepReadback* readback = nullptr);
 inline double clip_grad_norm(const NamedTensors& params, double max_norm) {
   return clip_grad_norm(tensors_of(params), max_norm);
 }
 
 // The same norm without clipping (for logging when clipping is off).
-double grad_norm(const std::vector<Tensor>& params);
+double grad_norm(const std::vector<Tensor>& params, StepReadback* readback = nullptr);
 
 }  // namespace keel::optim

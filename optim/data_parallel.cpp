@@ -16,11 +16,11 @@ ReplicatedAdamW::~ReplicatedAdamW() = default;
 
 std::unique_ptr<GradReadyHookGuard> ReplicatedAdamW::backward_hook() { return sync_.hook(); }
 
-double ReplicatedAdamW::finish_gradients(LossScaler& scaler, double max_norm) {
+double ReplicatedAdamW::finish_gradients(LossScaler& scaler, double max_norm, StepReadback* readback) {
   sync_.finish();  // every gradient is now the mean over ranks
   const std::vector<Tensor> params = adamw_.param_tensors();
   scaler.unscale_(params);  // its verdict on finiteness is the norm's (below)
-  return max_norm > 0 ? clip_grad_norm(params, max_norm) : grad_norm(params);
+  return max_norm > 0 ? clip_grad_norm(params, max_norm, readback) : grad_norm(params, readback);
 }
 
 std::unique_ptr<DataParallelOptimizer> make_data_parallel_adamw(std::shared_ptr<Communicator> comm,

@@ -10,7 +10,7 @@
 //
 //   opt.zero_grad();
 //   for each micro-batch: { auto hook = last ? opt.backward_hook() : nullptr; loss.backward(); }
-//   double norm = opt.finish_gradients(scaler, clip);  // mean over ranks, unscaled, clipped
+//   double norm = opt.finish_gradients(scaler, clip, &readback);  // mean over ranks, unscaled, clipped
 //   if (std::isfinite(norm)) opt.step(lr);
 //
 // At world size 1 both are plain AdamW (the collectives return at once).
@@ -26,6 +26,7 @@
 #include "optim/adamw.h"
 #include "optim/grad_bucketer.h"
 #include "optim/loss_scaler.h"
+#include "optim/step_readback.h"
 
 namespace keel::optim {
 
@@ -42,7 +43,9 @@ class DataParallelOptimizer {
   // rank's slice of it), divided by the loss scale, then clipped to max_norm (0 = no clipping).
   // Returns the global L2 norm before clipping, summed in f64: inf or NaN exactly when some
   // gradient element is (which a step must not apply, and which f16's loss scaler backs off on).
-  virtual double finish_gradients(LossScaler& scaler, double max_norm) = 0;
+  // With a readback, the step's other scalars come to the host in the same copy as the norm:
+  // readback->read() has been called on return.
+  virtual double finish_gradients(LossScaler& scaler, double max_norm, StepReadback* readback = nullptr) = 0;
   // Collective. AdamW with learning rate lr; the parameters end identical on every rank.
   virtual void step(double lr) = 0;
 
@@ -65,7 +68,7 @@ class ReplicatedAdamW final : public DataParallelOptimizer {
 
   void zero_grad() override { adamw_.zero_grad(); }
   std::unique_ptr<GradReadyHookGuard> backward_hook() override;
-  double finish_gradients(LossScaler& scaler, double max_norm) override;
+  double finish_gradients(LossScaler& scaler, double max_norm, StepReadback* readback = nullptr) override;
   void step(double lr) override { adamw_.step(lr); }
   NamedTensors gather_state(bool keep) const override { return keep ? adamw_.state() : NamedTensors{}; }
   void load_state(const NamedTensors& state) override { adamw_.load_state(state); }

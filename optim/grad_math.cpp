@@ -1,6 +1,8 @@
 // Clipping's and loss scaling's passes over gradients: checks, packing, one dispatch on the device.
 #include "optim/grad_math.h"
 
+#include <string>
+
 #include "core/copy.h"
 #include "optim/cpu/grad_math.h"
 #include "optim/cuda/grad_math.h"
@@ -19,6 +21,25 @@ double sum_of_squares(const Tensor& t_in) {
   Tensor t = t_in.detach().contiguous();
   if (t.numel() == 0) return 0.0;
   return t.device().is_cuda() ? cuda::sum_of_squares(t) : cpu::sum_of_squares(t);
+}
+
+void sum_of_squares_into(const std::vector<Tensor>& ts, Tensor& out, int64_t slot) {
+  static const char* kOp = "sum_of_squares_into";
+  if (out.dtype() != DType::f64 || !out.is_contiguous() || slot < 0 || slot >= out.numel())
+    throw ShapeError(kOp, "out must be a contiguous f64 tensor with a slot " + std::to_string(slot) + ", got " +
+                              dtype_name(out.dtype()) + " " + shape_str(out.shape()));
+  std::vector<Tensor> packed;  // zero elements add 0 to a sum of squares: left out
+  packed.reserve(ts.size());
+  for (const Tensor& t : ts) {
+    if (!t.defined()) continue;
+    check_floating(t, kOp);
+    if (t.device() != out.device())
+      throw DeviceError(kOp, "a tensor on " + t.device().str() + " beside an output on " + out.device().str(),
+                        "keep every gradient on one device");
+    if (t.numel() > 0) packed.push_back(t.detach().contiguous());
+  }
+  if (out.device().is_cuda()) cuda::sum_of_squares_into(packed, out, slot);
+  else cpu::sum_of_squares_into(packed, out, slot);
 }
 
 void scale_(Tensor& t_in, double s) {

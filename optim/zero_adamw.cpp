@@ -271,10 +271,13 @@ int64_t ZeroAdamW::unsharded_state_bytes() const {
   return total_ * (is_half(params_.front().second.dtype()) ? 12 : 8);
 }
 
-double ZeroAdamW::finish_gradients(LossScaler& scaler, double max_norm) {
+double ZeroAdamW::finish_gradients(LossScaler& scaler, double max_norm, StepReadback* readback) {
   reduce_gradients();
   scale_gradients(1.0 / scaler.scale());
-  return clip_grad_norm(max_norm);
+  const double norm = clip_grad_norm(max_norm);
+  // The shard's norm needs its all-reduce before it is known, so the readback is a copy of its own.
+  if (readback) readback->read();
+  return norm;
 }
 
 NamedTensors ZeroAdamW::gather_state(bool keep) const {

@@ -62,7 +62,7 @@ class ZeroAdamW final : public DataParallelOptimizer {
   // The step of the DataParallelOptimizer interface: no reduction during the backward; then
   // reduce_gradients, scale_gradients(1 / loss scale) and clip_grad_norm.
   std::unique_ptr<GradReadyHookGuard> backward_hook() override { return nullptr; }
-  double finish_gradients(LossScaler& scaler, double max_norm) override;
+  double finish_gradients(LossScaler& scaler, double max_norm, StepReadback* readback = nullptr) override;
   NamedTensors gather_state(bool keep) const override;
   std::string summary() const override;  // the state's size on this rank against unsharded
 

@@ -37,6 +37,13 @@ double sum_of_squares(const Tensor& t) {
   return total;
 }
 
+// ts (K tensors) -> out[slot]
+void sum_of_squares_into(const std::vector<Tensor>& ts, Tensor& out, int64_t slot) {
+  double total = 0;
+  for (const Tensor& t : ts) total += sum_of_squares(t);
+  out.data<double>()[slot] = total;
+}
+
 // t (N) <- t * s
 void scale_inplace(Tensor& t, double s) {
   visit_dtype<FloatDType>(t.dtype(), "scale_", [&]<typename T>() {

@@ -2,6 +2,8 @@
 // very same functions for the other device; optim/grad_math.cpp picks one by the tensors' device.
 #pragma once
 
+#include <vector>
+
 #include "core/tensor.h"
 
 namespace keel::optim::cpu {
@@ -9,6 +11,9 @@ namespace keel::optim::cpu {
 // t (N) f32 | f64 | bf16 | f16 contiguous -> sum of t^2 accumulated in f64, in a fixed order
 // whatever the thread or block count, so the same input gives the same bits.
 double sum_of_squares(const Tensor& t);
+// ts: K tensors (each N_k) f32 | f64 | bf16 | f16, contiguous, non-empty; out (S) f64 contiguous
+// -> out[slot] = ((0 + sum_of_squares(ts[0])) + sum_of_squares(ts[1])) + ...
+void sum_of_squares_into(const std::vector<Tensor>& ts, Tensor& out, int64_t slot);
 // t (N) contiguous <- t * s, computed in f32 (f64 for f64 tensors) and rounded to t's dtype.
 void scale_inplace(Tensor& t, double s);
 

@@ -1,11 +1,13 @@
 // Gradient passes for clipping and loss scaling: a deterministic f64 sum of squares (fixed
 // grid, per-block partials, one-block final pass; no atomics, so no run-to-run jitter in the
-// clip coefficient) and an in-place scale.
+// clip coefficient), the same over many tensors in a few launches, and an in-place scale.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/cuda/check.h"
 #include "core/cuda/convert.cuh"
@@ -43,24 +45,93 @@ __device__ double block_sum(double x) {
   return buf[0];
 }
 
-// t (N) -> partial[blockIdx.x]
+// t (N) -> this thread's share of block `block` of `blocks` (blockDim.x == kThreads). The one
+// place that fixes which elements a thread adds, and in which order, for both sums below.
 template <typename T>
-__global__ void sumsq_partial(const T* __restrict__ t, int64_t n, double* __restrict__ partial) {
+__device__ double sumsq_thread(const T* __restrict__ t, int64_t n, int64_t block, int64_t blocks) {
   double s = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = block * kThreads + threadIdx.x; i < n; i += blocks * kThreads) {
     double x = load_f64(t[i]);
     s += x * x;
   }
-  double b = block_sum(s);
+  return s;
+}
+
+// partial (P) -> the sum of partial[0, P) by one block (blockDim.x == kThreads).
+__device__ double sum_partials(const double* __restrict__ partial, int p) {
+  double s = 0;
+  for (int i = threadIdx.x; i < p; i += kThreads) s += partial[i];
+  return block_sum(s);
+}
+
+// t (N) -> partial[blockIdx.x]
+template <typename T>
+__global__ void sumsq_partial(const T* __restrict__ t, int64_t n, double* __restrict__ partial) {
+  double b = block_sum(sumsq_thread(t, n, blockIdx.x, gridDim.x));
   if (threadIdx.x == 0) partial[blockIdx.x] = b;
 }
 
 // partial (P) -> out[0], one block.
 __global__ void sum_final(const double* __restrict__ partial, int p, double* __restrict__ out) {
-  double s = 0;
-  for (int i = threadIdx.x; i < p; i += blockDim.x) s += partial[i];
-  double b = block_sum(s);
+  double b = sum_partials(partial, p);
   if (threadIdx.x == 0) out[0] = b;
+}
+
+// Many tensors in one launch: tensor j owns blocks [first_block[j], first_block[j + 1]) of the
+// grid, blocks_for_sum(n[j]) of them, and each of its blocks and threads adds exactly the
+// elements, in exactly the order, that sum_of_squares' own launch for it would. The table goes by
+// value as a kernel argument (no host-to-device copy, which would wait for the device), so a
+// launch holds at most kTableSize tensors.
+constexpr int kTableSize = 48;
+enum class Kind : int { f32, f64, bf16, f16 };
+struct Table {
+  const void* data[kTableSize];
+  int64_t n[kTableSize];
+  Kind kind[kTableSize];
+  int first_block[kTableSize + 1];
+  int count;
+};
+
+// table's tensors -> partial[b] for each block b of the launch
+__global__ void sumsq_partial_multi(Table table, double* __restrict__ partial) {
+  int j = 0;
+  while (int(blockIdx.x) >= table.first_block[j + 1]) ++j;
+  const int64_t block = blockIdx.x - table.first_block[j], blocks = table.first_block[j + 1] - table.first_block[j];
+  const int64_t n = table.n[j];
+  double s = 0;
+  switch (table.kind[j]) {
+    case Kind::f32: s = sumsq_thread(static_cast<const float*>(table.data[j]), n, block, blocks); break;
+    case Kind::f64: s = sumsq_thread(static_cast<const double*>(table.data[j]), n, block, blocks); break;
+    case Kind::bf16: s = sumsq_thread(static_cast<const __nv_bfloat16*>(table.data[j]), n, block, blocks); break;
+    case Kind::f16: s = sumsq_thread(static_cast<const __half*>(table.data[j]), n, block, blocks); break;
+  }
+  double b = block_sum(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = b;
+}
+
+// partial (the launch's blocks) -> sums[j] for each tensor j of the table, one block per tensor.
+__global__ void sum_final_multi(Table table, const double* __restrict__ partial, double* __restrict__ sums) {
+  const int j = blockIdx.x, lo = table.first_block[j];
+  double b = sum_partials(partial + lo, table.first_block[j + 1] - lo);
+  if (threadIdx.x == 0) sums[j] = b;
+}
+
+// sums (K) -> out[0] = ((0 + sums[0]) + sums[1]) + ...: the host's loop over the tensors, one thread.
+__global__ void sum_in_order(const double* __restrict__ sums, int k, double* __restrict__ out) {
+  double total = 0;
+  for (int j = 0; j < k; ++j) total += sums[j];
+  out[0] = total;
+}
+
+Kind kind_of(DType t) {
+  switch (t) {
+    case DType::f32: return Kind::f32;
+    case DType::f64: return Kind::f64;
+    case DType::bf16: return Kind::bf16;
+    case DType::f16: return Kind::f16;
+    default: break;
+  }
+  throw DTypeError("sum_of_squares_into", std::string("gradients must be f32, f64, bf16 or f16, got ") + dtype_name(t));
 }
 
 template <typename T, typename C>
@@ -96,6 +167,45 @@ double sum_of_squares(const Tensor& t) {
   double out = 0;
   ::keel::cuda::memcpy_device_to_host(&out, p + blocks, sizeof(double), dev);
   return out;
+}
+
+void sum_of_squares_into(const std::vector<Tensor>& ts, Tensor& out, int64_t slot) {
+  check(out, "sum_of_squares_into");
+  for (const Tensor& t : ts) {
+    check(t, "sum_of_squares_into");
+    if (t.device() != out.device())
+      throw DeviceError("sum_of_squares_into", "a tensor on " + t.device().str() + " beside an output on " + out.device().str());
+  }
+  const int dev = out.device().index;
+  KEEL_CHECK_CUDA(cudaSetDevice(dev));
+  cudaStream_t stream = ::keel::cuda::detail::stream(dev);
+  const int k = static_cast<int>(ts.size());
+  int64_t blocks = 0;
+  for (const Tensor& t : ts) blocks += blocks_for_sum(t.numel());
+  // The partials of every block, then each tensor's sum.
+  Tensor scratch = empty({std::max<int64_t>(1, blocks + k)}, {DType::f64, out.device()});
+  double* partial = static_cast<double*>(scratch.raw_data());
+  double* sums = partial + blocks;
+  for (int lo = 0, block0 = 0; lo < k; lo += kTableSize) {
+    Table table;
+    table.count = std::min(kTableSize, k - lo);
+    table.first_block[0] = 0;
+    for (int j = 0; j < table.count; ++j) {
+      const Tensor& t = ts[static_cast<size_t>(lo + j)];
+      table.data[j] = t.raw_data();
+      table.n[j] = t.numel();
+      table.kind[j] = kind_of(t.dtype());
+      table.first_block[j + 1] = table.first_block[j] + blocks_for_sum(t.numel());
+    }
+    keel::cuda::launch_kernel(sumsq_partial_multi, table.first_block[table.count], kThreads, 0, stream, table,
+                              partial + block0);
+    KEEL_CHECK_LAUNCH();
+    keel::cuda::launch_kernel(sum_final_multi, table.count, kThreads, 0, stream, table, partial + block0, sums + lo);
+    KEEL_CHECK_LAUNCH();
+    block0 += table.first_block[table.count];
+  }
+  keel::cuda::launch_kernel(sum_in_order, 1, 1, 0, stream, sums, k, static_cast<double*>(out.raw_data()) + slot);
+  KEEL_CHECK_LAUNCH();
 }
 
 void scale_inplace(Tensor& t, double s) {

@@ -4,6 +4,8 @@
 // functions raise DeviceError.
 #pragma once
 
+#include <vector>
+
 #include "core/tensor.h"
 
 namespace keel::optim::cuda {
@@ -11,6 +13,10 @@ namespace keel::optim::cuda {
 // t (N) f32 | f64 | bf16 | f16 contiguous -> sum of t^2 accumulated in f64, in a fixed order
 // whatever the thread or block count, so the same input gives the same bits.
 double sum_of_squares(const Tensor& t);
+// ts: K tensors (each N_k) f32 | f64 | bf16 | f16, contiguous, non-empty, on out's device; out (S)
+// f64 contiguous -> out[slot] = ((0 + sum_of_squares(ts[0])) + sum_of_squares(ts[1])) + ..., the
+// same bits, without waiting for the device: 2 launches per 48 tensors and 1 more.
+void sum_of_squares_into(const std::vector<Tensor>& ts, Tensor& out, int64_t slot);
 // t (N) contiguous <- t * s, computed in f32 (f64 for f64 tensors) and rounded to t's dtype.
 void scale_inplace(Tensor& t, double s);
 

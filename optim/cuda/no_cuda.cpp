@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "optim/cuda/adamw.h"
 #include "optim/cuda/grad_math.h"
+#include "optim/cuda/step_readback.h"
 
 namespace keel::optim::cuda {
 
@@ -16,6 +17,9 @@ namespace {
 
 void adamw_step(Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, const AdamWScalars&) { no_cuda("AdamW::step"); }
 double sum_of_squares(const Tensor&) { no_cuda("sum_of_squares"); }
+void sum_of_squares_into(const std::vector<Tensor>&, Tensor&, int64_t) { no_cuda("sum_of_squares_into"); }
 void scale_inplace(Tensor&, double) { no_cuda("scale_"); }
+void add_quotient(Tensor&, int64_t, const Tensor&, double) { no_cuda("StepReadback::add_quotient"); }
+void merge_max(Tensor&, int64_t, const Tensor&) { no_cuda("StepReadback::merge_max"); }
 
 }  // namespace keel::optim::cuda
