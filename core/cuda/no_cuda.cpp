@@ -1,6 +1,7 @@
 // The CUDA entry points of core in a build without CUDA (preset `cpu`): there is no device,
 // so asking for one raises DeviceError with the way out.
 #include "core/cuda/caching_allocator.h"
+#include "core/cuda/graph.h"
 #include "core/dist/comm_nccl.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/runtime.h"
@@ -34,6 +35,15 @@ void caching_free(int, void*, size_t) {}
 MemoryStats caching_stats(int) { return {}; }
 void caching_reset_peak(int) {}
 void empty_cache(int) {}
+uint64_t begin_graph_pool(int) { no_cuda("cuda graph capture"); }
+void end_graph_pool(int) {}
+void release_graph_pool(int, uint64_t) {}
+Graph::Graph(int device) : device_(device) { no_cuda("cuda graph"); }
+Graph::~Graph() = default;
+void Graph::capture(const std::function<void()>&) { no_cuda("cuda graph capture"); }
+void Graph::replay() { no_cuda("cuda graph replay"); }
+void Graph::reset() {}
+bool is_capturing(int) { return false; }
 void copy_strided(Tensor&, const Tensor&) { no_cuda("copy_strided"); }
 void add_inplace(Tensor&, const Tensor&) { no_cuda("add_inplace"); }
 void fill(Tensor&, double) { no_cuda("fill"); }

@@ -7,6 +7,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/counters.h"
 #include "core/cuda/device_check.h"
+#include "core/cuda/graph.h"
 
 // Header-only NVTX v3 (the toolkit's): no library to link; a range costs a call into the tool
 // only when one (Nsight) is attached.
@@ -41,6 +42,18 @@ cudaStream_t stream(int device) {
   return streams[device];
 }
 }  // namespace detail
+
+namespace {
+// A wait for the device while its stream captures a graph would fail inside CUDA and invalidate
+// the capture; keel says what happened instead, before anything is enqueued.
+void refuse_while_capturing(int device, const char* op) {
+  if (is_capturing(device))
+    throw CudaError(op,
+                    std::string(op) + " would wait for cuda:" + std::to_string(device) +
+                        ", whose stream is capturing a CUDA graph; a capture cannot wait for the device",
+                    "keep host copies and synchronisation out of the captured step: read results after replay()");
+}
+}  // namespace
 
 bool built_with_cuda() { return true; }
 
@@ -89,12 +102,14 @@ size_t free_memory(int index) {
 
 void synchronize(int index) {
   check_device(index, "synchronize");
+  refuse_while_capturing(index, "synchronize");
   detail::count_sync();
   KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(index)));
   raise_device_check(index);
 }
 
 void memcpy_host_to_device(void* dst, const void* src, size_t nbytes, int device) {
+  refuse_while_capturing(device, "copy to the device");
   cudaStream_t s = detail::stream(device);
   detail::count_sync();
   KEEL_CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s));
@@ -103,6 +118,7 @@ void memcpy_host_to_device(void* dst, const void* src, size_t nbytes, int device
 }
 
 void memcpy_device_to_host(void* dst, const void* src, size_t nbytes, int device) {
+  refuse_while_capturing(device, "copy to the host");
   cudaStream_t s = detail::stream(device);
   detail::count_sync();
   KEEL_CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s));
@@ -111,6 +127,8 @@ void memcpy_device_to_host(void* dst, const void* src, size_t nbytes, int device
 }
 
 void memcpy_peer(void* dst, int dst_device, const void* src, int src_device, size_t nbytes) {
+  refuse_while_capturing(src_device, "copy between devices");
+  refuse_while_capturing(dst_device, "copy between devices");
   detail::count_sync(), detail::count_copy(), detail::count_sync();
   KEEL_CHECK_CUDA(cudaStreamSynchronize(detail::stream(src_device)));
   KEEL_CHECK_CUDA(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, detail::stream(dst_device)));

@@ -9,7 +9,8 @@
 //
 // Work runs synchronously on the calling thread, after cudaStreamSynchronize(handle's stream) so
 // that kernels queued before the call have written the operands (a no-op when the emulated
-// runtime itself runs launches synchronously).
+// runtime itself runs launches synchronously). On a stream that is capturing a graph the call
+// is recorded after the same checks instead, and computes at each replay (graph.h).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "core/cuda/emu/cublas_gemm.h"
+#include "core/cuda/emu/graph.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -268,6 +270,12 @@ cublasStatus_t gemm_ex(cublasHandle_t handle, cublasOperation_t transa, cublasOp
   if ((product && (!A || !B || !aligned(A, type_size(at)) || !aligned(B, type_size(bt)))) || !C ||
       !aligned(C, type_size(ct)))
     return CUBLAS_STATUS_EXECUTION_FAILED;
+  // Captured: the checked arguments by value, the product at each replay (alpha and beta
+  // are read now, as the library reads host-side scalars when it enqueues the kernel).
+  if (keel::emu::is_capturing(handle->stream)) {
+    keel::emu::capture(handle->stream, [g] { gemm(g); });
+    return CUBLAS_STATUS_SUCCESS;
+  }
   if (cudaStreamSynchronize(handle->stream) != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   gemm(g);
   return CUBLAS_STATUS_SUCCESS;

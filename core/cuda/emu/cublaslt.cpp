@@ -27,6 +27,7 @@
 #include <new>
 
 #include "core/cuda/emu/cublas_gemm.h"
+#include "core/cuda/emu/graph.h"
 
 struct cublasLtContext {
   int unused = 0;  // the host engine keeps no per-handle state
@@ -301,6 +302,12 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasL
       return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (g.bias && !aligned(g.bias, 16)) return CUBLAS_STATUS_EXECUTION_FAILED;
+  // Captured: the checked arguments by value, the product at each replay (alpha and beta
+  // are read now, as the library reads host-side scalars when it enqueues the kernel).
+  if (keel::emu::is_capturing(stream)) {
+    keel::emu::capture(stream, [g] { gemm(g); });
+    return CUBLAS_STATUS_SUCCESS;
+  }
   if (cudaStreamSynchronize(stream) != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   gemm(g);
   return CUBLAS_STATUS_SUCCESS;

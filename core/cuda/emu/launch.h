@@ -6,17 +6,20 @@
 // site), exactly as on a GPU. Rules checked: at most 1024 threads per block (x, y <= 1024,
 // z <= 64), grid.x < 2^31 and grid.y, grid.z <= 65535, no empty grid or block, dynamic shared
 // memory within 48 KB unless cudaFuncSetAttribute raised the kernel's limit, and never above
-// the emulated GPU's per-block maximum.
+// the emulated GPU's per-block maximum. On a stream that is capturing a graph (graph.h) the
+// launch is recorded after the same checks, and runs at each replay.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 
 #include "core/cuda/emu/block.h"
+#include "core/cuda/emu/graph.h"
 
 namespace keel::emu {
 
@@ -29,17 +32,27 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t dynamic_sha
   if (!check_launch(reinterpret_cast<const void*>(kernel), grid, block, dynamic_shared_bytes, stream)) return;
   // Converted once, as a launch converts the arguments to the parameter types; each thread then
   // gets its own copy, as each CUDA thread gets the parameters by value.
-  const std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+  using Tuple = std::tuple<std::decay_t<Params>...>;
   struct Call {
     void (*kernel)(Params...);
-    const std::tuple<std::decay_t<Params>...>* params;
-  } call{kernel, &params};
-  run_grid(grid, block, dynamic_shared_bytes,
-           [](const void* c) {
-             const Call& k = *static_cast<const Call*>(c);
-             std::apply(k.kernel, *k.params);
-           },
-           &call);
+    const Tuple* params;
+    static void body(const void* c) {
+      const Call& k = *static_cast<const Call*>(c);
+      std::apply(k.kernel, *k.params);
+    }
+  };
+  if (is_capturing(stream)) {
+    // A graph node: the converted arguments as they are now, the kernel at every replay.
+    auto params = std::make_shared<const Tuple>(std::forward<Args>(args)...);
+    capture(stream, [kernel, grid, block, dynamic_shared_bytes, params] {
+      const Call call{kernel, params.get()};
+      run_grid(grid, block, dynamic_shared_bytes, &Call::body, &call);
+    });
+    return;
+  }
+  const Tuple params(std::forward<Args>(args)...);
+  const Call call{kernel, &params};
+  run_grid(grid, block, dynamic_shared_bytes, &Call::body, &call);
 }
 
 }  // namespace keel::emu

@@ -6,7 +6,9 @@
 // bytes, a NaN in every float type, so an output a kernel forgot to write shows. Kernels run
 // to completion inside the launch, so every stream is always idle: "asynchronous" copies and
 // memsets are done when they return, events complete when recorded, and the order keel
-// relies on holds trivially. Events still time host work (cudaEventElapsedTime).
+// relies on holds trivially. Events still time host work (cudaEventElapsedTime). While a
+// stream captures a graph (graph.cpp), what would run on it is recorded instead, and what a
+// capture forbids (a host wait, cudaMalloc, a synchronous copy) fails as on a GPU.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -20,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "core/cuda/emu/gpu_model.h"
+#include "core/cuda/emu/graph.h"
 #include "core/cuda/emu/launch.h"
 
 struct CUstream_st {
@@ -64,6 +67,13 @@ cudaError_t record(cudaError_t err, std::string detail = {}) {
 int device_count() { return keel::emu::gpu_model().devices; }
 
 }  // namespace
+
+namespace keel::emu {
+cudaError_t set_error(cudaError_t err, std::string detail) { return record(err, std::move(detail)); }
+}  // namespace keel::emu
+
+using keel::emu::capture_forbids;
+using keel::emu::is_capturing;
 
 // ---- devices ----
 cudaError_t cudaGetDeviceCount(int* count) {
@@ -122,7 +132,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   }
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return capture_forbids(nullptr, "cudaDeviceSynchronize"); }
 cudaError_t cudaRuntimeGetVersion(int* v) {
   *v = CUDART_VERSION;
   return cudaSuccess;
@@ -135,6 +145,7 @@ cudaError_t cudaDriverGetVersion(int* v) {
 // ---- memory ----
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = nullptr;
+  if (cudaError_t e = capture_forbids(nullptr, "cudaMalloc")) return e;
   if (bytes == 0) return cudaSuccess;
   const keel::emu::GpuModel& m = keel::emu::gpu_model();
   Runtime& r = rt();
@@ -158,6 +169,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  if (cudaError_t e = capture_forbids(nullptr, "cudaFree")) return e;
   Runtime& r = rt();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.allocations.find(p);
@@ -194,24 +206,39 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   *free = m.memory_bytes - r.used[t_device];
   return cudaSuccess;
 }
+// An async copy or memset on a capturing stream becomes a node of its graph: the pointers and
+// the size as they are now, the bytes as they are at each replay.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
+  if (cudaError_t e = capture_forbids(nullptr, "cudaMemcpy (synchronous)")) return e;
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, n, kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t s) {
+  auto op = [dst, src, n] {
+    if (n) std::memmove(dst, src, n);
+  };
+  if (is_capturing(s)) return keel::emu::capture(s, op), cudaSuccess;
+  op();
+  return cudaSuccess;
 }
-cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t n, cudaStream_t) {
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t n, cudaStream_t s) {
   if (dst_device < 0 || dst_device >= device_count() || src_device < 0 || src_device >= device_count())
     return record(cudaErrorInvalidDevice);
-  if (n) std::memmove(dst, src, n);
-  return cudaSuccess;
+  return cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s);
 }
 cudaError_t cudaMemset(void* p, int value, size_t n) {
+  if (cudaError_t e = capture_forbids(nullptr, "cudaMemset (synchronous)")) return e;
   if (n) std::memset(p, value, n);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
+  auto op = [p, value, n] {
+    if (n) std::memset(p, value, n);
+  };
+  if (is_capturing(s)) return keel::emu::capture(s, op), cudaSuccess;
+  op();
+  return cudaSuccess;
+}
 
 // ---- streams and events ----
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
@@ -226,7 +253,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   r.streams.remove_if([s](const CUstream_st& x) { return &x == s; });
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return capture_forbids(s, "cudaStreamSynchronize"); }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
   Runtime& r = rt();
@@ -270,6 +297,10 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureWrongThread: return "cudaErrorStreamCaptureWrongThread";
     default: return "cudaErrorUnknown";
   }
 }
@@ -282,6 +313,12 @@ const char* cudaGetErrorString(cudaError_t e) {
                      : e == cudaErrorInvalidConfiguration  ? "invalid configuration argument"
                      : e == cudaErrorInvalidDevice         ? "invalid device ordinal"
                      : e == cudaErrorInvalidResourceHandle ? "invalid resource handle"
+                     : e == cudaErrorIllegalState          ? "the resource is not in a valid state to perform the requested operation"
+                     : e == cudaErrorStreamCaptureUnsupported ? "operation not permitted when stream is capturing"
+                     : e == cudaErrorStreamCaptureInvalidated
+                         ? "operation failed due to a previous error during capture"
+                     : e == cudaErrorStreamCaptureWrongThread
+                         ? "attempt to terminate a thread-local capture sequence from another thread"
                                                            : "unknown error";
   text = base;
   if (e == t_recent && !t_recent_detail.empty()) text += ": " + t_recent_detail;
