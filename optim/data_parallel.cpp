@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "optim/clip.h"
+#include "optim/grad_math.h"
 #include "optim/zero_adamw.h"
 
 namespace keel::optim {
@@ -19,7 +20,11 @@ std::unique_ptr<GradReadyHookGuard> ReplicatedAdamW::backward_hook() { return sy
 double ReplicatedAdamW::finish_gradients(LossScaler& scaler, double max_norm, StepReadback* readback) {
   sync_.finish();  // every gradient is now the mean over ranks
   const std::vector<Tensor> params = adamw_.param_tensors();
-  scaler.unscale_(params);  // its verdict on finiteness is the norm's (below)
+  // Divided as unscale_ divides, without its finiteness pass (a read of the device): the norm
+  // below is inf or NaN exactly when some gradient is.
+  if (scaler.scale() != 1.0)
+    for (const Tensor& p : params)
+      if (Tensor g = p.grad(); g.defined()) scale_(g, 1.0 / scaler.scale());
   return max_norm > 0 ? clip_grad_norm(params, max_norm, readback) : grad_norm(params, readback);
 }
 

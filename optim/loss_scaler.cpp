@@ -40,16 +40,19 @@ bool LossScaler::unscale_(const std::vector<Tensor>& params) {
   if (!enabled_) return true;
   // Multiplying by the inverse is exact: the scale is a power of two with the default factors.
   const double inv = 1.0 / cur_scale_;
-  bool finite = true;
+  std::vector<Tensor> grads;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     optim::scale_(g, inv);
-    // A sum of squares in f64 cannot overflow from finite f32 values, so it is finite
-    // exactly when every element is.
-    if (!std::isfinite(sum_of_squares(g))) finite = false;
+    grads.push_back(g);
   }
-  return finite;
+  if (grads.empty()) return true;
+  // A sum of squares in f64 cannot overflow from finite f32 values, so it is finite exactly
+  // when every element is; one sum over all gradients is one read of the device.
+  Tensor sum = zeros({1}, {DType::f64, grads.front().device()});
+  sum_of_squares_into(grads, sum, 0);
+  return std::isfinite(sum.to_vector<double>()[0]);
 }
 
 void LossScaler::update(bool found_inf) {
