@@ -15,7 +15,7 @@ namespace keel::cuda {
 
 // Every tensor contiguous and already allocated, one device; window has one entry per head
 // (0 = full causal, w >= 1 = the last w keys); scale resolved (never 0 for D > 0); softcap 0 = none.
-// CUDA also needs D in {32, 64, 128} and H <= 128 (ShapeError otherwise), and keeps lse in f32.
+// CUDA also needs D a multiple of 8 up to 256 and H <= 128 (ShapeError otherwise), and keeps lse in f32.
 // q, k, v (B, H, T, D) -> out (B, H, T, D), lse (B, H, T), max_logit (H) f32 (max |logit|),
 // max_range (H) f32 (max over rows of max - min logit of the row's allowed keys), all overwritten
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& window,

@@ -59,15 +59,16 @@ struct Bwd {
     l.bytes = c.bytes;
     return l;
   }
-  static_assert(layout().bytes <= 163 * 1024, "must fit an A100's shared memory");
+  static_assert(layout().bytes <= max_shared_bytes(D), "must fit the shared memory of a block");
   static_assert(kOwn * ldO * 4 <= layout().s, "the f32 staging area must fit in the tile regions");
 };
 
 // Shapes: out, dout (B, H, T, D) in T -> dvec (B, H, T) f32, D_i = sum_d dout[i, d] * out[i, d].
 // One warp per row (B*H*T rows), lanes over d.
-template <typename T, int D>
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    attention_dvec_kernel(const T* __restrict__ out, const T* __restrict__ dout, float* __restrict__ dvec, int64_t rows) {
+    attention_dvec_kernel(const T* __restrict__ out, const T* __restrict__ dout, float* __restrict__ dvec, int64_t rows,
+                          int D) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (r >= rows) return;  // whole warps leave together: the shuffles below see full warps
   const int lane = threadIdx.x & 31;
@@ -83,12 +84,12 @@ __global__ void __launch_bounds__(kThreads)
 // and streams 32-query tiles. Warp w owns keys 16w..16w+15 and computes the transposed products
 // (keys x queries): S^T = K_w Q^T, dP^T = V_w dO^T, then dV_w += P^T dO, dK_w += dS^T Q.
 // In the per-element phase lanes 2r and 2r+1 share key row r of the warp.
-template <typename T, int D>
+template <typename T, int Dk>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                           const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dvec,
                           T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
-  using Bw = Bwd<T, D>;
+  using Bw = Bwd<T, Dk>;
   constexpr typename Bw::Layout L = Bw::layout();
   constexpr int kOwn = Bw::kOwn, kStr = Bw::kStr, ldT = Bw::ldT, ldS = Bw::ldS, ldP = Bw::ldP, ldO = Bw::ldO;
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
@@ -102,16 +103,16 @@ __global__ void __launch_bounds__(kThreads)
   float* dPs = reinterpret_cast<float*>(smem + L.dp);
   T* Ps = reinterpret_cast<T*>(smem + L.p);
 
-  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, w = dims.window[h];
+  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
   const int kt = blockIdx.y, k0 = kt * kOwn;  // early key tiles are seen by the most queries: first
   const int64_t base = static_cast<int64_t>(bh) * T_len * D;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;  // this lane's key row in the tile
   const int j = k0 + row;                                              // ... and its key index
 
-  load_tile<T, D>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kOwn, T_len - k0);
-  load_tile<T, D>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kOwn, T_len - k0);
-  WarpAcc<T, D> dk_acc, dv_acc;
+  load_tile<T, Dk>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kOwn, T_len - k0, D);
+  load_tile<T, Dk>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kOwn, T_len - k0, D);
+  WarpAcc<T, Dk> dk_acc, dv_acc;
   dk_acc.zero();
   dv_acc.zero();
 
@@ -119,8 +120,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int qt = queries.begin; qt < queries.end; ++qt) {
     const int q0 = qt * kStr;
     __syncthreads();  // every warp is done with the previous Q, dO tiles (and K, V are in place)
-    load_tile<T, D>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kStr, T_len - q0);
-    load_tile<T, D>(dOs, ldT, dout + base + static_cast<int64_t>(q0) * D, kStr, T_len - q0);
+    load_tile<T, Dk>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kStr, T_len - q0, D);
+    load_tile<T, Dk>(dOs, ldT, dout + base + static_cast<int64_t>(q0) * D, kStr, T_len - q0, D);
     load_row_stats(lse_s, lse + static_cast<int64_t>(bh) * T_len + q0, kStr, T_len - q0, 0.0f);
     load_row_stats(dvec_s, dvec + static_cast<int64_t>(bh) * T_len + q0, kStr, T_len - q0, 0.0f);
     __syncthreads();
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(kThreads)
     {  // S^T_w = K_w Q^T
       WarpAcc<T, kStr> s;
       s.zero();
-      s.template mma_abt<D>(Ks + warp * 16 * ldT, ldT, Qs, ldT);
+      s.template mma_abt<Dk>(Ks + warp * 16 * ldT, ldT, Qs, ldT);
       s.store(Ss + warp * 16 * ldS, ldS);
     }
     __syncwarp();
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(kThreads)
     {  // dP^T_w = V_w dO^T
       WarpAcc<T, kStr> dp;
       dp.zero();
-      dp.template mma_abt<D>(Vs + warp * 16 * ldT, ldT, dOs, ldT);
+      dp.template mma_abt<Dk>(Vs + warp * 16 * ldT, ldT, dOs, ldT);
       dp.store(dPs + warp * 16 * ldS, ldS);
     }
     __syncwarp();  // also: the dV product has read P before dS overwrites it
@@ -165,23 +166,23 @@ __global__ void __launch_bounds__(kThreads)
   float* stage = reinterpret_cast<float*>(smem) + warp * 16 * ldO;
   dk_acc.store(stage, ldO);
   __syncwarp();
-  store_rows<T, D>(dk + base, stage, ldO, k0 + warp * 16, T_len, dims.scale);
+  store_rows<T, Dk>(dk + base, stage, ldO, k0 + warp * 16, T_len, dims.scale, D);
   __syncwarp();
   dv_acc.store(stage, ldO);
   __syncwarp();
-  store_rows<T, D>(dv + base, stage, ldO, k0 + warp * 16, T_len, 1.0f);
+  store_rows<T, Dk>(dv + base, stage, ldO, k0 + warp * 16, T_len, 1.0f, D);
 }
 
 // Shapes: q, k, v, dout, dq (B, H, T, D) in T; lse, dvec (B, H, T) f32.
 // Grid (B*H, ceil(T / 64)), 128 threads: block (bh, y) owns queries [64 qt, 64 qt + 64) (qt from
 // the end, as in the forward) and streams the 32-key tiles they see. Warp w owns queries
 // 16w..16w+15: S_w = Q_w K^T, dP_w = dO_w V^T, dQ_w += dS K. Lanes 2r, 2r+1 share query row r.
-template <typename T, int D>
+template <typename T, int Dk>
 __global__ void __launch_bounds__(kThreads)
     attention_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                         const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dvec,
                         T* __restrict__ dq, Dims dims) {
-  using Bw = Bwd<T, D>;
+  using Bw = Bwd<T, Dk>;
   constexpr typename Bw::Layout L = Bw::layout();
   constexpr int kOwn = Bw::kOwn, kStr = Bw::kStr, ldT = Bw::ldT, ldS = Bw::ldS, ldP = Bw::ldP, ldO = Bw::ldO;
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
@@ -195,35 +196,35 @@ __global__ void __launch_bounds__(kThreads)
   float* dPs = reinterpret_cast<float*>(smem + L.dp);
   T* Ps = reinterpret_cast<T*>(smem + L.p);
 
-  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, w = dims.window[h];
+  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
   const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kOwn;
   const int64_t base = static_cast<int64_t>(bh) * T_len * D;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;
   const int i = q0 + row;
 
-  load_tile<T, D>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kOwn, T_len - q0);
-  load_tile<T, D>(dOs, ldT, dout + base + static_cast<int64_t>(q0) * D, kOwn, T_len - q0);
+  load_tile<T, Dk>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kOwn, T_len - q0, D);
+  load_tile<T, Dk>(dOs, ldT, dout + base + static_cast<int64_t>(q0) * D, kOwn, T_len - q0, D);
   load_row_stats(lse_s, lse + static_cast<int64_t>(bh) * T_len + q0, kOwn, T_len - q0, 0.0f);
   load_row_stats(dvec_s, dvec + static_cast<int64_t>(bh) * T_len + q0, kOwn, T_len - q0, 0.0f);
-  WarpAcc<T, D> dq_acc;
+  WarpAcc<T, Dk> dq_acc;
   dq_acc.zero();
 
   const TileRange keys = key_tiles_for_query_tile(qt, kOwn, kStr, T_len, w);
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int k0 = kt * kStr;
     __syncthreads();  // the previous K, V tiles are no longer read (and Q, dO, stats are in place)
-    load_tile<T, D>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kStr, T_len - k0);
-    load_tile<T, D>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kStr, T_len - k0);
+    load_tile<T, Dk>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kStr, T_len - k0, D);
+    load_tile<T, Dk>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kStr, T_len - k0, D);
     __syncthreads();
 
     {  // S_w = Q_w K^T, dP_w = dO_w V^T
       WarpAcc<T, kStr> acc;
       acc.zero();
-      acc.template mma_abt<D>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
+      acc.template mma_abt<Dk>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
       acc.store(Ss + warp * 16 * ldS, ldS);
       acc.zero();
-      acc.template mma_abt<D>(dOs + warp * 16 * ldT, ldT, Vs, ldT);
+      acc.template mma_abt<Dk>(dOs + warp * 16 * ldT, ldT, Vs, ldT);
       acc.store(dPs + warp * 16 * ldS, ldS);
     }
     __syncwarp();
@@ -243,7 +244,7 @@ __global__ void __launch_bounds__(kThreads)
   float* stage = reinterpret_cast<float*>(smem) + warp * 16 * ldO;
   dq_acc.store(stage, ldO);
   __syncwarp();
-  store_rows<T, D>(dq + base, stage, ldO, q0 + warp * 16, T_len, dims.scale);
+  store_rows<T, Dk>(dq + base, stage, ldO, q0 + warp * 16, T_len, dims.scale, D);
 }
 
 }  // namespace
@@ -278,8 +279,8 @@ void attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
     const auto* gp = static_cast<const E*>(dout.raw_data());
     const auto* lp = static_cast<const float*>(lse.raw_data());
     auto* dp = static_cast<float*>(dvec.raw_data());
-    launch(attention_dvec_kernel<E, HD>, dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps)), 0, dev,
-           static_cast<const E*>(out.raw_data()), gp, dp, rows);
+    launch(attention_dvec_kernel<E>, dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps)), 0, dev,
+           static_cast<const E*>(out.raw_data()), gp, dp, rows, static_cast<int>(D));
     if (attention_kernels(q.dtype()) == AttentionKernels::mma) {
       attention_mma_backward(q, k, v, lse, dout, dvec, dims, dq, dk, dv);
       return;

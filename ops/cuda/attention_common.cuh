@@ -37,6 +37,7 @@ constexpr bool kIsHalf = !std::is_same_v<T, float>;
 // Shape data every kernel takes by value. window[h] normalised (attn::normalize_window).
 struct Dims {
   int H, T;
+  int D;                 // head dim, the global row stride: at most the kernel width (attention_tiles.h)
   float scale, softcap;  // softcap 0 = none
   int window[kMaxHeads];
 };
@@ -75,6 +76,10 @@ __device__ __forceinline__ float dlogit(float p, float dp, float d_i, float s, c
 // different banks.
 template <typename T> constexpr int ld_elems(int cols) { return cols + (kIsHalf<T> ? 8 : 1); }  // T tiles
 template <typename T> constexpr int ld_f32(int cols) { return cols + (kIsHalf<T> ? 4 : 1); }    // f32 tiles
+
+// Shared memory a block of width Dk may take: an A100's 163 KB up to width 128; width 256 takes an
+// H100's 227 KB where its tiles cannot shrink further (the f32 kernels: 16-row warp tiles).
+constexpr int max_shared_bytes(int Dk) { return (Dk <= 128 ? 163 : 227) * 1024; }
 
 // Byte offsets of the regions of a kernel's dynamic shared memory, each 128-byte aligned (WMMA
 // wants 32-byte aligned fragment pointers; 128 also keeps 16-byte vector stores aligned).
@@ -195,25 +200,27 @@ struct WarpAcc<float, N> {  // f32: plain FMAs (the exact reference path; no TF3
 };
 
 // ---- tile loads (the whole block) ----
-// rows x D elements from global (rows contiguous, stride D) to shared (stride ld); rows at or
-// beyond `valid` are zero-filled, so a sequence end inside a tile reads no memory past it and
-// feeds only finite zeros to the products (a NaN there would survive 0 * NaN in P V).
-template <typename T, int D>
-__device__ void load_tile(T* dst, int ld, const T* src, int rows, int valid) {
+// rows x Dk elements to shared (stride ld) from global rows of D elements (D <= Dk, stride D);
+// rows at or beyond `valid` and columns at or beyond D are zero-filled, so a sequence end inside
+// a tile reads no memory past it and feeds only finite zeros to the products (a NaN there would
+// survive 0 * NaN in P V), and a head dim below the width runs as if it were the width
+// (attention_tiles.h). D is a multiple of 8, so a 16-byte vector is all inside or all outside.
+template <typename T, int Dk>
+__device__ void load_tile(T* dst, int ld, const T* src, int rows, int valid, int D) {
   if constexpr (kIsHalf<T>) {
     constexpr int kVec = 8;  // 16 bytes: one vector per thread per step, coalesced
-    for (int c = threadIdx.x; c < rows * (D / kVec); c += kThreads) {
-      const int r = c / (D / kVec), col = c % (D / kVec) * kVec;
+    for (int c = threadIdx.x; c < rows * (Dk / kVec); c += kThreads) {
+      const int r = c / (Dk / kVec), col = c % (Dk / kVec) * kVec;
       uint4 x = make_uint4(0, 0, 0, 0);
-      if (r < valid) x = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(r) * D + col);
+      if (r < valid && col < D) x = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(r) * D + col);
       *reinterpret_cast<uint4*>(dst + r * ld + col) = x;
     }
   } else {
     constexpr int kVec = 4;  // 16-byte global loads; scalar stores into the odd-strided tile
-    for (int c = threadIdx.x; c < rows * (D / kVec); c += kThreads) {
-      const int r = c / (D / kVec), col = c % (D / kVec) * kVec;
+    for (int c = threadIdx.x; c < rows * (Dk / kVec); c += kThreads) {
+      const int r = c / (Dk / kVec), col = c % (Dk / kVec) * kVec;
       float4 x = make_float4(0, 0, 0, 0);
-      if (r < valid) x = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * D + col);
+      if (r < valid && col < D) x = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * D + col);
       float* o = dst + r * ld + col;
       o[0] = x.x, o[1] = x.y, o[2] = x.z, o[3] = x.w;
     }
@@ -225,14 +232,15 @@ __device__ inline void load_row_stats(float* dst, const float* src, int n, int v
   for (int r = threadIdx.x; r < n; r += kThreads) dst[r] = r < valid ? src[r] : fill;
 }
 
-// A warp writes its 16 x D f32 rows (stride ld) to global rows [row0, row0 + 16) ∩ [0, T), times
-// `mul`, in T: lanes walk the rows in order, so each store instruction is coalesced.
-template <typename T, int D>
-__device__ void store_rows(T* dst, const float* src, int ld, int row0, int T_len, float mul) {
+// A warp writes the first D columns of its 16 f32 rows (stride ld) to global rows [row0, row0 + 16)
+// ∩ [0, T) (stride D), times `mul`, in T: lanes walk the rows in order, so each store instruction
+// is coalesced. The padding columns past D (zeros) are never stored.
+template <typename T, int Dk>
+__device__ void store_rows(T* dst, const float* src, int ld, int row0, int T_len, float mul, int D) {
   const int lane = threadIdx.x & 31;
-  for (int e = lane; e < kRowsPerWarp * D; e += 32) {
-    const int r = e / D, c = e % D;
-    if (row0 + r < T_len) dst[static_cast<int64_t>(row0 + r) * D + c] = from_f32<T>(src[r * ld + c] * mul);
+  for (int e = lane; e < kRowsPerWarp * Dk; e += 32) {  // over the width: no division by D
+    const int r = e / Dk, c = e % Dk;
+    if (row0 + r < T_len && c < D) dst[static_cast<int64_t>(row0 + r) * D + c] = from_f32<T>(src[r * ld + c] * mul);
   }
 }
 
@@ -255,19 +263,27 @@ void launch(Kernel kernel, dim3 grid, int smem_bytes, int device, Args... args) 
   launch_threads(kernel, grid, kThreads, smem_bytes, device, args...);
 }
 
-// Calls f.template operator()<T, D>() for the tensor dtype and head dim; typed errors otherwise.
+// The ShapeError for a head dim no kernel width takes (attention_tiles.h).
+inline void check_head_dim(const char* op, int64_t D) {
+  if (!head_dim_supported(D))
+    throw ShapeError(op, "head dim D = " + std::to_string(D) + " has no CUDA kernel",
+                     "the CUDA attention kernels take head dims that are multiples of 8 from 8 to " +
+                         std::to_string(kMaxHeadDim) + "; choose n_embd / n_head among them (or run on the CPU)");
+}
+
+// Calls f.template operator()<T, Dk>() for the tensor dtype and the kernel width Dk that runs head
+// dim D (attention_tiles.h): 16 (half types only), 32, 64, 128 or 256. Typed errors otherwise.
 template <typename F>
 void dispatch(const char* op, DType dtype, int64_t D, F&& f) {
+  check_head_dim(op, D);
   auto with_d = [&]<typename T>() {
-    switch (D) {
-      case 32: return f.template operator()<T, 32>();
-      case 64: return f.template operator()<T, 64>();
-      case 128: return f.template operator()<T, 128>();
-      default:
-        throw ShapeError(op, "head dim D = " + std::to_string(D) + " has no CUDA kernel",
-                         "the CUDA attention kernels support head dims 32, 64 and 128; choose n_embd / n_head "
-                         "among them (or run on the CPU)");
-    }
+    const int width = kernel_width(D, kIsHalf<T> ? 16 : 32);
+    if constexpr (kIsHalf<T>)
+      if (width == 16) return f.template operator()<T, 16>();
+    if (width == 32) return f.template operator()<T, 32>();
+    if (width == 64) return f.template operator()<T, 64>();
+    if (width == 128) return f.template operator()<T, 128>();
+    return f.template operator()<T, 256>();
   };
   visit_cuda_float(dtype, op, with_d);  // the CUDA side's one dtype dispatch (core/cuda/convert.cuh)
 }
@@ -276,6 +292,7 @@ void dispatch(const char* op, DType dtype, int64_t D, F&& f) {
 inline Dims make_dims(const char* op, const Tensor& q, const std::vector<int64_t>& window, double scale,
                       double softcap) {
   const int64_t H = q.size(1), T = q.size(2);
+  check_head_dim(op, q.size(3));
   if (H > kMaxHeads)
     throw ShapeError(op, "CUDA attention supports up to " + std::to_string(kMaxHeads) + " heads, got " +
                              std::to_string(H));
@@ -287,6 +304,7 @@ inline Dims make_dims(const char* op, const Tensor& q, const std::vector<int64_t
   Dims d{};
   d.H = static_cast<int>(H);
   d.T = static_cast<int>(T);
+  d.D = static_cast<int>(q.size(3));
   d.scale = static_cast<float>(scale);
   d.softcap = static_cast<float>(softcap);
   for (int64_t h = 0; h < H; ++h) d.window[h] = normalize_window(window[h], T);

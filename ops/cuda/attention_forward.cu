@@ -51,19 +51,19 @@ struct Fwd {
     l.bytes = c.bytes;
     return l;
   }
-  static_assert(layout().bytes <= 163 * 1024, "must fit an A100's shared memory");
+  static_assert(layout().bytes <= max_shared_bytes(D), "must fit the shared memory of a block");
 };
 
 // Shapes: q, k, v, out (B, H, T, D) in T; lse (B, H, T) f32; max_logit, max_range (H) f32 read as bits.
 // Grid (B*H, ceil(T / 64)), 128 threads: block (bh, y) owns query rows [64 qt, 64 qt + 64) of
 // pair bh = b*H + h, qt counted from the end (see below). Warp w owns rows 16w..16w+15 of the tile;
 // in the per-element phase, lanes 2r and 2r+1 share row r of the warp (even and odd columns).
-template <typename T, int D>
+template <typename T, int Dk>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                              T* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ max_logit,
                              unsigned* __restrict__ max_range, Dims dims) {
-  using F = Fwd<T, D>;
+  using F = Fwd<T, Dk>;
   constexpr typename F::Layout L = F::layout();
   constexpr int kBr = F::kBr, kBc = F::kBc, ldT = F::ldT, ldS = F::ldS, ldP = F::ldP, ldO = F::ldO;
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
   float* Os = reinterpret_cast<float*>(smem + L.o);
   __shared__ unsigned block_max, block_range;
 
-  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, w = dims.window[h];
+  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
   // Under a causal mask the last query tiles see the most keys: launching them first (blocks run
   // roughly in index order) keeps the long ones from being the tail of the grid.
   const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kBr;
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kThreads)
   const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;  // this lane's row in the tile
   const int i = q0 + row;                                              // ... and its query index
 
-  load_tile<T, D>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kBr, T_len - q0);
+  load_tile<T, Dk>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kBr, T_len - q0, D);
   for (int e = threadIdx.x; e < kBr * ldO; e += kThreads) Os[e] = 0.0f;
   if (threadIdx.x == 0) block_max = block_range = 0;
 
@@ -95,14 +95,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int k0 = kt * kBc;
     __syncthreads();  // the previous tile's K, V are no longer read (and Q, O are in place)
-    load_tile<T, D>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kBc, T_len - k0);
-    load_tile<T, D>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kBc, T_len - k0);
+    load_tile<T, Dk>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kBc, T_len - k0, D);
+    load_tile<T, Dk>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kBc, T_len - k0, D);
     __syncthreads();
 
     {  // S_w = Q_w K^T: the warp's 16 rows against the tile's kBc keys
       WarpAcc<T, kBc> s;
       s.zero();
-      s.template mma_abt<D>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
+      s.template mma_abt<Dk>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
       s.store(Ss + warp * 16 * ldS, ldS);
     }
     __syncwarp();
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
 
     {  // O_w += P_w V
-      WarpAcc<T, D> o;
+      WarpAcc<T, Dk> o;
       o.load(Os + warp * 16 * ldO, ldO);
       o.template mma_ab<kBc>(Ps + warp * 16 * ldP, ldP, Vs, ldT);
       o.store(Os + warp * 16 * ldO, ldO);
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int d = par; d < D; d += 2) Os[row * ldO + d] *= inv;
   if (par == 0 && i < T_len) lse[static_cast<int64_t>(bh) * T_len + i] = m_run + logf(l_run);
   __syncwarp();
-  store_rows<T, D>(out + base, Os + warp * 16 * ldO, ldO, q0 + warp * 16, T_len, 1.0f);
+  store_rows<T, Dk>(out + base, Os + warp * 16 * ldO, ldO, q0 + warp * 16, T_len, 1.0f, D);
 
   // The row's logit range: m_run is already the row's max over both lanes; its min is the smaller
   // of the two lanes' minima. fmaxf and fminf skip a NaN, but a NaN logit made this lane's amax

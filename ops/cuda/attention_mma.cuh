@@ -30,27 +30,35 @@ namespace keel::cuda::attn::mma {
 
 // A tile of rows x Cols 16-bit elements in shared memory, row-major, 16-byte chunks swizzled:
 // chunk c of row r lives at chunk c ^ f(r), f(r) cycling through 8 values over 8 rows (every
-// second row when a row has only 4 chunks). An 8x8 matrix read by ldmatrix (8 rows, one chunk)
-// then hits 8 different bank groups, without the padding that would break 16-byte alignment.
+// second row when a row has only 4 chunks, every fourth when it has 2). An 8x8 matrix read by
+// ldmatrix (8 rows, one chunk) then hits 8 different bank groups, without the padding that would
+// break 16-byte alignment.
 template <int Cols>
 struct Swizzle {
-  static_assert(Cols == 32 || Cols == 64 || Cols == 128, "rows of 4, 8 or 16 chunks");
+  static_assert(Cols == 16 || Cols == 32 || Cols == 64 || Cols == 128 || Cols == 256, "rows of 2 to 32 chunks");
   static constexpr int kChunks = Cols / 8, kSpan = kChunks < 8 ? kChunks : 8;
   __device__ static int offset(int r, int c) {
     return r * Cols + (((c >> 3) ^ (r * kSpan / 8 % kSpan)) << 3) + (c & 7);
   }
 };
 
-// Block-wide: rows x Cols elements from global (row stride Cols) into a swizzled tile with
-// cp.async, 16 bytes per copy; rows at or past `valid` are zero-filled without reading global
-// memory (a sequence end inside the tile). Part of the caller's next commit group.
+// Block-wide: rows x Cols elements into a swizzled tile with cp.async, 16 bytes per copy, from
+// global rows of D <= Cols elements (row stride D, D a multiple of 8); rows at or past `valid` (a
+// sequence end inside the tile) and the chunks at or past column D (a head dim below the kernel
+// width: attention_tiles.h) are zero-filled (src-size 0) without reading global memory. Part of
+// the caller's next commit group.
 template <typename T, int Cols, int Rows, int Threads>
-__device__ void load_tile_async(T* tile, const T* src, int valid) {
-  constexpr int kChunks = Cols / 8;
-  for (int i = threadIdx.x; i < Rows * kChunks; i += Threads) {
+__device__ void load_tile_async(T* tile, const T* src, int valid, int D) {
+  constexpr int kChunks = Cols / 8, kCopies = Rows * kChunks;
+  // A trip count known to the compiler, so the loop unrolls whatever the tile's size (and the
+  // kernel report finds a tile's copies on one path through the main loop).
+#pragma unroll
+  for (int n = 0; n < (kCopies + Threads - 1) / Threads; ++n) {
+    const int i = threadIdx.x + n * Threads;
+    if (kCopies % Threads != 0 && i >= kCopies) break;
     const int r = i / kChunks, c = i % kChunks * 8;
-    const bool inside = r < valid;
-    ptx::cp_async_16(tile + Swizzle<Cols>::offset(r, c), src + static_cast<int64_t>(inside ? r : 0) * Cols + c,
+    const bool inside = r < valid && c < D;
+    ptx::cp_async_16(tile + Swizzle<Cols>::offset(r, c), src + (inside ? static_cast<int64_t>(r) * D + c : 0),
                      !inside);
   }
 }
@@ -60,6 +68,12 @@ __device__ void load_tile_async(T* tile, const T* src, int valid) {
 template <int Cols, typename T>
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int r0, int c0, int lane) {
   ptx::ldmatrix_x4(a, tile + Swizzle<Cols>::offset(r0 + (lane & 15), c0 + ((lane >> 4) << 3)));
+}
+// B of one n-block from a tile whose rows are k: rows (k) r0..r0+15, columns (n) c0..c0+7
+// (lanes 16..31 name the same rows again: .x2 reads only lanes 0..15's addresses).
+template <int Cols, typename T>
+__device__ __forceinline__ void load_b_col(uint32_t (&b)[2], const T* tile, int r0, int c0, int lane) {
+  ptx::ldmatrix_x2_trans(b, tile + Swizzle<Cols>::offset(r0 + (lane & 15), c0));
 }
 // A (16 x 16) of the transpose of a tile: m = columns c0..c0+15, k = rows r0..r0+15.
 template <int Cols, typename T>
@@ -126,7 +140,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 namespace keel::cuda {
 
-// The mma kernels' launchers (bf16 and f16; D in {32, 64, 128}), called by attention_forward()
+// The mma kernels' launchers (bf16 and f16; D a multiple of 8 up to 256), called by attention_forward()
 // and attention_backward() after their checks when attention_kernels() picks mma. Tensors as
 // there, contiguous; dims from attn::make_dims; dvec (B, H, T) f32 = rowsum(dout * out).
 void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const attn::Dims& dims, Tensor& out,

@@ -3,14 +3,15 @@
 //   P = exp(S - lse),  dV = P^T dO,  dP = dO V^T,  dS = P (dP - D_i) (x the soft-cap's
 //   derivative),  dK = scale dS^T Q,  dQ = scale dS K.
 //
-// A block owns 128 keys of one (b, h): 8 warps of 16 keys, whose dK and dV stay in registers
-// (f32) for the whole kernel. It streams the 64-query tiles that see its keys
-// (attn::query_tiles_for_key_tile), Q and dO double-buffered with cp.async, from the last tile
-// down (see dQ below). Per tile, each warp whose keys meet the tile's bands computes, in
-// registers, S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x 64 queries), then P^T and dS^T
-// element by element, then dV_w += P^T dO and dK_w += dS^T Q with the accumulators turned into A
-// fragments as in the forward. dS^T also goes to shared memory, where the whole block's 128
-// keys meet: each warp then computes a 16 x D/2 share of this tile's dQ = dS K.
+// A block owns 128 keys of one (b, h): 8 warps of 16 keys, whose dK and dV stay in registers (f32)
+// for the whole kernel (head dims above 128: narrower tiles and half the columns, MmaBwd). It
+// streams the 64-query tiles that see its keys (attn::query_tiles_for_key_tile), Q and dO
+// double-buffered with cp.async, from the last tile down (see dQ below). Per tile, each warp whose
+// keys meet the tile's bands computes, in registers, S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x
+// 64 queries), then P^T and dS^T element by element, then dV_w += P^T dO and dK_w += dS^T Q with
+// the accumulators turned into A fragments as in the forward. dS^T also goes to shared memory,
+// where the whole block's 128 keys meet: each warp then computes a 16 x D/2 share of this tile's dQ
+// = dS K.
 //
 // dQ is accumulated in f32 (dq_accum, then one pass scales it into dq) by every key tile that
 // the query tile sees. Deterministically: the key tiles add their shares to a query tile in
@@ -30,32 +31,47 @@ namespace {
 using namespace attn;
 using namespace attn::mma;
 
-// Tile sizes and shared memory (elements of T): K, V (kBc x D), Q and dO of two stages (kBr x D
-// each), dS^T (kBc x kBr); then f32 lse and D_i of two stages, and the warps' activity flags.
-// bf16 D = 128: 145 KB (one block per multiprocessor, as FlashAttention-2); D = 64: 81 KB.
-template <int D>
+// Tile sizes and shared memory (elements of T) for kernel width Dk: K, V (kBc x Dk), Q and dO of
+// two stages (kBr x Dk each), dS^T (kBc x kBr); then f32 lse and D_i of two stages, and the warps'
+// activity flags. bf16 Dk = 128: 145 KB (one block per multiprocessor, as FlashAttention-2);
+// Dk = 64: 81 KB.
+// Up to Dk = 128 a block writes all Dk columns of its dK and dV. At 256, a warp's 16 rows of dK
+// and dV would take 256 f32 registers a thread: there a block writes kOut = 128 of the columns
+// (of dK, dV and its dQ shares; grid z picks which half) and both halves recompute S and dP,
+// whose products need all 256 (5 products become 7). Its tiles shrink to 64 keys (4 warps) x 32
+// queries, so the full-width K, V, Q and dO take 132 KB; registers stay those of Dk = 128.
+// dQ of a query tile (kBr x kOut) is split among the warps: kBr / 16 row groups of 16 queries,
+// and the warps of a row group share its columns, kShare each.
+template <int Dk>
 struct MmaBwd {
-  static constexpr int kWarps = 8, kThreads = 32 * kWarps, kBc = 16 * kWarps, kBr = 64;
-  static constexpr int kV = kBc * D, kQ = 2 * kBc * D, kDO = kQ + 2 * kBr * D, kDS = kDO + 2 * kBr * D;
-  static constexpr int kStage = kBr * D, kElems = kDS + kBc * kBr;
+  static constexpr bool kWide = Dk > 128;
+  static constexpr int kWarps = kWide ? 4 : 8, kThreads = 32 * kWarps, kBc = 16 * kWarps, kBr = kWide ? 32 : 64;
+  static constexpr int kOut = kWide ? 128 : Dk, kSplit = Dk / kOut;
+  static constexpr int kRowGroups = kBr / 16, kShare = kOut / (kWarps / kRowGroups);
+  static constexpr int kV = kBc * Dk, kQ = 2 * kBc * Dk, kDO = kQ + 2 * kBr * Dk, kDS = kDO + 2 * kBr * Dk;
+  static constexpr int kStage = kBr * Dk, kElems = kDS + kBc * kBr;
   static constexpr int kStats = 2 * kElems;  // byte offset of lse[2][kBr], dvec[2][kBr], active[kWarps]
   static constexpr int kBytes = kStats + 4 * (4 * kBr + kWarps);
   static_assert(kBytes <= 163 * 1024, "must fit an A100's shared memory");
 };
 
-// Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T; lse, dvec (B, H, T) f32; dq_accum (B, H, T, D)
-// f32, zeroed; flags (B*H, ceil(T / 64)) int, zeroed. Grid (B*H, ceil(T / 128)), 256 threads:
-// block (bh, kt) owns keys [128 kt, 128 kt + 128) of pair bh. Warp w owns keys 16w..16w+15 (the
-// rows of its S^T); lane (g, t) holds keys g and g + 8 and queries 8n + 2t, 8n + 2t + 1.
-template <typename T, int D>
-__global__ void __launch_bounds__(MmaBwd<D>::kThreads)
+// Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T, D = dims.D <= Dk, the kernel width (tile
+// columns D..Dk-1 are zeros: attention_tiles.h); lse, dvec (B, H, T) f32; dq_accum (B, H, T, D)
+// f32, zeroed; flags (B*H, kSplit, ceil(T / kBr)) int, zeroed. Grid (B*H, ceil(T / kBc), kSplit),
+// kThreads threads (Dk <= 128: kBc = 128 keys, 256 threads): block (bh, kt, z) owns keys
+// [kBc kt, kBc kt + kBc) of pair bh and output columns [kOut z, kOut z + kOut). Warp w owns keys
+// 16w..16w+15 (the rows of its S^T); lane (g, t) holds keys g and g + 8 and queries 8n + 2t,
+// 8n + 2t + 1.
+template <typename T, int Dk>
+__global__ void __launch_bounds__(MmaBwd<Dk>::kThreads)
     attention_mma_backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                   const T* __restrict__ dout, const float* __restrict__ lse,
                                   const float* __restrict__ dvec, float* __restrict__ dq_accum, int* __restrict__ flags,
                                   T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
-  using F = MmaBwd<D>;
+  using F = MmaBwd<Dk>;
   constexpr int kBr = F::kBr, kBc = F::kBc, kThreads = F::kThreads;
-  constexpr int kS = kBr / 8, kO = D / 8, kK = D / 16, kQ = D / 16 / 2;  // n-blocks: S^T, dK/dV, dQ share
+  constexpr int kS = kBr / 8, kO = F::kOut / 8, kK = Dk / 16, kN = F::kShare / 8;  // n-blocks: S^T, dK/dV, dQ
+                                                                                    // share; k-steps over Dk
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
   T* const Ks = reinterpret_cast<T*>(smem);
   T* const Vs = Ks + F::kV;
@@ -63,30 +79,31 @@ __global__ void __launch_bounds__(MmaBwd<D>::kThreads)
   float* const stats = reinterpret_cast<float*>(smem + F::kStats);  // lse: [s * kBr], dvec: [(2 + s) * kBr]
   int* const active = reinterpret_cast<int*>(stats + 4 * kBr);
 
-  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, w = dims.window[h];
+  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
   const int kt = blockIdx.y, k0 = kt * kBc, nq = (T_len + kBr - 1) / kBr;
+  const int c0 = F::kSplit == 1 ? 0 : blockIdx.z * F::kOut;  // the block's first output column
   const int64_t base = static_cast<int64_t>(bh) * T_len * D;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r0 = 16 * warp, first = k0 + r0;  // the warp's first key: in the tile, in the sequence
   const int keys[2] = {first + g, first + g + 8};
   const TileRange queries = query_tiles_for_key_tile(kt, kBc, kBr, T_len, w);
   const TileRange mine = first < T_len ? query_tiles_for_key_tile(first / 16, 16, kBr, T_len, w) : TileRange{0, 0};
-  const int m0 = 16 * (warp & 3), d0 = (warp >> 2) * (D / 2);  // this warp's share of dQ
+  const int m0 = 16 * (warp % F::kRowGroups), d0 = c0 + warp / F::kRowGroups * F::kShare;  // its dQ share
 
   auto load_stage = [&](int qt, int stage) {
     const int q0 = qt * kBr;
-    load_tile_async<T, D, kBr, kThreads>(Ks + F::kQ + stage * F::kStage, q + base + static_cast<int64_t>(q0) * D,
-                                         T_len - q0);
-    load_tile_async<T, D, kBr, kThreads>(Ks + F::kDO + stage * F::kStage, dout + base + static_cast<int64_t>(q0) * D,
-                                         T_len - q0);
+    load_tile_async<T, Dk, kBr, kThreads>(Ks + F::kQ + stage * F::kStage, q + base + static_cast<int64_t>(q0) * D,
+                                          T_len - q0, D);
+    load_tile_async<T, Dk, kBr, kThreads>(Ks + F::kDO + stage * F::kStage,
+                                          dout + base + static_cast<int64_t>(q0) * D, T_len - q0, D);
     for (int r = threadIdx.x; r < kBr; r += kThreads) {  // small: plain loads, 0 past the end
       const bool inside = q0 + r < T_len;
       stats[stage * kBr + r] = inside ? lse[static_cast<int64_t>(bh) * T_len + q0 + r] : 0.0f;
       stats[(2 + stage) * kBr + r] = inside ? dvec[static_cast<int64_t>(bh) * T_len + q0 + r] : 0.0f;
     }
   };
-  load_tile_async<T, D, kBc, kThreads>(Ks, k + base + static_cast<int64_t>(k0) * D, T_len - k0);
-  load_tile_async<T, D, kBc, kThreads>(Vs, v + base + static_cast<int64_t>(k0) * D, T_len - k0);
+  load_tile_async<T, Dk, kBc, kThreads>(Ks, k + base + static_cast<int64_t>(k0) * D, T_len - k0, D);
+  load_tile_async<T, Dk, kBc, kThreads>(Vs, v + base + static_cast<int64_t>(k0) * D, T_len - k0, D);
   load_stage(queries.end - 1, 0);
   ptx::cp_async_commit();
 
@@ -115,15 +132,15 @@ __global__ void __launch_bounds__(MmaBwd<D>::kThreads)
 #pragma unroll
       for (int kk = 0; kk < kK; ++kk) {
         uint32_t ak[4], av[4];
-        load_a<D>(ak, Ks, r0, 16 * kk, lane);
-        load_a<D>(av, Vs, r0, 16 * kk, lane);
+        load_a<Dk>(ak, Ks, r0, 16 * kk, lane);
+        load_a<Dk>(av, Vs, r0, 16 * kk, lane);
 #pragma unroll
         for (int n = 0; n < kS; n += 2) {
           uint32_t b0[2], b1[2];
-          load_b_rows<D>(b0, b1, Qs, 8 * n, 16 * kk, lane);
+          load_b_rows<Dk>(b0, b1, Qs, 8 * n, 16 * kk, lane);
           ptx::mma_m16n8k16<T>(s[n], ak, b0);
           ptx::mma_m16n8k16<T>(s[n + 1], ak, b1);
-          load_b_rows<D>(b0, b1, dOs, 8 * n, 16 * kk, lane);
+          load_b_rows<Dk>(b0, b1, dOs, 8 * n, 16 * kk, lane);
           ptx::mma_m16n8k16<T>(dp[n], av, b0);
           ptx::mma_m16n8k16<T>(dp[n + 1], av, b1);
         }
@@ -148,10 +165,10 @@ __global__ void __launch_bounds__(MmaBwd<D>::kThreads)
 #pragma unroll
         for (int d = 0; d < kO; d += 2) {
           uint32_t b0[2], b1[2];
-          load_b_cols<D>(b0, b1, dOs, 16 * kk, 8 * d, lane);
+          load_b_cols<Dk>(b0, b1, dOs, 16 * kk, c0 + 8 * d, lane);
           ptx::mma_m16n8k16<T>(dv_acc[d], ap, b0);
           ptx::mma_m16n8k16<T>(dv_acc[d + 1], ap, b1);
-          load_b_cols<D>(b0, b1, Qs, 16 * kk, 8 * d, lane);
+          load_b_cols<Dk>(b0, b1, Qs, 16 * kk, c0 + 8 * d, lane);
           ptx::mma_m16n8k16<T>(dk_acc[d], as, b0);
           ptx::mma_m16n8k16<T>(dk_acc[d + 1], as, b1);
         }
@@ -164,31 +181,39 @@ __global__ void __launch_bounds__(MmaBwd<D>::kThreads)
     }
     __syncthreads();  // dS^T and the activity flags of all warps are in
 
-    // This warp's share of dQ: queries m0..m0+15, columns d0..d0+D/2, over the busy warps' keys.
-    float dq[2 * kQ][4] = {};
+    // This warp's share of dQ: queries m0..m0+15, columns d0..d0+kShare, over the busy warps' keys.
+    float dq[kN][4] = {};
     for (int kw = 0; kw < F::kWarps; ++kw) {
       if (!active[kw]) continue;  // its rows of dS^T were not written this tile
       uint32_t a[4];
       load_a_trans<kBr>(a, dSs, 16 * kw, m0, lane);
+      if constexpr (kN == 1) {  // Dk = 16: a share of 8 columns, one n-block
+        uint32_t b[2];
+        load_b_col<Dk>(b, Ks, 16 * kw, d0, lane);
+        ptx::mma_m16n8k16<T>(dq[0], a, b);
+      } else {
 #pragma unroll
-      for (int d = 0; d < 2 * kQ; d += 2) {
-        uint32_t b0[2], b1[2];
-        load_b_cols<D>(b0, b1, Ks, 16 * kw, d0 + 8 * d, lane);
-        ptx::mma_m16n8k16<T>(dq[d], a, b0);
-        ptx::mma_m16n8k16<T>(dq[d + 1], a, b1);
+        for (int d = 0; d < kN; d += 2) {
+          uint32_t b0[2], b1[2];
+          load_b_cols<Dk>(b0, b1, Ks, 16 * kw, d0 + 8 * d, lane);
+          ptx::mma_m16n8k16<T>(dq[d], a, b0);
+          ptx::mma_m16n8k16<T>(dq[d + 1], a, b1);
+        }
       }
     }
-    int* const flag = flags + static_cast<int64_t>(bh) * nq + qt;
+    int* const flag = flags + (static_cast<int64_t>(bh) * F::kSplit + blockIdx.z) * nq + qt;
     if (threadIdx.x == 0) ptx::spin_wait_equal(flag, kt - key_tiles_for_query_tile(qt, kBr, kBc, T_len, w).begin);
     __syncthreads();  // the lower key tiles' shares of this query tile are all in
 #pragma unroll
-    for (int d = 0; d < 2 * kQ; ++d)
+    for (int d = 0; d < kN; ++d) {
+      if (d0 + 8 * d >= D) break;  // padding columns from here on (D is a multiple of 8: whole n-blocks)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = q0 + m0 + g + 8 * (e >> 1);
         if (i < T_len)
           atomicAdd(dq_accum + base + static_cast<int64_t>(i) * D + d0 + 8 * d + 2 * t + (e & 1), dq[d][e]);
       }
+    }
     handed = flag;
   }
   __syncthreads();  // the last adds are in, and no warp reads K or V any more
@@ -202,18 +227,18 @@ __global__ void __launch_bounds__(MmaBwd<D>::kThreads)
   for (int d = 0; d < kO; ++d)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int at = Swizzle<D>::offset(r0 + g + 8 * r, 8 * d + 2 * t);
+      const int at = Swizzle<Dk>::offset(r0 + g + 8 * r, c0 + 8 * d + 2 * t);
       *reinterpret_cast<uint32_t*>(Ks + at) =
           pack2<T>(dk_acc[d][2 * r] * dims.scale, dk_acc[d][2 * r + 1] * dims.scale);
       *reinterpret_cast<uint32_t*>(Vs + at) = pack2<T>(dv_acc[d][2 * r], dv_acc[d][2 * r + 1]);
     }
   __syncwarp();
-  for (int c = lane; c < 16 * (D / 8); c += 32) {
-    const int r = c / (D / 8), col = c % (D / 8) * 8;
-    if (first + r >= T_len) continue;
+  for (int c = lane; c < 16 * kO; c += 32) {
+    const int r = c / kO, col = c0 + c % kO * 8;
+    if (first + r >= T_len || col >= D) continue;  // past the sequence, or a padding column (zeros)
     const int64_t at = base + static_cast<int64_t>(first + r) * D + col;
-    *reinterpret_cast<uint4*>(dk + at) = *reinterpret_cast<const uint4*>(Ks + Swizzle<D>::offset(r0 + r, col));
-    *reinterpret_cast<uint4*>(dv + at) = *reinterpret_cast<const uint4*>(Vs + Swizzle<D>::offset(r0 + r, col));
+    *reinterpret_cast<uint4*>(dk + at) = *reinterpret_cast<const uint4*>(Ks + Swizzle<Dk>::offset(r0 + r, col));
+    *reinterpret_cast<uint4*>(dv + at) = *reinterpret_cast<const uint4*>(Vs + Swizzle<Dk>::offset(r0 + r, col));
   }
 }
 
@@ -244,12 +269,12 @@ void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, c
       using F = MmaBwd<HD>;
       const int64_t nq = (T + F::kBr - 1) / F::kBr;
       Tensor dq_accum = empty({B, H, T, D}, {DType::f32, q.device()});
-      Tensor flags = empty({B * H * nq}, {DType::i32, q.device()});
+      Tensor flags = empty({B * H * F::kSplit * nq}, {DType::i32, q.device()});
       detail::count_copy();
       KEEL_CHECK_CUDA(cudaMemsetAsync(dq_accum.raw_data(), 0, dq_accum.numel() * sizeof(float), stream));
       detail::count_copy();
       KEEL_CHECK_CUDA(cudaMemsetAsync(flags.raw_data(), 0, flags.numel() * sizeof(int), stream));
-      const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + F::kBc - 1) / F::kBc));
+      const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + F::kBc - 1) / F::kBc), F::kSplit);
       launch_threads(attention_mma_backward_kernel<E, HD>, grid, F::kThreads, F::kBytes, dev,
                      static_cast<const E*>(q.raw_data()), static_cast<const E*>(k.raw_data()),
                      static_cast<const E*>(v.raw_data()), static_cast<const E*>(dout.raw_data()),

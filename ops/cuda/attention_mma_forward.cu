@@ -2,12 +2,12 @@
 // f16; attention_mma.cuh explains the register layout). Every head pattern: a head of window W
 // costs O(T * W).
 //
-// A block owns 128 query rows of one (b, h): 8 warps of 16 rows. Its Q tile is loaded once and
-// kept in registers as mma A fragments. It then streams the 64-key tiles its rows can see
-// (attn::key_tiles_for_query_tile), K and V double-buffered with cp.async: tile j + 1 is in
-// flight while tile j is computed, one __syncthreads per tile. Each warp skips, without
-// computing, the tiles that hold no allowed pair for its own 16 rows (a local head's warp
-// touches 2 of 64 keys; the causal diagonal's upper half is skipped too), and masks only the
+// A block owns 128 query rows of one (b, h): 8 warps of 16 rows. Its Q tile is loaded once and kept
+// in registers as mma A fragments (at width 256, see MmaFwd). It then streams the 64-key tiles (32
+// at width 256) its rows can see (attn::key_tiles_for_query_tile), K and V double-buffered with
+// cp.async: tile j + 1 is in flight while tile j is computed, one __syncthreads per tile. Each warp
+// skips, without computing, the tiles that hold no allowed pair for its own 16 rows (a local head's
+// warp touches 2 of 64 keys; the causal diagonal's upper half is skipped too), and masks only the
 // tiles that cross a band edge or the diagonal.
 //
 // Per tile and warp, all in registers: S = Q K^T (16 x 64, f32), scale and soft-cap, mask, the
@@ -29,33 +29,38 @@ namespace {
 using namespace attn;
 using namespace attn::mma;
 
-// Tile sizes and shared memory (elements of T): Q (kBr x D), then K and V of two stages (kBc x D
-// each). bf16 D = 128: 96 KB, two blocks per H100 multiprocessor; D = 64: 48 KB.
-template <int D>
+// Tile sizes and shared memory (elements of T) for kernel width Dk: Q (kBr x Dk), then K and V of
+// two stages (kBc x Dk each). bf16 Dk = 128: 96 KB, two blocks per H100 multiprocessor; Dk = 64:
+// 48 KB. Dk = 256 halves the key tile (32 keys: 128 KB) and reads Q's fragments from shared memory
+// at every tile instead of holding them: 64 more registers next to O's 128 would spill, as
+// FlashAttention-2 finds for its 256-wide head (its Q is not kept in registers there either).
+template <int Dk>
 struct MmaFwd {
-  static constexpr int kWarps = 8, kThreads = 32 * kWarps, kBr = 16 * kWarps, kBc = 64;
-  static constexpr int kK = kBr * D, kV = kK + 2 * kBc * D, kStage = kBc * D;  // offsets; a stage adds kStage
-  static constexpr int kBytes = 2 * (kBr * D + 4 * kBc * D);
+  static constexpr int kWarps = 8, kThreads = 32 * kWarps, kBr = 16 * kWarps, kBc = Dk <= 128 ? 64 : 32;
+  static constexpr bool kQInRegs = Dk <= 128;
+  static constexpr int kK = kBr * Dk, kV = kK + 2 * kBc * Dk, kStage = kBc * Dk;  // offsets; a stage adds kStage
+  static constexpr int kBytes = 2 * (kBr * Dk + 4 * kBc * Dk);
   static_assert(kBytes <= 163 * 1024, "must fit an A100's shared memory");
 };
 
-// Shapes: q, k, v, out (B, H, T, D) in T (bf16 or f16); lse (B, H, T) f32; max_logit, max_range
+// Shapes: q, k, v, out (B, H, T, D) in T (bf16 or f16), D = dims.D <= Dk, the kernel width (tile
+// columns D..Dk-1 are zeros: attention_tiles.h); lse (B, H, T) f32; max_logit, max_range
 // (H) f32 read as bits, zeroed before the launch. Grid (B*H, ceil(T / 128)), 256 threads: block (bh, y) owns
 // query rows [128 qt, 128 qt + 128) of pair bh = b*H + h, qt counted from the end (the longest
 // query tiles start first). Warp w owns rows 16w..16w+15; lane (g, t) holds rows g and g + 8.
-template <typename T, int D>
-__global__ void __launch_bounds__(MmaFwd<D>::kThreads)
+template <typename T, int Dk>
+__global__ void __launch_bounds__(MmaFwd<Dk>::kThreads)
     attention_mma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                  T* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ max_logit,
                                  unsigned* __restrict__ max_range, Dims dims) {
-  using F = MmaFwd<D>;
+  using F = MmaFwd<Dk>;
   constexpr int kBr = F::kBr, kBc = F::kBc, kThreads = F::kThreads;
-  constexpr int kS = kBc / 8, kO = D / 8, kQ = D / 16;  // n-blocks of S and O, k-steps of Q K^T
+  constexpr int kS = kBc / 8, kO = Dk / 8, kQ = Dk / 16;  // n-blocks of S and O, k-steps of Q K^T
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
   T* const Qs = reinterpret_cast<T*>(smem);
   __shared__ unsigned block_logit, block_range;
 
-  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, w = dims.window[h];
+  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
   const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kBr;
   const int64_t base = static_cast<int64_t>(bh) * T_len * D;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -67,17 +72,17 @@ __global__ void __launch_bounds__(MmaFwd<D>::kThreads)
 
   auto load_kv = [&](int kt, int stage) {
     const int k0 = kt * kBc;
-    load_tile_async<T, D, kBc, kThreads>(Qs + F::kK + stage * F::kStage, k + base + static_cast<int64_t>(k0) * D,
-                                         T_len - k0);
-    load_tile_async<T, D, kBc, kThreads>(Qs + F::kV + stage * F::kStage, v + base + static_cast<int64_t>(k0) * D,
-                                         T_len - k0);
+    load_tile_async<T, Dk, kBc, kThreads>(Qs + F::kK + stage * F::kStage, k + base + static_cast<int64_t>(k0) * D,
+                                          T_len - k0, D);
+    load_tile_async<T, Dk, kBc, kThreads>(Qs + F::kV + stage * F::kStage, v + base + static_cast<int64_t>(k0) * D,
+                                          T_len - k0, D);
   };
   if (threadIdx.x == 0) block_logit = block_range = 0;
-  load_tile_async<T, D, kBr, kThreads>(Qs, q + base + static_cast<int64_t>(q0) * D, T_len - q0);
+  load_tile_async<T, Dk, kBr, kThreads>(Qs, q + base + static_cast<int64_t>(q0) * D, T_len - q0, D);
   load_kv(keys.begin, 0);
   ptx::cp_async_commit();
 
-  uint32_t qf[kQ][4];
+  uint32_t qf[F::kQInRegs ? kQ : 1][4];  // Q's A fragments, when held in registers
   float o[kO][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's share of the row sum
   float mn[2] = {INFINITY, INFINITY};                        // this lane's smallest allowed logit
@@ -86,8 +91,8 @@ __global__ void __launch_bounds__(MmaFwd<D>::kThreads)
     const int stage = (kt - keys.begin) & 1, k0 = kt * kBc;
     ptx::cp_async_wait<0>();
     __syncthreads();  // tile kt is in for every thread, and every warp is done with tile kt - 1
-    if (kt == keys.begin)
-      for (int kk = 0; kk < kQ; ++kk) load_a<D>(qf[kk], Qs, r0, 16 * kk, lane);
+    if (F::kQInRegs && kt == keys.begin)
+      for (int kk = 0; kk < kQ; ++kk) load_a<Dk>(qf[kk], Qs, r0, 16 * kk, lane);
     if (kt + 1 < keys.end) {
       load_kv(kt + 1, stage ^ 1);
       ptx::cp_async_commit();
@@ -98,14 +103,22 @@ __global__ void __launch_bounds__(MmaFwd<D>::kThreads)
 
     float s[kS][4] = {};  // S = Q K^T: n-block n holds keys k0 + 8n ..
 #pragma unroll
-    for (int kk = 0; kk < kQ; ++kk)
+    for (int kk = 0; kk < kQ; ++kk) {
+      uint32_t qa[4];
+      if constexpr (F::kQInRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) qa[e] = qf[kk][e];
+      } else {
+        load_a<Dk>(qa, Qs, r0, 16 * kk, lane);
+      }
 #pragma unroll
       for (int n = 0; n < kS; n += 2) {
         uint32_t b0[2], b1[2];
-        load_b_rows<D>(b0, b1, Ks, 8 * n, 16 * kk, lane);
-        ptx::mma_m16n8k16<T>(s[n], qf[kk], b0);
-        ptx::mma_m16n8k16<T>(s[n + 1], qf[kk], b1);
+        load_b_rows<Dk>(b0, b1, Ks, 8 * n, 16 * kk, lane);
+        ptx::mma_m16n8k16<T>(s[n], qa, b0);
+        ptx::mma_m16n8k16<T>(s[n + 1], qa, b1);
       }
+    }
 
     // Every pair allowed for all 16 rows: no mask (most tiles of a long sequence).
     const bool whole = first + 15 < T_len && k0 + kBc - 1 <= first && k0 >= band_start(first + 15, w);
@@ -151,7 +164,7 @@ __global__ void __launch_bounds__(MmaFwd<D>::kThreads)
 #pragma unroll
       for (int d = 0; d < kO; d += 2) {
         uint32_t b0[2], b1[2];
-        load_b_cols<D>(b0, b1, Vs, 16 * kk, 8 * d, lane);
+        load_b_cols<Dk>(b0, b1, Vs, 16 * kk, 8 * d, lane);
         ptx::mma_m16n8k16<T>(o[d], a, b0);
         ptx::mma_m16n8k16<T>(o[d + 1], a, b1);
       }
@@ -171,7 +184,7 @@ __global__ void __launch_bounds__(MmaFwd<D>::kThreads)
     const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
 #pragma unroll
     for (int d = 0; d < kO; ++d)
-      *reinterpret_cast<uint32_t*>(Qs + Swizzle<D>::offset(r0 + g + 8 * r, 8 * d + 2 * t)) =
+      *reinterpret_cast<uint32_t*>(Qs + Swizzle<Dk>::offset(r0 + g + 8 * r, 8 * d + 2 * t)) =
           pack2<T>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
     if (rows[r] < T_len) {
       if (t == 0) lse[static_cast<int64_t>(bh) * T_len + rows[r]] = m[r] + logf(l[r]);
@@ -182,11 +195,11 @@ __global__ void __launch_bounds__(MmaFwd<D>::kThreads)
     }
   }
   __syncwarp();
-  for (int c = lane; c < 16 * (D / 8); c += 32) {
-    const int r = c / (D / 8), col = c % (D / 8) * 8;
-    if (first + r < T_len)
+  for (int c = lane; c < 16 * (Dk / 8); c += 32) {
+    const int r = c / (Dk / 8), col = c % (Dk / 8) * 8;
+    if (first + r < T_len && col < D)  // the padding columns (zeros) are not the output's
       *reinterpret_cast<uint4*>(out + base + static_cast<int64_t>(first + r) * D + col) =
-          *reinterpret_cast<const uint4*>(Qs + Swizzle<D>::offset(r0 + r, col));
+          *reinterpret_cast<const uint4*>(Qs + Swizzle<Dk>::offset(r0 + r, col));
   }
 
   publish_head_stats(logit_bits, range_bits, &block_logit, &block_range, max_logit + h, max_range + h);

@@ -50,8 +50,24 @@ KEEL_HD inline TileRange query_tiles_for_key_tile(int kt, int bc, int br, int T,
   return {first_key / br, last_query / br + 1};
 }
 
-constexpr int kMaxHeads = 128;          // windows travel to the kernels by value
-constexpr int kHeadDims[] = {32, 64, 128};  // the head dims the kernels are compiled for
+constexpr int kMaxHeads = 128;  // windows travel to the kernels by value
+
+// Head dims: every multiple of 8 from 8 to 256, FlashAttention-2's set. Compiling a kernel per
+// head dim would be 32 instantiations of every kernel (in nvcc and four host-compiler presets), so
+// the kernels are compiled for a few widths, powers of two, and head dim D runs on the narrowest
+// width Dk >= D: tile columns D..Dk-1 are loaded as zeros, which add exact zeros to every dot
+// product over the head dim (Q K^T, dO V^T) and make output columns that are zero and never
+// stored, so the result is bit for bit that of a D-wide kernel. Global rows keep stride D. The
+// price is the padded columns' share of the work, under 2x and 0 at the powers of two themselves.
+constexpr int kMaxHeadDim = 256;
+inline bool head_dim_supported(int64_t D) { return D >= 8 && D <= kMaxHeadDim && D % 8 == 0; }
+// The width that runs head dim D: the smallest power of two >= D, but at least `narrowest` (16 for
+// the tensor-core kernels, whose k-step is 16 wide; 32 for the f32 kernels, a column per lane).
+constexpr int kernel_width(int64_t D, int narrowest) {
+  int w = narrowest;
+  while (w < D) w *= 2;
+  return w;
+}
 
 }  // namespace attn
 

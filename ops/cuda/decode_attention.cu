@@ -25,6 +25,7 @@
 #include <algorithm>
 
 #include "ops/attention_band.h"
+#include "ops/cuda/attention_tiles.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/decode_attention.h"
 
@@ -43,6 +44,7 @@ struct DecodeDims {
   int64_t S0, S1;    // cache slots per head of the first group (heads [0, H0)) and of the second
   int64_t chunk;     // keys per split, a multiple of kBlock
   int H, H0, t;
+  int D;  // head dim, the rows' stride: at most the kernel width
   float scale, softcap;
   int window[kMaxHeads];
 };
@@ -58,21 +60,26 @@ struct DecodeArgs {
   T *k1, *v1;                 // (B, H - H0, S1, D)
   float* part;                // (R, n_split, D + 2) when n_split > 1
   T* out;                     // (R, D) when n_split == 1
+  const int64_t* position;    // (1): the first query's position, or null: dims.position
 };
 
 // q (R = B*H*t, D), cache (B, H0, S0, D) + (B, H - H0, S1, D) -> out (R, D) when n_split == 1,
 // else part (R, n_split, D + 2) f32: acc (D), m, l per chunk. k_new, v_new (B*H, D) go into
-// slot position % S first. Grid (R, n_split), kBlock threads.
-template <typename T, int D>
+// slot position % S first. D = dims.D <= Dk, the kernel width (attention_tiles.h: a few widths
+// serve every head dim). Grid (R, n_split), kBlock threads.
+// The P V product: the block is G groups of kCols threads, thread d of a group owns columns
+// d + kCols c (c < kPer) and the group every G-th key of the tile; columns at or past D idle.
+template <typename T, int Dk>
 __global__ void __launch_bounds__(kBlock) decode_partial_kernel(DecodeArgs<T> a, DecodeDims dims) {
-  static_assert(kBlock % D == 0, "groups of D threads split the P V product");
-  constexpr int G = kBlock / D;
-  __shared__ float qs[D];
+  constexpr int kCols = Dk < kBlock ? Dk : kBlock, G = kBlock / kCols, kPer = Dk / kCols;
+  static_assert(kBlock % kCols == 0 && Dk % kCols == 0, "groups of kCols threads split the P V product");
+  __shared__ float qs[Dk];
   __shared__ float ps[kBlock];  // exp(s - m) of the tile's keys
-  __shared__ float accs[kBlock];
+  __shared__ float accs[kPer * kBlock];
   __shared__ float scratch[32];
-  const int r = blockIdx.x, tid = threadIdx.x, g = tid / D, d = tid % D;
-  const int64_t bh = r / dims.t, p = dims.position + r % dims.t;
+  const int D = dims.D;
+  const int r = blockIdx.x, tid = threadIdx.x, g = tid / kCols, d = tid % kCols;
+  const int64_t bh = r / dims.t, p = (a.position ? *a.position : dims.position) + r % dims.t;
   const int b = static_cast<int>(bh / dims.H), h = static_cast<int>(bh % dims.H);
   const bool first = h < dims.H0;  // which group holds the head
   const int64_t S = first ? dims.S0 : dims.S1;
@@ -98,7 +105,7 @@ __global__ void __launch_bounds__(kBlock) decode_partial_kernel(DecodeArgs<T> a,
   for (int e = tid; e < D; e += kBlock) qs[e] = to_f32(a.q[int64_t(r) * D + e]);
   __syncthreads();
 
-  float m = -INFINITY, l = 0.0f, acc = 0.0f;  // acc: element d of group g's share of the output
+  float m = -INFINITY, l = 0.0f, acc[kPer] = {};  // acc[c]: column d + kCols c of group g's share
   for (int64_t j0 = begin; j0 < end; j0 += kBlock) {
     const int64_t j = j0 + tid;
     float s = -INFINITY;
@@ -117,27 +124,31 @@ __global__ void __launch_bounds__(kBlock) decode_partial_kernel(DecodeArgs<T> a,
     const float alpha = expf(m - m_new);
     l = l * alpha + block_sum(e, scratch);  // its barriers also publish ps
     m = m_new;
-    acc *= alpha;
     const int n = end - j0 < kBlock ? static_cast<int>(end - j0) : kBlock;
-    for (int jj = g; jj < n; jj += G) acc += ps[jj] * to_f32(V[((j0 + jj) % S) * D + d]);
+#pragma unroll
+    for (int c = 0; c < kPer; ++c) {
+      const int col = d + kCols * c;
+      acc[c] *= alpha;
+      if (col < D)
+        for (int jj = g; jj < n; jj += G) acc[c] += ps[jj] * to_f32(V[((j0 + jj) % S) * D + col]);
+    }
   }
 
-  accs[tid] = acc;
+#pragma unroll
+  for (int c = 0; c < kPer; ++c) accs[c * kBlock + tid] = acc[c];
   __syncthreads();
+  // Column col: the sum over the groups of the threads that own it.
+  auto column = [&](int col) {
+    float o = 0.0f;
+    for (int gg = 0; gg < G; ++gg) o += accs[col / kCols * kBlock + gg * kCols + col % kCols];
+    return o;
+  };
   if (gridDim.y == 1) {  // the whole row: normalise here, nothing to merge (the combine's M = m)
-    if (tid < D) {
-      float o = 0.0f;
-      for (int gg = 0; gg < G; ++gg) o += accs[gg * D + tid];
-      a.out[int64_t(r) * D + tid] = from_f32<T>(o / l);
-    }
+    for (int col = tid; col < D; col += kBlock) a.out[int64_t(r) * D + col] = from_f32<T>(column(col) / l);
     return;
   }
   float* out = a.part + (int64_t(r) * gridDim.y + blockIdx.y) * (D + 2);
-  if (tid < D) {
-    float o = 0.0f;
-    for (int gg = 0; gg < G; ++gg) o += accs[gg * D + tid];
-    out[tid] = o;
-  }
+  for (int col = tid; col < D; col += kBlock) out[col] = column(col);
   if (tid == 0) {
     out[D] = m;
     out[D + 1] = l;
@@ -145,9 +156,9 @@ __global__ void __launch_bounds__(kBlock) decode_partial_kernel(DecodeArgs<T> a,
 }
 
 // part (R, n_split, D + 2) -> out (R, D): a row's chunks merged. Grid R, D threads.
-template <typename T, int D>
-__global__ void __launch_bounds__(128) decode_combine_kernel(const float* __restrict__ part, T* __restrict__ out,
-                                                             int n_split) {
+template <typename T>
+__global__ void __launch_bounds__(attn::kMaxHeadDim) decode_combine_kernel(const float* __restrict__ part,
+                                                                          T* __restrict__ out, int n_split, int D) {
   const int r = blockIdx.x, d = threadIdx.x;
   const float* pr = part + int64_t(r) * n_split * (D + 2);
   float M = -INFINITY;
@@ -177,6 +188,10 @@ void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor
   const int64_t B = q.size(0), H = q.size(1), t = q.size(2), D = q.size(3);
   const int64_t R = B * H * t;
   if (R == 0 || D == 0) return;
+  if (!attn::head_dim_supported(D))
+    throw ShapeError(kOp, "head dim D = " + std::to_string(D) + " has no CUDA kernel",
+                     "the CUDA attention kernels take head dims that are multiples of 8 from 8 to " +
+                         std::to_string(attn::kMaxHeadDim) + " (or run on the CPU)");
   if (H > kMaxHeads)
     throw ShapeError(kOp, "CUDA decode attention supports up to " + std::to_string(kMaxHeads) + " heads, got " +
                               std::to_string(H));
@@ -188,10 +203,19 @@ void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor
   dims.S0 = dims.H0 > 0 ? cache.k_local.size(2) : 1;
   dims.S1 = dims.H0 < H ? cache.k_global.size(2) : 1;
   dims.t = static_cast<int>(t);
+  dims.D = static_cast<int>(D);
   dims.scale = static_cast<float>(scale);
   dims.softcap = static_cast<float>(softcap);
   int64_t span = 0;  // the most keys a row reads: the last query's
   for (int64_t h = 0; h < H; ++h) {
+    if (cache.position.defined()) {
+      // The position is read on the device (a decode step captured in a CUDA graph, where a host
+      // value would be frozen): the grid covers what the cache can hold, a row's chunks past its
+      // position exit at once, and a window reaching key 0 needs no rewriting (band_start).
+      dims.window[h] = static_cast<int>(std::min<int64_t>(window[h], 2147483647));
+      span = std::max(span, h < dims.H0 ? dims.S0 : dims.S1);
+      continue;
+    }
     // A window that reaches key 0 from every query is full causal: 0, which also fits an int.
     dims.window[h] = window[h] >= position + t ? 0 : static_cast<int>(window[h]);
     span = std::max(span, position + t - band_start(position + t - 1, window[h]));
@@ -217,24 +241,24 @@ void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor
                              ptr_or_null<T>(cache.k_global),
                              ptr_or_null<T>(cache.v_global),
                              ptr_or_null<float>(part),
-                             static_cast<T*>(out.raw_data())};
+                             static_cast<T*>(out.raw_data()),
+                             ptr_or_null<const int64_t>(cache.position)};
     auto run = [&]<int HD>() {
       launch_kernel(decode_partial_kernel<T, HD>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(n_split)),
                     dim3(kBlock), 0, stream, args, dims);
       KEEL_CHECK_LAUNCH();
       if (n_split == 1) return;
-      launch_kernel(decode_combine_kernel<T, HD>, dim3(static_cast<unsigned>(R)), dim3(HD), 0, stream,
-                    static_cast<const float*>(part.raw_data()), static_cast<T*>(out.raw_data()),
-                    static_cast<int>(n_split));
+      launch_kernel(decode_combine_kernel<T>, dim3(static_cast<unsigned>(R)), dim3(static_cast<unsigned>(D)), 0,
+                    stream, static_cast<const float*>(part.raw_data()), static_cast<T*>(out.raw_data()),
+                    static_cast<int>(n_split), static_cast<int>(D));
       KEEL_CHECK_LAUNCH();
     };
-    switch (D) {
+    switch (attn::kernel_width(D, 16)) {
+      case 16: return run.template operator()<16>();
       case 32: return run.template operator()<32>();
       case 64: return run.template operator()<64>();
       case 128: return run.template operator()<128>();
-      default:
-        throw ShapeError(kOp, "head dim D = " + std::to_string(D) + " has no CUDA kernel",
-                         "the CUDA attention kernels support head dims 32, 64 and 128 (or run on the CPU)");
+      default: return run.template operator()<256>();
     }
   });
 }

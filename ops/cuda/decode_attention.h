@@ -17,7 +17,8 @@ namespace keel::cuda {
 // of position j sits in slot j % S of the head's group. k_new, v_new (B, H, 1, D) contiguous, or
 // undefined: when defined (t = 1) they are first written into slot position % S of each head's
 // group, and the query sees them there. One dtype throughout; window (H) as in AttentionSpec;
-// scale resolved; softcap 0 = none. CUDA needs D in {32, 64, 128} and H <= 128 (ShapeError).
+// scale resolved; softcap 0 = none. CUDA needs D a multiple of 8 up to 256 and H <= 128
+// (ShapeError).
 // -> out (B, H, t, D), overwritten; at t = 1 that is the memory of (B, 1, H, D)
 void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor& v_new, const DecodeCache& cache,
                               const std::vector<int64_t>& window, int64_t position, double scale, double softcap,

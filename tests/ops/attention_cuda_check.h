@@ -25,6 +25,7 @@
 #include "ops/attention_band.h"
 #include "ops/cpu/attention.h"
 #include "ops/cuda/attention.h"
+#include "ops/shape.h"
 
 namespace keel::attention_test {
 
@@ -189,23 +190,49 @@ inline Grads cpu_reference(const Tensor& q, const Tensor& k, const Tensor& v, co
   return r;
 }
 
-// The CUDA kernels into NaN-poisoned outputs.
+// A NaN-poisoned (B, H, T, D) output at the start of a longer poisoned allocation. A head dim below
+// the kernel width (ops/cuda/attention_tiles.h) leaves padding columns in the kernels' tiles; one
+// stored by mistake lands in the next row, which its own store may then overwrite, but past the
+// last row it lands in the guard, which check_guard reads back.
+inline constexpr int64_t kGuard = 512;
+struct Guarded {
+  Tensor buffer, view;
+};
+inline Guarded guarded_output(const Shape& shape, DType dt, Device dev) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  Tensor buffer = full({n + kGuard}, std::numeric_limits<double>::quiet_NaN(), {dt, dev});
+  return {buffer, view(narrow(buffer, 0, 0, n), shape)};
+}
+inline void check_guard(const char* name, const Guarded& g) {
+  const int64_t n = g.view.numel();
+  const std::vector<double> tail = narrow(g.buffer, 0, n, kGuard).to(Device::cpu()).to_vector<double>();
+  int64_t written = 0;
+  for (double x : tail) written += !std::isnan(x);
+  CHECK_MESSAGE(written == 0, std::string(name) << ": " << written << " elements written past the end");
+}
+
+// The CUDA kernels into NaN-poisoned outputs, checking that nothing is written past them.
 inline Grads cuda_run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                       const std::vector<int64_t>& window, double scale, double softcap) {
   const Device dev = Device::cuda(0);
   const Tensor qd = q.to(dev), kd = k.to(dev), vd = v.to(dev), gd = g.to(dev);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
   const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Guarded out = guarded_output(q.shape(), q.dtype(), dev), dq = guarded_output(q.shape(), q.dtype(), dev),
+                dk = guarded_output(q.shape(), q.dtype(), dev), dv = guarded_output(q.shape(), q.dtype(), dev);
   Grads r;
-  r.out = full(q.shape(), nan, {q.dtype(), dev});
+  r.out = out.view;
   r.lse = full({B, H, T}, nan, {DType::f32, dev});
   r.max_logit = full({H}, nan, {DType::f32, dev});
   r.max_range = full({H}, nan, {DType::f32, dev});
   cuda::attention_forward(qd, kd, vd, window, scale, softcap, r.out, r.lse, r.max_logit, r.max_range);
-  r.dq = full(q.shape(), nan, {q.dtype(), dev});
-  r.dk = full(q.shape(), nan, {q.dtype(), dev});
-  r.dv = full(q.shape(), nan, {q.dtype(), dev});
+  r.dq = dq.view, r.dk = dk.view, r.dv = dv.view;
   cuda::attention_backward(qd, kd, vd, r.out, r.lse, gd, window, scale, softcap, r.dq, r.dk, r.dv);
+  check_guard("out", out);
+  check_guard("dq", dq);
+  check_guard("dk", dk);
+  check_guard("dv", dv);
   return r;
 }
 

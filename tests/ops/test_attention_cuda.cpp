@@ -266,13 +266,15 @@ TEST_CASE("CUDA attention statistics: a NaN logit shows in its head only, and th
 TEST_CASE("CUDA attention rejects what it has no kernel for") {
   KEEL_REQUIRE_CUDA();
   const Device dev = Device::cuda(0);
-  try {
-    attention(zeros({1, 2, 8, 48}, {DType::f32, dev}), zeros({1, 2, 8, 48}, {DType::f32, dev}),
-              zeros({1, 2, 8, 48}, {DType::f32, dev}), AttentionSpec::mhsa(2));
-    FAIL("no error for D = 48");
-  } catch (const ShapeError& e) {
-    CHECK(std::string(e.what()).find("48") != std::string::npos);
-    CHECK(e.hint().find("32, 64 and 128") != std::string::npos);
+  for (int64_t D : {12, 264}) {  // not a multiple of 8; past the widest kernel
+    const Tensor x = zeros({1, 2, 8, D}, {DType::f32, dev});
+    try {
+      attention(x, x, x, AttentionSpec::mhsa(2));
+      FAIL("no error for D = " << D);
+    } catch (const ShapeError& e) {
+      CHECK(std::string(e.what()).find(std::to_string(D)) != std::string::npos);
+      CHECK(e.hint().find("multiples of 8 from 8 to 256") != std::string::npos);
+    }
   }
   const Tensor d = zeros({1, 2, 8, 32}, {DType::f64, dev});
   CHECK_THROWS_AS(attention(d, d, d, AttentionSpec::mhsa(2)), DTypeError);

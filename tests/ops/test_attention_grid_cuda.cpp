@@ -1,10 +1,11 @@
 // The parity grid of the CUDA attention kernels: every dtype (f32, bf16, f16) under every set of
-// kernels it has (mma and wmma for bf16/f16), head dims 32, 64 and 128, T from 1 to 4096, windows
-// from 1 (the query alone) through the tile widths to beyond T, and inputs that are strided views
-// - each against the CPU op in f64, row by row (attention_cuda_check.h). How much runs depends on
-// where (attention_test::grid_level): all of it on a GPU; on the emulated GPU in CI every short
-// sequence and a covering subset of T = 1000 and 4096 (a global head at T = 4096 is about 10 s of
-// emulation per dtype and kernel set); under the sanitizers the short sequences.
+// kernels it has (mma and wmma for bf16/f16), head dims 32, 64 and 128 (and 8 to 256 off the kernel
+// widths), T from 1 to 4096, windows from 1 (the query alone) through the tile widths to beyond T,
+// and inputs that are strided views - each against the CPU op in f64, row by row
+// (attention_cuda_check.h). How much runs depends on where (attention_test::grid_level): all of it
+// on a GPU; on the emulated GPU in CI every short sequence and a covering subset of T = 1000 and
+// 4096 (a global head at T = 4096 is about 10 s of emulation per dtype and kernel set); under the
+// sanitizers the short sequences.
 //
 // Also here: which kernels KEEL_ATTENTION_KERNEL picks.
 #include <doctest/doctest.h>
@@ -84,7 +85,26 @@ void long_sequence(DType dt, int64_t T, uint64_t seed) {
   for (int64_t D : dims) check_case({1, T, D, windows}, dt, ++seed);
 }
 
+// Head dims off the kernel widths (ops/cuda/attention_tiles.h: a head dim runs on the narrowest
+// width >= it, its padding columns zero): every width with a padded head dim (8 and 16 on the
+// tensor-core kernels' width 16, 24 on 32, 40 on 64, 72 and 96 on 128, 136 and 256 on 256; f32's
+// narrowest width is 32), across the tiles of every width (width 256 has 32-key forward tiles and
+// 64-key x 32-query backward tiles) and the band kinds: the query alone, a short window, a window
+// across a tile edge, global. Outputs are poisoned and guarded (attention_cuda_check.h), so a
+// padding column that is stored, or a real one that is not, fails.
+void padded_head_dims(DType dt, uint64_t seed) {
+  const std::vector<int64_t> Ts = grid_level() == Grid::sanitized ? std::vector<int64_t>{17, 65}
+                                                                  : std::vector<int64_t>{1, 17, 65, 130};
+  for (int64_t D : {8, 16, 24, 40, 72, 96, 136, 256})
+    for (int64_t T : Ts) check_case({1, T, D, {1, 3, 33, 0}}, dt, ++seed);
+}
+
 }  // namespace
+
+TEST_CASE("CUDA attention parity grid: head dims 8 .. 256 off the kernel widths, every dtype") {
+  KEEL_REQUIRE_CUDA();
+  for (DType dt : kDTypes) padded_head_dims(dt, 1700 + 100 * static_cast<int>(dt));
+}
 
 TEST_CASE("CUDA attention parity grid, f32: T = 1 .. 257, head dims 32/64/128, windows 1 .. beyond T") {
   KEEL_REQUIRE_CUDA();

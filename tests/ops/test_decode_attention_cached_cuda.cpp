@@ -1,10 +1,11 @@
 // The fused CUDA decode step (decode_attention_cached, ops/cuda/decode_attention.cu) against the
 // CPU op on the same rounded inputs, output poisoned with NaN: MHSA and LS-attention, B = 1 and 2,
-// D = 32 and 64, contexts that fit one split of keys (one launch) and that need several (partial
-// + combine), a local window wider than one split (the new key lands in a later chunk), and
-// soft-capping; every dtype. The caches' unfilled slots are NaN, so a slot read that should not
-// be, or a new key or value not written before its own query reads it, shows; the written
-// slots must hold exactly the token's (rounded) key and value.
+// D = 32 and 64 (and head dims padded below the kernel widths, 8 .. 256), contexts that fit one
+// split of keys (one launch) and that need several (partial + combine), a local window wider than
+// one split (the new key lands in a later chunk), and soft-capping; every dtype. The caches'
+// unfilled slots are NaN, so a slot read that should not be, or a new key or value not written
+// before its own query reads it, shows; the written slots must hold exactly the token's (rounded)
+// key and value.
 #include <doctest/doctest.h>
 
 #include "cuda_compare.h"
@@ -94,4 +95,12 @@ TEST_CASE("CUDA fused decode step matches the CPU: a ring's first lap, a wide wi
     capped.softcap = 2.0;
     check_step(1, 32, capped, 300, dt, seed += 3);  // the cap bites
   }
+}
+
+TEST_CASE("CUDA fused decode step matches the CPU: head dims off the kernel widths") {
+  KEEL_REQUIRE_CUDA();
+  uint64_t seed = 5000;
+  for (DType dt : kDtypes)
+    for (int64_t D : {8, 16, 40, 136, 256})  // each padded below its kernel width, and the widest
+      for (int64_t p : {100, 700}) check_step(1, D, AttentionSpec::ls(2, 1, 50), p, dt, seed += 3);
 }

@@ -1,6 +1,6 @@
 // The CUDA decode attention kernel (ops/cuda/decode_attention.cu) against the CPU op, on the
 // same rounded inputs, with poisoned outputs: long caches split over several blocks, rings that
-// wrap, windows beyond the text, soft-capping, several queries, every dtype and head dim.
+// wrap, windows beyond the text, soft-capping, several queries, every dtype and kernel width.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -50,6 +50,16 @@ TEST_CASE("CUDA decode attention matches the CPU: long global caches split over 
     for (int64_t D : {32, 64, 128}) {
       check_decode({1, 3, 1, D, 1024, 699, {0, 0, 0}}, dt, seed += 3);  // 700 keys: three chunks per row
       check_decode({2, 2, 1, D, 40, 39, {0, 0}}, dt, seed += 3);        // one chunk, a full cache
+    }
+}
+
+TEST_CASE("CUDA decode attention matches the CPU: every kernel width, with head dims padded below it") {
+  KEEL_REQUIRE_CUDA();
+  uint64_t seed = 3000;
+  for (DType dt : kDtypes)
+    for (int64_t D : {8, 16, 24, 40, 72, 96, 136, 256}) {  // a column per thread, groups, two per thread
+      check_decode({1, 2, 1, D, 1024, 699, {0, 50}}, dt, seed += 3);  // three chunks for the global head
+      check_decode({1, 1, 2, D, 40, 30, {0}}, dt, seed += 3);         // one chunk, two queries
     }
 }
 

@@ -89,7 +89,7 @@ TEST_CASE("CUDA bf16 GPT-2: grad-accum 8 sums the micro-batch gradients in f32 a
 TEST_CASE("CUDA f16 training: the first step is taken at scale 2^16, logged and checkpointed") {
   KEEL_REQUIRE_CUDA();
   app::TrainConfig c = testing::tiny_config("cuda_f16");
-  c.model.n_head = 2;  // head dim 32: the CUDA attention kernels take 32, 64 and 128
+  c.model.n_head = 2;  // head dim 32
   c.device = "cuda";
   c.dtype = "f16";
   c.max_steps = 3;
