@@ -117,6 +117,9 @@ Tensor decode_attention_cached(const Tensor& q, const Tensor& k, const Tensor& v
   for (int64_t h = 0; h < H; ++h)
     check_span(kOp, spec, h, position, 1, h < Hl ? cache.k_local.size(2) : cache.k_global.size(2));
   check_no_grad(kOp, {q, k, v});
+  if (cache.position.defined() &&
+      (cache.position.dtype() != DType::i64 || cache.position.numel() != 1 || cache.position.device() != q.device()))
+    throw ShapeError(kOp, "cache.position must be one i64 on q's device: " + detail::describe("position", cache.position));
 
   Tensor out = empty({B, 1, H, D}, {q.dtype(), q.device()});  // the memory of (B, H, 1, D)
   kernel_for(q)(q.contiguous(), k.contiguous(), v.contiguous(), cache, spec.window, position, spec.resolved_scale(D),

@@ -42,9 +42,15 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
 //   k_global, v_global  (B, Hg, S, D)  heads [Hl, H): the key of position j in slot j (S > j)
 // Both are "slot j % S" of their own S: what makes the first group a ring is only that W is
 // shorter than the text, so the kernels never special-case it.
+// position: undefined, or (1) i64 on the device holding the position of the step's token. On
+// CUDA the kernel then reads the position from it rather than taking the host's (frozen in a
+// step captured as a CUDA graph: nn/decode_graph.h) and sizes its grid for the slots the cache
+// has, so one capture serves every position the cache can hold. The host's `position` must
+// still be the position of the token when the call is made (it is checked against the slots).
 struct DecodeCache {
   Tensor k_local, v_local;
   Tensor k_global, v_global;
+  Tensor position;
 };
 
 // q, k, v (B, H, 1, D): the new token at `position`, projected (and q/k-normed). Writes k and v

@@ -1,14 +1,21 @@
 // What one generated token asks of the GPU, counted on the emulated device (exact: the same
 // launches, copies and synchronisations a real GPU would be asked for), through the code users
-// run: `gpt2 bench-sample`'s decode loop (apps/gpt2/infer/bench_sample.h). Decode at batch 1 is
-// bound by the host, so these counts are its speed proxy in CI (docs/inference.md).
+// run: `gpt2 bench-sample`'s decode loop (apps/gpt2/infer/bench_sample.h), which replays a
+// captured CUDA graph per token by default (nn/decode_graph.h) and runs eagerly with --no-graph.
+// Decode at batch 1 is bound by the host, so these counts are its speed proxy in CI
+// (docs/inference.md). The replayed step must compute exactly what the eager one does.
 #include <doctest/doctest.h>
 
 #include <map>
 
 #include "apps/gpt2/infer/bench_sample.h"
+#include "core/autograd.h"
+#include "core/cuda/counters.h"
+#include "core/factory.h"
 #include "cuda_test.h"
+#include "nn/decode_graph.h"
 #include "nn/gpt2.h"
+#include "ops/reduce.h"
 
 using namespace keel;
 
@@ -25,8 +32,8 @@ nn::GPT2Config model_config(nn::AttentionKind kind) {
   return c;
 }
 
-// variant -> its decode record at context 48 (batch 1)
-std::map<std::string, app::BenchRecord> decode_records() {
+// variant -> its decode record at context 48 (batch 1), with a captured step per token or eagerly
+std::map<std::string, app::BenchRecord> decode_records(bool graph = true) {
   std::map<std::string, app::BenchRecord> out;
   for (auto [name, kind] : {std::pair{"mhsa", nn::AttentionKind::mhsa}, std::pair{"ls", nn::AttentionKind::ls}}) {
     nn::GPT2 model(model_config(kind), 1);
@@ -39,6 +46,7 @@ std::map<std::string, app::BenchRecord> decode_records() {
     o.steps = 3;
     o.warmup = 2;
     o.check_tokens = 2;
+    o.graph = graph;
     app::bench_sample(model, name, o, [&](const app::BenchRecord& r) {
       if (r["phase"] == "decode") out[name] = r;
     });
@@ -49,10 +57,72 @@ std::map<std::string, app::BenchRecord> decode_records() {
 
 TEST_CASE("a decode step synchronises with the GPU once per token, to read its token") {
   KEEL_REQUIRE_CUDA();
-  for (const auto& [variant, r] : decode_records()) {
+  for (bool graph : {true, false})
+    for (const auto& [variant, r] : decode_records(graph)) {
+      INFO(variant << ": " << r.dump());
+      CHECK(r["graph"].get<bool>() == graph);
+      CHECK(r["syncs"].get<double>() == 1.0);
+      CHECK(r["launches"].get<double>() > 0);  // the counters count
+    }
+}
+
+TEST_CASE("a replayed decode step is one graph launch and allocates nothing") {
+  KEEL_REQUIRE_CUDA();
+  for (const auto& [variant, r] : decode_records(true)) {
     INFO(variant << ": " << r.dump());
-    CHECK(r["syncs"].get<double>() == 1.0);
-    CHECK(r["launches"].get<double>() > 0);  // the counters count
+    // The position's fill and the graph; the ids' copy; nothing else leaves the host.
+    CHECK(r["launches"].get<double>() == 2.0);
+    CHECK(r["copies"].get<double>() == 1.0);
+    CHECK(r["library_calls"].get<double>() == 0.0);
+    CHECK(r["allocations"].get<double>() == 0.0);
+  }
+}
+
+TEST_CASE("graph replay decodes exactly as the eager step, for MHSA and LS-attention") {
+  KEEL_REQUIRE_CUDA();
+  NoGradGuard no_grad;
+  const Device dev = Device::cuda(0);
+  for (auto kind : {nn::AttentionKind::mhsa, nn::AttentionKind::ls}) {
+    nn::GPT2 model(model_config(kind), 3);
+    model.to(dev);
+    model.eval();
+    const std::vector<int32_t> prompt = app::bench_prompt(16, model.config().vocab_size, 5);
+    const Tensor ids = from_vector(prompt, {1, 16}).to(dev);
+    nn::KVCache eager = model.make_cache(40), replayed = model.make_cache(40);
+    Tensor e_next = argmax(model.forward_cached(ids, eager, nn::GPT2::Logits::last), 2);
+    Tensor r_next = argmax(model.forward_cached(ids, replayed, nn::GPT2::Logits::last), 2);
+    nn::DecodeGraph graph(model);
+    for (int i = 0; i < 8; ++i) {
+      const Tensor e_logits = model.forward_cached(e_next, eager, nn::GPT2::Logits::last);
+      e_next = argmax(e_logits, 2);
+      const nn::DecodeStep step = graph.step(r_next, replayed);
+      r_next = step.next;
+      INFO("step " << i);
+      CHECK(step.logits.to(Device::cpu()).to_vector<float>() == e_logits.to(Device::cpu()).to_vector<float>());
+      CHECK(r_next.to_vector<int64_t>() == e_next.to_vector<int64_t>());
+    }
+    CHECK(graph.captures() == 1);
+    CHECK(graph.replays() == 8);
+    CHECK(replayed.length() == eager.length());
+
+    // A warm token: its position's fill, the ids' copy and the graph; one wait, to read it.
+    const cuda::Counters before = cuda::counters();
+    r_next = graph.step(r_next, replayed).next;
+    (void)r_next.to_vector<int64_t>();
+    const cuda::Counters token = cuda::counters() - before;
+    INFO(token.summary());
+    CHECK(token.allocations == 0);
+    CHECK(token.syncs == 1);
+    CHECK(token.operations() == 3);
+
+    // A new text moves the cache's buffers: the step is captured again and still exact.
+    eager.clear(), replayed.clear();
+    e_next = argmax(model.forward_cached(ids, eager, nn::GPT2::Logits::last), 2);
+    r_next = argmax(model.forward_cached(ids, replayed, nn::GPT2::Logits::last), 2);
+    const Tensor e_logits = model.forward_cached(e_next, eager, nn::GPT2::Logits::last);
+    const nn::DecodeStep step = graph.step(r_next, replayed);
+    CHECK(graph.captures() == 2);
+    CHECK(step.logits.to(Device::cpu()).to_vector<float>() == e_logits.to(Device::cpu()).to_vector<float>());
   }
 }
 

@@ -22,6 +22,7 @@ struct BenchSampleArgs {
   std::string run_dir, init_from, preset = "paper", variants = "mhsa,ls", device = "auto", dtype = "f32", json,
                                save_hf;
   int64_t seq_len = 0;
+  bool no_graph = false;
   BenchSampleOptions opt;
 };
 
@@ -115,7 +116,11 @@ void add_bench_sample_command(CLI::App& app) {
   cmd->add_option("--dtype", a->dtype, "f32 | bf16 | f16 (bf16 and f16 on CUDA)");
   cmd->add_option("--json", a->json, "also write one JSON object per measurement to this file");
   cmd->add_option("--save-hf", a->save_hf, "write the (first) model as a Hugging Face directory, for the PyTorch anchor");
-  cmd->callback([a, variants] { run_bench_sample(*a, variants->count() > 0); });
+  cmd->add_flag("--no-graph", a->no_graph, "on CUDA, run each decode step eagerly instead of replaying a captured one");
+  cmd->callback([a, variants] {
+    a->opt.graph = !a->no_graph;
+    run_bench_sample(*a, variants->count() > 0);
+  });
 }
 
 }  // namespace keel::app

@@ -24,7 +24,7 @@ namespace {
 struct SampleArgs {
   std::string run_dir, init_from, prompt, vocab, device = "auto";
   int64_t num_samples = 1;
-  bool stats = false;
+  bool stats = false, no_graph = false;
   SampleOptions opt;
 };
 
@@ -54,6 +54,7 @@ void run_sample(const SampleArgs& a) {
   for (int64_t s = 0; s < a.num_samples; ++s) {
     SampleOptions opt = a.opt;
     opt.seed = a.opt.seed + uint64_t(s);
+    opt.graph = !a.no_graph;
     opt.stop_token = tok.eot_id();
     if (a.num_samples > 1) fmt::print("--- sample {} ---\n", s + 1);
     fmt::print("{}", a.prompt);
@@ -91,6 +92,7 @@ void add_sample_command(CLI::App& app) {
   cmd->add_option("--num-samples", a->num_samples, "independent samples (seeds seed, seed+1, ...)")->check(CLI::PositiveNumber);
   cmd->add_option("--vocab", a->vocab, "vocabulary directory (default: the run's, or GPT-2's)");
   cmd->add_option("--device", a->device, "auto | cpu | cuda | cuda:N");
+  cmd->add_flag("--no-graph", a->no_graph, "on CUDA, run each decode step eagerly instead of replaying a captured one");
   cmd->add_flag("--stats", a->stats, "print prefill and decode tokens/s and the KV cache size (stderr)");
   cmd->callback([a] { run_sample(*a); });
 }

@@ -29,6 +29,7 @@ struct BenchSampleOptions {
   int64_t warmup = 3;            // untimed steps before them
   int64_t check_tokens = 8;      // greedy tokens recorded after the prompt
   uint64_t seed = 0;             // the prompt's ids and the random cache
+  bool graph = true;             // on CUDA, decode replays a captured step (nn/decode_graph.h)
 };
 
 // One measurement, one JSON object (the schema is in docs/inference.md).

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "nn/decode_graph.h"
 #include "ops/shape.h"
 
 namespace keel::app {
@@ -62,6 +64,13 @@ std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& promp
     Tensor logits = model.forward_cached(ids_t, cache, nn::GPT2::Logits::last);
     return logits.to(DType::f32).to_vector<float>();
   };
+  // On a GPU a decode step replays one captured CUDA graph; the token goes up in a fill there too.
+  std::unique_ptr<nn::DecodeGraph> graph;
+  if (opt.graph && device.is_cuda()) graph = std::make_unique<nn::DecodeGraph>(model);
+  auto decode = [&](int32_t id) {
+    if (!graph) return feed({id});
+    return graph->step(id, cache).logits.to(DType::f32).to_vector<float>();
+  };
   auto window = [&](size_t n) { return std::vector<int32_t>(text.end() - std::min<size_t>(n, text.size()), text.end()); };
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
@@ -79,7 +88,7 @@ std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& promp
       cache.clear();  // positions end at block_size: restart from the last half of the text
       logits = feed(window(ctx / 2));
     } else {
-      logits = feed({next});
+      logits = decode(next);
     }
     ++st.decode_steps;
   }

@@ -18,6 +18,7 @@ struct SampleOptions {
   int64_t top_k = 40;        // 0 = the whole vocabulary
   Seed seed = 0;
   int32_t stop_token = -1;   // stop after emitting this token (e.g. <|endoftext|>); -1 = never
+  bool graph = true;         // on CUDA, decode replays a captured step (nn/decode_graph.h)
 };
 
 // One token from logits (V): softmax(logits / temperature) restricted to the top_k largest,
