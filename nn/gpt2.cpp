@@ -49,7 +49,7 @@ GPT2::GPT2(const GPT2Config& config, uint64_t seed)
 }
 
 // ids (B, T), targets (B, T) or undefined -> logits (B, T, V), loss [], max_logit, max_range (L, H)
-GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets) {
+GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets, StatsOn stats_on) {
   static const char* kOp = "GPT2::forward";
   if (!ids.defined() || ids.dim() != 2)
     throw ShapeError(kOp, "ids must be (B, T), got " + (ids.defined() ? shape_str(ids.shape()) : "undefined"));
@@ -96,7 +96,8 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets) {
     const int64_t H = config_.n_head;
     for (Tensor& m : stats) m = reshape(m, {1, H});
     // One transfer for all layers: on CUDA the statistics stay on the device until here.
-    const Tensor both = concat(stats, 0).to(DType::f32).to(Device::cpu());  // (2L, H)
+    Tensor both = concat(stats, 0).to(DType::f32);  // (2L, H)
+    if (stats_on == StatsOn::host) both = both.to(Device::cpu());
     const int64_t nl = static_cast<int64_t>(L);
     out.max_logit = slice(both, 0, 0, nl).contiguous();
     out.max_range = slice(both, 0, nl, 2 * nl).contiguous();

@@ -28,6 +28,11 @@ struct GPT2Output {
   Tensor max_range;  // (L, H) f32 on the CPU: largest logit range of one row (ops/attention.h)
 };
 
+// Where GPT2::forward leaves max_logit and max_range: on the CPU (one transfer per call, a host
+// wait on a GPU), or on the parameters' device for a caller that gathers them there and reads
+// them later with other values (the trainer, once per step: optim/step_readback.h).
+enum class StatsOn { host, device };
+
 // The vocabulary size the output layer computes over in training and evaluation on `device`:
 // on a GPU vocab_size rounded up to a multiple of 128 (GPT2::forward says why), else vocab_size.
 int64_t padded_vocab(int64_t vocab_size, Device device);
@@ -40,7 +45,7 @@ class GPT2 : public Module {
   // ids (B, T) i32/i64 token ids, T <= block_size; targets (B, T) token ids, -100 = ignore, or
   // undefined -> logits (B, T, V), loss [], max_logit (L, H), max_range (L, H). ShapeError when
   // T > block_size.
-  GPT2Output forward(const Tensor& ids, const Tensor& targets = {});
+  GPT2Output forward(const Tensor& ids, const Tensor& targets = {}, StatsOn stats = StatsOn::host);
 
   // Generation. An empty cache for this model (local heads keep only their window); `capacity`
   // positions of the global heads are allocated at the first step (0: what it needs, then

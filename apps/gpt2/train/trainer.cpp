@@ -27,6 +27,7 @@
 #include "optim/data_parallel.h"
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
+#include "optim/step_readback.h"
 
 namespace fs = std::filesystem;
 
@@ -293,13 +294,17 @@ StepResult Trainer::train_step(double lr) {
   StepResult s;
   s.stats.max_logit = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
   s.stats.max_range = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
+  // The step's scalars stay on the device until the gradient norm is read: one host wait per step
+  // (optim/step_readback.h). Slots: the norm's, the loss, then max_logit and max_range (L * H each).
+  const int64_t heads = mcfg_.n_layer * mcfg_.n_head, kLoss = 1, kMaxLogit = 2, kMaxRange = kMaxLogit + heads;
+  optim::StepReadback readback(device_, kMaxRange + heads);
   opt_->zero_grad();  // bf16/f16 parameters get f32 gradient buffers: the micro-batches add up in f32
   for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
     auto [ids, targets] = [&] {
       profiler::Scope prof("batch_to_device", profiler::Phase::host);
       return batch_tensors(loader_->next(), device_);
     }();
-    nn::GPT2Output out = model_->forward(ids, targets);
+    nn::GPT2Output out = model_->forward(ids, targets, nn::StatsOn::device);
     // Scaling each loss by 1/accum makes the sum of the micro-batches' gradients the gradient of
     // the mean loss (and by the loss scale for f16, in f32). During the last backward, finished
     // gradients start their reduction over the ranks.
@@ -307,15 +312,20 @@ StepResult Trainer::train_step(double lr) {
       auto hook = micro + 1 == cfg_.grad_accum ? opt_->backward_hook() : nullptr;
       scaler_->scale_loss(out.loss, 1.0 / double(cfg_.grad_accum)).backward();
     }
-    {  // the step's host syncs, named for the profile
-      profiler::Scope prof("loss_to_host", profiler::Phase::host);
-      s.loss += out.loss.item() / double(cfg_.grad_accum);
-      s.stats.max_logit.merge(out.max_logit.to_vector<float>());
-      s.stats.max_range.merge(out.max_range.to_vector<float>());
-    }
+    // The mean loss as `loss += item / accum` in f64, the statistics merged NaN-first (MaxLogit).
+    readback.add_quotient(kLoss, out.loss, double(cfg_.grad_accum));
+    readback.merge_max(kMaxLogit, out.max_logit);
+    readback.merge_max(kMaxRange, out.max_range);
   }
   const profiler::PhaseGuard optimizer_phase(profiler::Phase::optimizer);
-  s.grad_norm = opt_->finish_gradients(*scaler_, cfg_.grad_clip);
+  s.grad_norm = opt_->finish_gradients(*scaler_, cfg_.grad_clip, &readback);
+  {
+    const std::vector<double>& host = readback.read();  // read by finish_gradients: no second copy
+    s.loss = host[kLoss];
+    auto stat = [&](int64_t first) { return std::vector<float>(host.begin() + first, host.begin() + first + heads); };
+    s.stats.max_logit.merge(stat(kMaxLogit));
+    s.stats.max_range.merge(stat(kMaxRange));
+  }
   s.loss = mean_over_ranks(*dist_.comm, s.loss);
   max_over_ranks(*dist_.comm, s.stats.max_logit);
   max_over_ranks(*dist_.comm, s.stats.max_range);

@@ -4,7 +4,9 @@
 //   for each of grad_accum micro-batches: ids/targets from the loader -> model.forward ->
 //     (loss * loss_scale / grad_accum).backward(), gradients adding up in the parameters
 //     (with several ranks, the last micro-batch's backward starts the gradient all-reduce);
-//   unscale (f16), global-norm clip, a NaN/inf check, AdamW with the schedule's lr (a step
+//   the loss and the attention statistics of each micro-batch gathered on the device;
+//   unscale (f16), global-norm clip (its norm read from the device together with the loss and
+//     statistics: one host wait per step), a NaN/inf check, AdamW with the schedule's lr (a step
 //     with a NaN/inf is not applied: f16 backs off its loss scale and goes on, f32/bf16 stop
 //     or skip as --on-nonfinite says);
 //   log loss, lr, grad norm, max attention logit per layer and head, tokens/s, MFU, memory;
