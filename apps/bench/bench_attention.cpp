@@ -1,6 +1,6 @@
 // bench_attention: keel's flash-attention kernels (ops/cuda/attention.h), forward and
-// forward+backward, bf16, both sets of kernels (--kernels: mma, FlashAttention-2's design on
-// mma.sync, and wmma, the first kernels; ops/cuda/attention_kernels.h), for every head pattern
+// forward+backward, bf16 (the tensor-core kernels, FlashAttention-2's design on mma.sync), for
+// every head pattern
 // the project cares about:
 //
 //   mhsa       6 heads, all full causal (window 0)
@@ -31,13 +31,12 @@
 // reported (min and mean in the JSON).
 //
 // Not a test: on a machine without a GPU it says so and exits 0. Output: a table on stdout and,
-// with --json PATH, one JSON object per (config, kernels, pass) in the schema
-// attention_baseline.py also writes (see docs/gpu-benchmarks.md); impl "keel" is the mma
-// kernels, "keel-wmma" the wmma ones ("keel-op", "keel-op-wmma" with --op).
+// with --json PATH, one JSON object per (config, pass) in the schema attention_baseline.py also
+// writes (see docs/gpu-benchmarks.md); impl "keel" ("keel-op" with --op).
 //
 //   bench_attention [--json PATH] [--dims 32,64,128] [--seqs 1024,2048,4096,8192,16384]
 //                   [--patterns mhsa,ls_w50,ls_w100,local_w50] [--rows 2097152] [--batch 0] [--heads 6]
-//                   [--kernels mma,wmma] [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2] [--op]
+//                   [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2] [--op]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -71,7 +70,6 @@ struct BenchOptions {
   int64_t rows = int64_t(1) << 21;
   int64_t batch = 0;  // > 0: this B for every T instead of rows / (H T)
   int64_t heads = 6;
-  std::vector<std::string> kernels = {"mma", "wmma"};
   double budget_ms = 300;
   int min_reps = 3, max_reps = 50, warmup = 2;
   bool op = false;
@@ -180,87 +178,83 @@ void bench_config(const BenchOptions& o, int64_t D, int64_t T, int64_t B, Genera
   Tensor out = empty(shape, bf16), dq = empty(shape, bf16), dk = empty(shape, bf16), dv = empty(shape, bf16);
   Tensor lse = empty({B, H, T}, {DType::f32, gpu}), max_logit = empty({H}, {DType::f32, gpu});
   Tensor max_range = empty({H}, {DType::f32, gpu});
-  for (const std::string& pattern : o.patterns)
-    for (const std::string& kernels : o.kernels) {
-      // The kernels read KEEL_ATTENTION_KERNEL at every call (ops/cuda/attention_kernels.h).
-      setenv("KEEL_ATTENTION_KERNEL", kernels.c_str(), 1);
-      const std::string impl = std::string(o.op ? "keel-op" : "keel") + (kernels == "mma" ? "" : "-" + kernels);
-      const std::vector<int64_t> windows = pattern_windows(pattern, H);
-      const AttentionSpec spec{scale, windows, 0.0};
-      std::function<void()> fwd, fwd_bwd;
-      if (!o.op) {
-        fwd = [&] { cuda::attention_forward(q, k, v, windows, scale, 0.0, out, lse, max_logit, max_range); };
-        fwd_bwd = [&] {
-          cuda::attention_forward(q, k, v, windows, scale, 0.0, out, lse, max_logit, max_range);
-          cuda::attention_backward(q, k, v, out, lse, dout, windows, scale, 0.0, dq, dk, dv);
-        };
-      } else {
-        // Leaves that require grad, so the front end records its node; zero_grad drops the
-        // gradients of the last rep so each backward starts fresh (as PyTorch's q.grad = None).
-        fwd = [&] {
-          NoGradGuard no_grad;
-          AttentionResult r = attention(q, k, v, spec);
-        };
-        fwd_bwd = [&] {
-          q.set_requires_grad(true);
-          k.set_requires_grad(true);
-          v.set_requires_grad(true);
-          AttentionResult r = attention(q, k, v, spec);
-          r.out.backward(dout);
-          q.zero_grad();
-          k.zero_grad();
-          v.zero_grad();
-        };
-      }
-      const double flops = forward_flops(B, T, D, windows);
-      const Timing tf = time_calls(fwd, o, s);
-      const Timing tb = time_calls(fwd_bwd, o, s);
-      if (o.op) {
-        q.set_requires_grad(false);
-        k.set_requires_grad(false);
-        v.set_requires_grad(false);
-      }
-      // A cheap sanity check on real output: the per-head max logit of the last call is finite
-      // and positive (random inputs). Correctness itself is the CUDA tests' job.
-      // (--op: the front end allocates its own statistic, so there is nothing to look at here.)
-      bool sane = true;
-      if (!o.op)
-        for (float m : max_logit.to_vector<float>()) sane = sane && std::isfinite(m) && m > 0;
-      if (!sane) std::printf("WARNING: non-finite or zero max logit for D=%lld T=%lld %s\n", (long long)D,
-                             (long long)T, pattern.c_str());
-      const double tf_fwd = flops / tf.median_ms * 1e-9, tf_fb = 3.5 * flops / tb.median_ms * 1e-9;
-      std::printf("%4lld %6lld %5lld %-10s %-5s | %9.3f %8.1f | %9.3f %8.1f | %11.2f %5d\n", (long long)D,
-                  (long long)T, (long long)B, pattern.c_str(), kernels.c_str(), tf.median_ms, tf_fwd, tb.median_ms,
-                  tf_fb, tb.median_ms * 1e3 / double(B * H), tb.reps);
-      std::fflush(stdout);
-      if (json) {
-        for (int pass = 0; pass < 2; ++pass) {
-          const Timing& t = pass == 0 ? tf : tb;
-          const double f = pass == 0 ? flops : 3.5 * flops;
-          std::fprintf(json,
-                       "{\"bench\":\"attention\",\"impl\":\"%s\",\"kernels\":\"%s\",\"backend\":\"%s\","
-                       "\"status\":\"ok\","
-                       "\"device\":\"%s\",\"dtype\":\"bf16\",\"pattern\":\"%s\",\"windows\":%s,"
-                       "\"B\":%lld,\"H\":%lld,\"T\":%lld,\"D\":%lld,\"pass\":\"%s\",\"ms\":%.6f,"
-                       "\"ms_min\":%.6f,\"ms_mean\":%.6f,\"reps\":%d,\"flops\":%.6e,\"tflops\":%.3f,"
-                       "\"us_per_seq\":%.4f}\n",
-                       impl.c_str(), kernels.c_str(), o.op ? "keel-flash-op" : "keel-flash", device_name.c_str(),
-                       pattern.c_str(), json_ints(windows).c_str(), (long long)B, (long long)H, (long long)T,
-                       (long long)D,
-                       pass == 0 ? "fwd" : "fwd_bwd", t.median_ms, t.min_ms, t.mean_ms, t.reps, f,
-                       f / t.median_ms * 1e-9, t.median_ms * 1e3 / double(B * H));
-          std::fflush(json);
-        }
+  for (const std::string& pattern : o.patterns) {
+    const std::string impl = o.op ? "keel-op" : "keel";
+    const std::vector<int64_t> windows = pattern_windows(pattern, H);
+    const AttentionSpec spec{scale, windows, 0.0};
+    std::function<void()> fwd, fwd_bwd;
+    if (!o.op) {
+      fwd = [&] { cuda::attention_forward(q, k, v, windows, scale, 0.0, out, lse, max_logit, max_range); };
+      fwd_bwd = [&] {
+        cuda::attention_forward(q, k, v, windows, scale, 0.0, out, lse, max_logit, max_range);
+        cuda::attention_backward(q, k, v, out, lse, dout, windows, scale, 0.0, dq, dk, dv);
+      };
+    } else {
+      // Leaves that require grad, so the front end records its node; zero_grad drops the
+      // gradients of the last rep so each backward starts fresh (as PyTorch's q.grad = None).
+      fwd = [&] {
+        NoGradGuard no_grad;
+        AttentionResult r = attention(q, k, v, spec);
+      };
+      fwd_bwd = [&] {
+        q.set_requires_grad(true);
+        k.set_requires_grad(true);
+        v.set_requires_grad(true);
+        AttentionResult r = attention(q, k, v, spec);
+        r.out.backward(dout);
+        q.zero_grad();
+        k.zero_grad();
+        v.zero_grad();
+      };
+    }
+    const double flops = forward_flops(B, T, D, windows);
+    const Timing tf = time_calls(fwd, o, s);
+    const Timing tb = time_calls(fwd_bwd, o, s);
+    if (o.op) {
+      q.set_requires_grad(false);
+      k.set_requires_grad(false);
+      v.set_requires_grad(false);
+    }
+    // A cheap sanity check on real output: the per-head max logit of the last call is finite
+    // and positive (random inputs). Correctness itself is the CUDA tests' job.
+    // (--op: the front end allocates its own statistic, so there is nothing to look at here.)
+    bool sane = true;
+    if (!o.op)
+      for (float m : max_logit.to_vector<float>()) sane = sane && std::isfinite(m) && m > 0;
+    if (!sane) std::printf("WARNING: non-finite or zero max logit for D=%lld T=%lld %s\n", (long long)D,
+                           (long long)T, pattern.c_str());
+    const double tf_fwd = flops / tf.median_ms * 1e-9, tf_fb = 3.5 * flops / tb.median_ms * 1e-9;
+    std::printf("%4lld %6lld %5lld %-10s | %9.3f %8.1f | %9.3f %8.1f | %11.2f %5d\n", (long long)D,
+                (long long)T, (long long)B, pattern.c_str(), tf.median_ms, tf_fwd, tb.median_ms, tf_fb,
+                tb.median_ms * 1e3 / double(B * H), tb.reps);
+    std::fflush(stdout);
+    if (json) {
+      for (int pass = 0; pass < 2; ++pass) {
+        const Timing& t = pass == 0 ? tf : tb;
+        const double f = pass == 0 ? flops : 3.5 * flops;
+        std::fprintf(json,
+                     "{\"bench\":\"attention\",\"impl\":\"%s\",\"backend\":\"%s\","
+                     "\"status\":\"ok\","
+                     "\"device\":\"%s\",\"dtype\":\"bf16\",\"pattern\":\"%s\",\"windows\":%s,"
+                     "\"B\":%lld,\"H\":%lld,\"T\":%lld,\"D\":%lld,\"pass\":\"%s\",\"ms\":%.6f,"
+                     "\"ms_min\":%.6f,\"ms_mean\":%.6f,\"reps\":%d,\"flops\":%.6e,\"tflops\":%.3f,"
+                     "\"us_per_seq\":%.4f}\n",
+                     impl.c_str(), o.op ? "keel-flash-op" : "keel-flash", device_name.c_str(),
+                     pattern.c_str(), json_ints(windows).c_str(), (long long)B, (long long)H, (long long)T,
+                     (long long)D,
+                     pass == 0 ? "fwd" : "fwd_bwd", t.median_ms, t.min_ms, t.mean_ms, t.reps, f,
+                     f / t.median_ms * 1e-9, t.median_ms * 1e3 / double(B * H));
+        std::fflush(json);
       }
     }
+  }
 }
 
 void print_usage() {
   std::printf(
       "usage: bench_attention [--json PATH] [--dims 32,64,128] [--seqs 1024,2048,4096,8192,16384]\n"
       "                       [--patterns mhsa,ls_w50,ls_w100,local_w50] [--rows 2097152] [--batch 0] [--heads 6]\n"
-      "                       [--kernels mma,wmma] [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2]\n"
-      "                       [--op]\n");
+      "                       [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2] [--op]\n");
 }
 
 }  // namespace
@@ -281,7 +275,6 @@ int main(int argc, char** argv) {
       else if (a == "--rows") o.rows = std::stoll(value());
       else if (a == "--batch") o.batch = std::stoll(value());
       else if (a == "--heads") o.heads = std::stoll(value());
-      else if (a == "--kernels") o.kernels = split(value());
       else if (a == "--budget-ms") o.budget_ms = std::stod(value());
       else if (a == "--min-reps") o.min_reps = std::stoi(value());
       else if (a == "--max-reps") o.max_reps = std::stoi(value());
@@ -299,10 +292,6 @@ int main(int argc, char** argv) {
     if (o.min_reps < 1 || o.max_reps < o.min_reps || o.heads < 1 || o.rows < 1 || o.batch < 0)
       throw ValueError("bench_attention",
                        "need 1 <= --min-reps <= --max-reps, --heads >= 1, --rows >= 1, --batch >= 0");
-    if (o.kernels.empty()) throw ValueError("bench_attention", "--kernels needs mma, wmma or both");
-    for (const auto& k : o.kernels)
-      if (k != "mma" && k != "wmma")
-        throw ValueError("bench_attention", "unknown kernels '" + k + "'", "use --kernels mma, wmma or mma,wmma");
     for (const auto& p : o.patterns) (void)pattern_windows(p, o.heads);  // reject bad names before any work
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_attention: %s\n", e.what());
@@ -327,7 +316,7 @@ int main(int argc, char** argv) {
                 info.multiprocessors, (long long)o.heads, batch.c_str(),
                 o.op ? "front end + autograd (--op)" : "kernels called directly");
     std::printf("FLOPs: allowed pairs only; fwd = 4*D per pair, fwd+bwd = 3.5 x fwd\n");
-    std::printf("%4s %6s %5s %-10s %-5s | %9s %8s | %9s %8s | %11s %5s\n", "D", "T", "B", "pattern", "kern",
+    std::printf("%4s %6s %5s %-10s | %9s %8s | %9s %8s | %11s %5s\n", "D", "T", "B", "pattern",
                 "fwd ms", "TF/s", "f+b ms", "TF/s", "f+b us/seq", "reps");
     Generator gen(0);
     for (int64_t D : o.dims) {
@@ -344,17 +333,13 @@ int main(int argc, char** argv) {
             for (char& c : msg)
               if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = ' ';
             for (const std::string& pattern : o.patterns)
-              for (const std::string& kernels : o.kernels)
-                for (const char* pass : {"fwd", "fwd_bwd"}) {
-                  const std::string impl =
-                      std::string(o.op ? "keel-op" : "keel") + (kernels == "mma" ? "" : "-" + kernels);
-                  std::fprintf(json,
-                               "{\"bench\":\"attention\",\"impl\":\"%s\",\"kernels\":\"%s\",\"status\":\"error\","
-                               "\"error\":\"%s\",\"device\":\"%s\",\"dtype\":\"bf16\",\"pattern\":\"%s\",\"B\":%lld,"
-                               "\"H\":%lld,\"T\":%lld,\"D\":%lld,\"pass\":\"%s\"}\n",
-                               impl.c_str(), kernels.c_str(), msg.c_str(), info.name.c_str(), pattern.c_str(),
-                               (long long)B, (long long)H, (long long)T, (long long)D, pass);
-                }
+              for (const char* pass : {"fwd", "fwd_bwd"})
+                std::fprintf(json,
+                             "{\"bench\":\"attention\",\"impl\":\"%s\",\"status\":\"error\","
+                             "\"error\":\"%s\",\"device\":\"%s\",\"dtype\":\"bf16\",\"pattern\":\"%s\",\"B\":%lld,"
+                             "\"H\":%lld,\"T\":%lld,\"D\":%lld,\"pass\":\"%s\"}\n",
+                             o.op ? "keel-op" : "keel", msg.c_str(), info.name.c_str(), pattern.c_str(),
+                             (long long)B, (long long)H, (long long)T, (long long)D, pass);
             std::fflush(json);
           }
         }

@@ -18,7 +18,7 @@
 #        bash apps/bench/run_gpu_benchmarks.sh [--out DIR]
 #      runs, each part under its own time limit inside a total budget (BENCH_BUDGET_S, 780 s):
 #        bench_attention       the FlashAttention-2 comparison: B 8, H 12, D 64/128, T 1k..8k,
-#                              MHSA and LS (w 50), keel's mma and wmma kernels -> $OUT/attention_fa2_keel.jsonl
+#                              MHSA and LS (w 50), keel's kernels               -> $OUT/attention_fa2_keel.jsonl
 #        attention_baseline.py the same in PyTorch (SDPA flash; masked SDPA for LS) -> $OUT/attention_fa2_torch.jsonl
 #        ncu                   (when ncu is installed) the mma forward and backward kernels at
 #                              D 128, T 4096: speed of light, occupancy, memory    -> log.txt
@@ -202,10 +202,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' 2>&1
 
 if [[ "${SKIP_FA2:-0}" != "1" ]]; then
-  banner "FlashAttention-2 comparison: keel mma and wmma kernels, PyTorch"
+  banner "FlashAttention-2 comparison: keel, PyTorch"
   # shellcheck disable=SC2086
   run_part bench_attention_fa2 150 "${K[@]}" "$BIN/bench_attention" --json "$OUT/attention_fa2_keel.jsonl" \
-    --kernels mma,wmma $FA2_ARGS
+    $FA2_ARGS
   # shellcheck disable=SC2086
   run_part attention_baseline_fa2 120 "$PY" "$ROOT/apps/bench/attention_baseline.py" \
     --json "$OUT/attention_fa2_torch.jsonl" $FA2_ARGS
@@ -218,7 +218,7 @@ if [[ "${SKIP_NCU:-0}" != "1" ]]; then
       run_part "ncu_$kernel" 90 "${K[@]}" ncu --kernel-name "regex:$kernel" --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
         --section ComputeWorkloadAnalysis "$BIN/bench_attention" --batch 8 --heads 12 --dims 128 --seqs 4096 \
-        --patterns mhsa --kernels mma --warmup 0 --min-reps 1 --max-reps 1
+        --patterns mhsa --warmup 0 --min-reps 1 --max-reps 1
     done
   else
     echo "ncu (Nsight Compute) is not installed: no kernel profile (docs/gpu-benchmarks.md)"
@@ -233,7 +233,7 @@ fi
 if [[ "${SKIP_ATTN_KEEL:-0}" != "1" ]]; then
   banner "bench_attention: keel"
   # shellcheck disable=SC2086
-  run_part bench_attention 170 "${K[@]}" "$BIN/bench_attention" --json "$OUT/attention_keel.jsonl" --kernels mma \
+  run_part bench_attention 170 "${K[@]}" "$BIN/bench_attention" --json "$OUT/attention_keel.jsonl" \
     $ATTN_ARGS
 fi
 
@@ -347,27 +347,25 @@ F = {(r["impl"], r["pattern"], r["D"], r["T"], r["pass"]): r for r in fa2}
 if F:
     r0 = fa2[0]
     print(f"## FlashAttention-2 comparison: bf16, B = {r0['B']}, H = {r0['H']}; ms (median)\n")
-    print("keel mma = FlashAttention-2's design (the default kernels), keel wmma = the first kernels. Targets: MHSA "
-          "keel mma at least PyTorch SDPA flash's speed (ratio = flash ms / keel ms >= 1.0, fwd+bwd); "
-          "LS (w 50) keel mma >= 3x PyTorch with the window mask (masked SDPA), fwd+bwd.\n")
-    print("| D | T | pattern | keel mma fwd | keel wmma fwd | torch fwd | keel mma f+b | keel wmma f+b | torch f+b | "
-          "torch / keel mma (f+b) | wmma / mma (f+b) | keel mma f+b TF/s | target |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("Targets: MHSA keel at least PyTorch SDPA flash's speed (ratio = flash ms / keel ms >= 1.0, fwd+bwd); "
+          "LS (w 50) keel >= 3x PyTorch with the window mask (masked SDPA), fwd+bwd.\n")
+    print("| D | T | pattern | keel fwd | torch fwd | keel f+b | torch f+b | torch / keel (f+b) | keel f+b TF/s | target |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for D in sorted({k[2] for k in F}):
         for T in sorted({k[3] for k in F}):
             for pat in ("mhsa", "ls_w50"):
                 torch_impl = "torch-flash" if pat == "mhsa" else "torch-masked"
                 g = lambda impl, ps: (F.get((impl, pat, D, T, ps)) or {}).get("ms")
-                km, kw, tt = g("keel", "fwd_bwd"), g("keel-wmma", "fwd_bwd"), g(torch_impl, "fwd_bwd")
+                km, tt = g("keel", "fwd_bwd"), g(torch_impl, "fwd_bwd")
                 if km is None and tt is None:
                     continue
                 ratio = tt / km if tt and km else None
                 goal = 1.0 if pat == "mhsa" else 3.0
                 target = "-" if ratio is None else ("PASS" if ratio >= goal else "FAIL") + f" (>= {goal:.1f})"
                 rk = F.get(("keel", pat, D, T, "fwd_bwd"))
-                print(f"| {D} | {T} | {pat} ({torch_impl}) | {f(g('keel', 'fwd'), '.3f')} | {f(g('keel-wmma', 'fwd'), '.3f')} | "
-                      f"{f(g(torch_impl, 'fwd'), '.3f')} | {f(km, '.3f')} | {f(kw, '.3f')} | {f(tt, '.3f')} | {f(ratio)} | "
-                      f"{f(kw / km if kw and km else None)} | {f(rk and rk['tflops'], '.0f')} | {target} |")
+                print(f"| {D} | {T} | {pat} ({torch_impl}) | {f(g('keel', 'fwd'), '.3f')} | "
+                      f"{f(g(torch_impl, 'fwd'), '.3f')} | {f(km, '.3f')} | {f(tt, '.3f')} | {f(ratio)} | "
+                      f"{f(rk and rk['tflops'], '.0f')} | {target} |")
     print()
 print("## Causal attention (MHSA), bf16, H=6, ~2M query rows; ratio = keel speed / PyTorch flash speed\n")
 print("Target: fwd+bwd ratio >= 0.8 for D = 64, 128 at T >= 2048.\n")

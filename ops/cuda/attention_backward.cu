@@ -1,6 +1,6 @@
-// Flash-attention backward (FlashAttention-2 scheme), every head pattern: the wmma kernels, and
-// the entry point that picks them or the mma kernel (attention_kernels.h,
-// attention_mma_backward.cu) after computing D_i, which both use.
+// Flash-attention backward (FlashAttention-2 scheme), every head pattern: the entry point, which
+// computes D_i and then runs bf16 and f16 on the tensor-core kernel (attention_mma_backward.cu),
+// and the f32 kernels, plain FMAs (the exact path, as in attention_forward.cu).
 //
 // With S the (scaled, capped) logits, P = exp(S - lse) recomputed from q, k and the forward's lse:
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D_i) with D_i = rowsum(dO_i * O_i),
@@ -8,7 +8,7 @@
 //   dQ = scale dS0 K,  dK = scale dS0^T Q.
 // D_i equals rowsum(P * dP) but needs only the saved output, so it is one small kernel first.
 //
-// Then two kernels, neither with atomics, so results are deterministic:
+// Then, for f32, two kernels, neither with atomics, so results are deterministic:
 //  - dK/dV: a block owns a tile of 64 keys and streams the query tiles that can see it
 //    (attn::query_tiles_for_key_tile: for a local head only queries within the window after the
 //    keys), accumulating its dK, dV rows in registers;
@@ -18,7 +18,6 @@
 // dQ, bought with readability and run-to-run identical gradients.
 #include "core/factory.h"
 #include "ops/cuda/attention_common.cuh"
-#include "ops/cuda/attention_kernels.h"
 #include "ops/cuda/attention_mma.cuh"
 
 namespace keel::cuda {
@@ -27,20 +26,20 @@ namespace {
 
 using namespace attn;
 
-// Shared-memory layout of both kernels: 64 own rows (4 warps x 16) against streamed tiles of 32
-// rows, for storage type T and head dim D (bf16 D = 128: 76 KB; f32 D = 128: 125 KB).
-//   own, own2:   the block's own rows (K, V for dK/dV; Q, dO for dQ), T
-//   str, str2:   the streamed tile (Q, dO for dK/dV; K, V for dQ), T
-//   stat, stat2: lse and D_i of the query rows involved (streamed or own), f32
-//   s, dp:       S and dP of the warp's 16 rows against the streamed tile, f32
-//   p:           P or dS of the same, T (the A operand of the next product)
-// The final f32 accumulators are staged through the first bytes (`stage`) once every warp is
-// done with the tiles there.
-template <typename T, int D>
+// Shared-memory layout of both kernels (f32): 64 own rows (4 warps x 16) against streamed tiles
+// of 32 rows, for kernel width D (D = 128: 125 KB; D = 256: 218 KB, an H100's).
+//   own, own2:   the block's own rows (K, V for dK/dV; Q, dO for dQ)
+//   str, str2:   the streamed tile (Q, dO for dK/dV; K, V for dQ)
+//   stat, stat2: lse and D_i of the query rows involved (streamed or own)
+//   s, dp:       S and dP of the warp's 16 rows against the streamed tile
+//   p:           P or dS of the same (the A operand of the next product)
+// The final accumulators are staged through the first bytes (`stage`) once every warp is done
+// with the tiles there.
+template <int D>
 struct Bwd {
   static constexpr int kOwn = kOwnRows, kStr = 32;
-  static constexpr int ldT = ld_elems<T>(D), ldS = ld_f32<T>(kStr), ldP = ld_elems<T>(kStr), ldO = ld_f32<T>(D);
-  static constexpr int kSize = static_cast<int>(sizeof(T));
+  static constexpr int ldT = ld_f32(D), ldS = ld_f32(kStr), ldP = ld_f32(kStr), ldO = ld_f32(D);
+  static constexpr int kSize = 4;
   struct Layout {
     int own, own2, str, str2, stat, stat2, s, dp, p, bytes;
   };
@@ -79,29 +78,30 @@ __global__ void __launch_bounds__(kThreads)
   if (lane == 0) dvec[r] = s;
 }
 
-// Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T; lse, dvec (B, H, T) f32.
+// Shapes: q, k, v, dout, dk, dv (B, H, T, D) f32, D = dims.D <= Dk, the kernel width (tile
+// columns D..Dk-1 are zeros: attention_tiles.h); lse, dvec (B, H, T) f32.
 // Grid (B*H, ceil(T / 64)), 128 threads: block (bh, kt) owns keys [64 kt, 64 kt + 64) of pair bh
 // and streams 32-query tiles. Warp w owns keys 16w..16w+15 and computes the transposed products
 // (keys x queries): S^T = K_w Q^T, dP^T = V_w dO^T, then dV_w += P^T dO, dK_w += dS^T Q.
 // In the per-element phase lanes 2r and 2r+1 share key row r of the warp.
-template <typename T, int Dk>
+template <int Dk>
 __global__ void __launch_bounds__(kThreads)
-    attention_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                          const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dvec,
-                          T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
-  using Bw = Bwd<T, Dk>;
+    attention_dkdv_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                          const float* __restrict__ dout, const float* __restrict__ lse,
+                          const float* __restrict__ dvec, float* __restrict__ dk, float* __restrict__ dv, Dims dims) {
+  using Bw = Bwd<Dk>;
   constexpr typename Bw::Layout L = Bw::layout();
   constexpr int kOwn = Bw::kOwn, kStr = Bw::kStr, ldT = Bw::ldT, ldS = Bw::ldS, ldP = Bw::ldP, ldO = Bw::ldO;
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
-  T* Ks = reinterpret_cast<T*>(smem + L.own);
-  T* Vs = reinterpret_cast<T*>(smem + L.own2);
-  T* Qs = reinterpret_cast<T*>(smem + L.str);
-  T* dOs = reinterpret_cast<T*>(smem + L.str2);
+  float* Ks = reinterpret_cast<float*>(smem + L.own);
+  float* Vs = reinterpret_cast<float*>(smem + L.own2);
+  float* Qs = reinterpret_cast<float*>(smem + L.str);
+  float* dOs = reinterpret_cast<float*>(smem + L.str2);
   float* lse_s = reinterpret_cast<float*>(smem + L.stat);
   float* dvec_s = reinterpret_cast<float*>(smem + L.stat2);
   float* Ss = reinterpret_cast<float*>(smem + L.s);
   float* dPs = reinterpret_cast<float*>(smem + L.dp);
-  T* Ps = reinterpret_cast<T*>(smem + L.p);
+  float* Ps = reinterpret_cast<float*>(smem + L.p);
 
   const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
   const int kt = blockIdx.y, k0 = kt * kOwn;  // early key tiles are seen by the most queries: first
@@ -110,9 +110,9 @@ __global__ void __launch_bounds__(kThreads)
   const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;  // this lane's key row in the tile
   const int j = k0 + row;                                              // ... and its key index
 
-  load_tile<T, Dk>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kOwn, T_len - k0, D);
-  load_tile<T, Dk>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kOwn, T_len - k0, D);
-  WarpAcc<T, Dk> dk_acc, dv_acc;
+  load_tile<Dk>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kOwn, T_len - k0, D);
+  load_tile<Dk>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kOwn, T_len - k0, D);
+  WarpAcc<Dk> dk_acc, dv_acc;
   dk_acc.zero();
   dv_acc.zero();
 
@@ -120,14 +120,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int qt = queries.begin; qt < queries.end; ++qt) {
     const int q0 = qt * kStr;
     __syncthreads();  // every warp is done with the previous Q, dO tiles (and K, V are in place)
-    load_tile<T, Dk>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kStr, T_len - q0, D);
-    load_tile<T, Dk>(dOs, ldT, dout + base + static_cast<int64_t>(q0) * D, kStr, T_len - q0, D);
+    load_tile<Dk>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kStr, T_len - q0, D);
+    load_tile<Dk>(dOs, ldT, dout + base + static_cast<int64_t>(q0) * D, kStr, T_len - q0, D);
     load_row_stats(lse_s, lse + static_cast<int64_t>(bh) * T_len + q0, kStr, T_len - q0, 0.0f);
     load_row_stats(dvec_s, dvec + static_cast<int64_t>(bh) * T_len + q0, kStr, T_len - q0, 0.0f);
     __syncthreads();
 
     {  // S^T_w = K_w Q^T
-      WarpAcc<T, kStr> s;
+      WarpAcc<kStr> s;
       s.zero();
       s.template mma_abt<Dk>(Ks + warp * 16 * ldT, ldT, Qs, ldT);
       s.store(Ss + warp * 16 * ldS, ldS);
@@ -138,13 +138,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int c2 = 0; c2 < kStr / 2; ++c2) {
       const int c = 2 * c2 + par;
       const float s = logit(Ss[row * ldS + c], dims);
-      const float p = allowed(q0 + c, j, w, T_len) ? attn_exp<T>(s - lse_s[c]) : 0.0f;
-      Ps[row * ldP + c] = from_f32<T>(p);
+      const float p = allowed(q0 + c, j, w, T_len) ? attn_exp<float>(s - lse_s[c]) : 0.0f;
+      Ps[row * ldP + c] = p;
     }
     __syncwarp();
     dv_acc.template mma_ab<kStr>(Ps + warp * 16 * ldP, ldP, dOs, ldT);  // dV_w += P^T dO
     {  // dP^T_w = V_w dO^T
-      WarpAcc<T, kStr> dp;
+      WarpAcc<kStr> dp;
       dp.zero();
       dp.template mma_abt<Dk>(Vs + warp * 16 * ldT, ldT, dOs, ldT);
       dp.store(dPs + warp * 16 * ldS, ldS);
@@ -155,8 +155,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int c2 = 0; c2 < kStr / 2; ++c2) {
       const int c = 2 * c2 + par;
       const float s = logit(Ss[row * ldS + c], dims);
-      const float p = allowed(q0 + c, j, w, T_len) ? attn_exp<T>(s - lse_s[c]) : 0.0f;
-      Ps[row * ldP + c] = from_f32<T>(dlogit(p, dPs[row * ldS + c], dvec_s[c], s, dims));
+      const float p = allowed(q0 + c, j, w, T_len) ? attn_exp<float>(s - lse_s[c]) : 0.0f;
+      Ps[row * ldP + c] = dlogit(p, dPs[row * ldS + c], dvec_s[c], s, dims);
     }
     __syncwarp();
     dk_acc.template mma_ab<kStr>(Ps + warp * 16 * ldP, ldP, Qs, ldT);  // dK_w += dS^T Q
@@ -166,35 +166,35 @@ __global__ void __launch_bounds__(kThreads)
   float* stage = reinterpret_cast<float*>(smem) + warp * 16 * ldO;
   dk_acc.store(stage, ldO);
   __syncwarp();
-  store_rows<T, Dk>(dk + base, stage, ldO, k0 + warp * 16, T_len, dims.scale, D);
+  store_rows<Dk>(dk + base, stage, ldO, k0 + warp * 16, T_len, dims.scale, D);
   __syncwarp();
   dv_acc.store(stage, ldO);
   __syncwarp();
-  store_rows<T, Dk>(dv + base, stage, ldO, k0 + warp * 16, T_len, 1.0f, D);
+  store_rows<Dk>(dv + base, stage, ldO, k0 + warp * 16, T_len, 1.0f, D);
 }
 
-// Shapes: q, k, v, dout, dq (B, H, T, D) in T; lse, dvec (B, H, T) f32.
+// Shapes: q, k, v, dout, dq (B, H, T, D) f32, D = dims.D <= Dk; lse, dvec (B, H, T) f32.
 // Grid (B*H, ceil(T / 64)), 128 threads: block (bh, y) owns queries [64 qt, 64 qt + 64) (qt from
 // the end, as in the forward) and streams the 32-key tiles they see. Warp w owns queries
 // 16w..16w+15: S_w = Q_w K^T, dP_w = dO_w V^T, dQ_w += dS K. Lanes 2r, 2r+1 share query row r.
-template <typename T, int Dk>
+template <int Dk>
 __global__ void __launch_bounds__(kThreads)
-    attention_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                        const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dvec,
-                        T* __restrict__ dq, Dims dims) {
-  using Bw = Bwd<T, Dk>;
+    attention_dq_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                        const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dvec,
+                        float* __restrict__ dq, Dims dims) {
+  using Bw = Bwd<Dk>;
   constexpr typename Bw::Layout L = Bw::layout();
   constexpr int kOwn = Bw::kOwn, kStr = Bw::kStr, ldT = Bw::ldT, ldS = Bw::ldS, ldP = Bw::ldP, ldO = Bw::ldO;
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
-  T* Qs = reinterpret_cast<T*>(smem + L.own);
-  T* dOs = reinterpret_cast<T*>(smem + L.own2);
-  T* Ks = reinterpret_cast<T*>(smem + L.str);
-  T* Vs = reinterpret_cast<T*>(smem + L.str2);
+  float* Qs = reinterpret_cast<float*>(smem + L.own);
+  float* dOs = reinterpret_cast<float*>(smem + L.own2);
+  float* Ks = reinterpret_cast<float*>(smem + L.str);
+  float* Vs = reinterpret_cast<float*>(smem + L.str2);
   float* lse_s = reinterpret_cast<float*>(smem + L.stat);
   float* dvec_s = reinterpret_cast<float*>(smem + L.stat2);
   float* Ss = reinterpret_cast<float*>(smem + L.s);
   float* dPs = reinterpret_cast<float*>(smem + L.dp);
-  T* Ps = reinterpret_cast<T*>(smem + L.p);
+  float* Ps = reinterpret_cast<float*>(smem + L.p);
 
   const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
   const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kOwn;
@@ -203,23 +203,23 @@ __global__ void __launch_bounds__(kThreads)
   const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;
   const int i = q0 + row;
 
-  load_tile<T, Dk>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kOwn, T_len - q0, D);
-  load_tile<T, Dk>(dOs, ldT, dout + base + static_cast<int64_t>(q0) * D, kOwn, T_len - q0, D);
+  load_tile<Dk>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kOwn, T_len - q0, D);
+  load_tile<Dk>(dOs, ldT, dout + base + static_cast<int64_t>(q0) * D, kOwn, T_len - q0, D);
   load_row_stats(lse_s, lse + static_cast<int64_t>(bh) * T_len + q0, kOwn, T_len - q0, 0.0f);
   load_row_stats(dvec_s, dvec + static_cast<int64_t>(bh) * T_len + q0, kOwn, T_len - q0, 0.0f);
-  WarpAcc<T, Dk> dq_acc;
+  WarpAcc<Dk> dq_acc;
   dq_acc.zero();
 
   const TileRange keys = key_tiles_for_query_tile(qt, kOwn, kStr, T_len, w);
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int k0 = kt * kStr;
     __syncthreads();  // the previous K, V tiles are no longer read (and Q, dO, stats are in place)
-    load_tile<T, Dk>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kStr, T_len - k0, D);
-    load_tile<T, Dk>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kStr, T_len - k0, D);
+    load_tile<Dk>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kStr, T_len - k0, D);
+    load_tile<Dk>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kStr, T_len - k0, D);
     __syncthreads();
 
     {  // S_w = Q_w K^T, dP_w = dO_w V^T
-      WarpAcc<T, kStr> acc;
+      WarpAcc<kStr> acc;
       acc.zero();
       acc.template mma_abt<Dk>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
       acc.store(Ss + warp * 16 * ldS, ldS);
@@ -233,8 +233,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int c2 = 0; c2 < kStr / 2; ++c2) {
       const int c = 2 * c2 + par;
       const float s = logit(Ss[row * ldS + c], dims);
-      const float p = allowed(i, k0 + c, w, T_len) ? attn_exp<T>(s - lse_i) : 0.0f;
-      Ps[row * ldP + c] = from_f32<T>(dlogit(p, dPs[row * ldS + c], d_i, s, dims));
+      const float p = allowed(i, k0 + c, w, T_len) ? attn_exp<float>(s - lse_i) : 0.0f;
+      Ps[row * ldP + c] = dlogit(p, dPs[row * ldS + c], d_i, s, dims);
     }
     __syncwarp();
     dq_acc.template mma_ab<kStr>(Ps + warp * 16 * ldP, ldP, Ks, ldT);  // dQ_w += dS K
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kThreads)
   float* stage = reinterpret_cast<float*>(smem) + warp * 16 * ldO;
   dq_acc.store(stage, ldO);
   __syncwarp();
-  store_rows<T, Dk>(dq + base, stage, ldO, q0 + warp * 16, T_len, dims.scale, D);
+  store_rows<Dk>(dq + base, stage, ldO, q0 + warp * 16, T_len, dims.scale, D);
 }
 
 }  // namespace
@@ -270,27 +270,30 @@ void attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   const int dev = q.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
 
-  dispatch(kOp, q.dtype(), D, [&]<typename E, int HD>() {
-    const int64_t rows = B * H * T;
-    Tensor dvec = empty({B, H, T}, {DType::f32, q.device()});
-    const auto* qp = static_cast<const E*>(q.raw_data());
-    const auto* kp = static_cast<const E*>(k.raw_data());
-    const auto* vp = static_cast<const E*>(v.raw_data());
-    const auto* gp = static_cast<const E*>(dout.raw_data());
-    const auto* lp = static_cast<const float*>(lse.raw_data());
-    auto* dp = static_cast<float*>(dvec.raw_data());
+  const int64_t rows = B * H * T;
+  Tensor dvec = empty({B, H, T}, {DType::f32, q.device()});
+  auto* dp = static_cast<float*>(dvec.raw_data());
+  visit_cuda_float(q.dtype(), kOp, [&]<typename E>() {
     launch(attention_dvec_kernel<E>, dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps)), 0, dev,
-           static_cast<const E*>(out.raw_data()), gp, dp, rows, static_cast<int>(D));
-    if (attention_kernels(q.dtype()) == AttentionKernels::mma) {
-      attention_mma_backward(q, k, v, lse, dout, dvec, dims, dq, dk, dv);
-      return;
-    }
+           static_cast<const E*>(out.raw_data()), static_cast<const E*>(dout.raw_data()), dp, rows,
+           static_cast<int>(D));
+  });
+  if (q.dtype() != DType::f32) {
+    attention_mma_backward(q, k, v, lse, dout, dvec, dims, dq, dk, dv);
+    return;
+  }
+  with_width<32>(kOp, D, [&]<int HD>() {
+    const auto* qp = static_cast<const float*>(q.raw_data());
+    const auto* kp = static_cast<const float*>(k.raw_data());
+    const auto* vp = static_cast<const float*>(v.raw_data());
+    const auto* gp = static_cast<const float*>(dout.raw_data());
+    const auto* lp = static_cast<const float*>(lse.raw_data());
     const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + kOwnRows - 1) / kOwnRows));
-    const int smem = Bwd<E, HD>::layout().bytes;
-    launch(attention_dkdv_kernel<E, HD>, grid, smem, dev, qp, kp, vp, gp, lp, static_cast<const float*>(dp),
-           static_cast<E*>(dk.raw_data()), static_cast<E*>(dv.raw_data()), dims);
-    launch(attention_dq_kernel<E, HD>, grid, smem, dev, qp, kp, vp, gp, lp, static_cast<const float*>(dp),
-           static_cast<E*>(dq.raw_data()), dims);
+    const int smem = Bwd<HD>::layout().bytes;
+    launch(attention_dkdv_kernel<HD>, grid, smem, dev, qp, kp, vp, gp, lp, static_cast<const float*>(dp),
+           static_cast<float*>(dk.raw_data()), static_cast<float*>(dv.raw_data()), dims);
+    launch(attention_dq_kernel<HD>, grid, smem, dev, qp, kp, vp, gp, lp, static_cast<const float*>(dp),
+           static_cast<float*>(dq.raw_data()), dims);
   });
 }
 

@@ -1,17 +1,16 @@
-// What the attention kernels share (attention_forward.cu, attention_backward.cu): element
-// conversions, the warp-level matrix products on shared-memory tiles, tile loads, the shared-memory
-// layout helper and the host-side argument checks and dtype dispatch.
+// What the attention kernels share: the logit and its derivative, the statistics, the host-side
+// argument checks and the head-dim dispatch (every kernel), and for the f32 kernels
+// (attention_forward.cu, attention_backward.cu) the warp-level products on shared-memory tiles,
+// the tile loads and the shared-memory layout helper.
 //
-// Work split inside a block: every kernel runs 4 warps, and each warp owns 16 rows of the block's
-// own tile (64 rows in all), so a warp's products are 16 x N: the height of one tensor-core
-// fragment. The streamed tile (the other operand) sits in shared memory, read by all 4 warps.
-// Per-element work (mask, softcap, exp) is done by lanes on an f32 copy of the warp's 16 x N
-// product in shared memory: the WMMA accumulator layout is opaque, so this is the portable way.
+// The f32 kernels' work split: every kernel runs 4 warps, and each warp owns 16 rows of the
+// block's own tile (64 rows in all), so a warp's products are 16 x N. The streamed tile (the other
+// operand) sits in shared memory, read by all 4 warps. Per-element work (mask, softcap, exp) is
+// done by lanes on an f32 copy of the warp's 16 x N product in shared memory.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 
 #include <cmath>
 #include <cstdint>
@@ -32,7 +31,7 @@ constexpr int kRowsPerWarp = 16;
 constexpr int kOwnRows = kWarps * kRowsPerWarp;  // rows of the block's own tile (64)
 
 template <typename T>
-constexpr bool kIsHalf = !std::is_same_v<T, float>;
+constexpr bool kIsHalf = !std::is_same_v<T, float>;  // bf16, f16: the tensor-core (mma) kernels
 
 // Shape data every kernel takes by value. window[h] normalised (attn::normalize_window).
 struct Dims {
@@ -69,20 +68,16 @@ __device__ __forceinline__ float dlogit(float p, float dp, float d_i, float s, c
   return ds;
 }
 
-// ---- shared-memory strides ----
-// Half types: WMMA needs strides that are multiples of 16 bytes; 8 extra halves (4 floats) keep
-// that and shift consecutive rows by 4 banks, which spreads a fragment load over the banks. f32:
-// the scalar path reads down columns, and an odd stride puts the 32 rows a warp reads in 32
-// different banks.
-template <typename T> constexpr int ld_elems(int cols) { return cols + (kIsHalf<T> ? 8 : 1); }  // T tiles
-template <typename T> constexpr int ld_f32(int cols) { return cols + (kIsHalf<T> ? 4 : 1); }    // f32 tiles
+// ---- shared memory of the f32 kernels ----
+// Row stride of a tile: the products read down columns, and an odd stride puts the 32 rows a warp
+// reads in 32 different banks.
+constexpr int ld_f32(int cols) { return cols + 1; }
 
 // Shared memory a block of width Dk may take: an A100's 163 KB up to width 128; width 256 takes an
 // H100's 227 KB where its tiles cannot shrink further (the f32 kernels: 16-row warp tiles).
 constexpr int max_shared_bytes(int Dk) { return (Dk <= 128 ? 163 : 227) * 1024; }
 
-// Byte offsets of the regions of a kernel's dynamic shared memory, each 128-byte aligned (WMMA
-// wants 32-byte aligned fragment pointers; 128 also keeps 16-byte vector stores aligned).
+// Byte offsets of the regions of a kernel's dynamic shared memory, each 128-byte aligned.
 struct SmemCarver {
   int bytes = 0;
   constexpr int take(int n) {
@@ -92,61 +87,13 @@ struct SmemCarver {
   }
 };
 
-// ---- warp-level products: a 16 x N f32 accumulator owned by one warp ----
+// ---- warp-level products: a 16 x N f32 accumulator owned by one warp, plain FMAs ----
+// (the exact path: TF32 tensor cores would miss f32's 1e-5 parity, and mma.sync has no f32 inputs)
 // mma_ab:  C += A B    with A 16 x K (row-major, stride lda) and B K x N (row-major, ldb)
 // mma_abt: C += A B^T  with A 16 x K and B N x K (both row-major): rows of B dotted with rows of A
 // load/store move C between registers and an f32 shared-memory tile (row-major, ldc).
-template <typename T, int N>
-struct WarpAcc {  // bf16 / f16: tensor cores through WMMA 16x16x16, f32 accumulation
-  static_assert(N % 16 == 0, "WMMA tiles are 16 wide");
-  using Acc = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
-  using FragA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major>;
-  using FragBRow = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::row_major>;
-  using FragBCol = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::col_major>;
-  Acc f[N / 16];
-
-  __device__ void zero() {
-#pragma unroll
-    for (int n = 0; n < N / 16; ++n) nvcuda::wmma::fill_fragment(f[n], 0.0f);
-  }
-  __device__ void load(const float* C, int ldc) {
-#pragma unroll
-    for (int n = 0; n < N / 16; ++n) nvcuda::wmma::load_matrix_sync(f[n], C + 16 * n, ldc, nvcuda::wmma::mem_row_major);
-  }
-  __device__ void store(float* C, int ldc) const {
-#pragma unroll
-    for (int n = 0; n < N / 16; ++n) nvcuda::wmma::store_matrix_sync(C + 16 * n, f[n], ldc, nvcuda::wmma::mem_row_major);
-  }
-  template <int K> __device__ void mma_ab(const T* A, int lda, const T* B, int ldb) {
-#pragma unroll
-    for (int k = 0; k < K / 16; ++k) {
-      FragA a;
-      nvcuda::wmma::load_matrix_sync(a, A + 16 * k, lda);
-#pragma unroll
-      for (int n = 0; n < N / 16; ++n) {
-        FragBRow b;  // element (kk, nn) = B[16k + kk][16n + nn]
-        nvcuda::wmma::load_matrix_sync(b, B + 16 * k * ldb + 16 * n, ldb);
-        nvcuda::wmma::mma_sync(f[n], a, b, f[n]);
-      }
-    }
-  }
-  template <int K> __device__ void mma_abt(const T* A, int lda, const T* B, int ldb) {
-#pragma unroll
-    for (int k = 0; k < K / 16; ++k) {
-      FragA a;
-      nvcuda::wmma::load_matrix_sync(a, A + 16 * k, lda);
-#pragma unroll
-      for (int n = 0; n < N / 16; ++n) {
-        FragBCol b;  // element (kk, nn) = B^T[16k + kk][16n + nn] = B[16n + nn][16k + kk]
-        nvcuda::wmma::load_matrix_sync(b, B + 16 * n * ldb + 16 * k, ldb);
-        nvcuda::wmma::mma_sync(f[n], a, b, f[n]);
-      }
-    }
-  }
-};
-
 template <int N>
-struct WarpAcc<float, N> {  // f32: plain FMAs (the exact reference path; no TF32)
+struct WarpAcc {
   static_assert(N % 32 == 0, "the f32 path gives each lane the columns lane + 32 t");
   float a[16][N / 32];  // a[r][t] = C[r][lane + 32 t]
 
@@ -205,25 +152,15 @@ struct WarpAcc<float, N> {  // f32: plain FMAs (the exact reference path; no TF3
 // a tile reads no memory past it and feeds only finite zeros to the products (a NaN there would
 // survive 0 * NaN in P V), and a head dim below the width runs as if it were the width
 // (attention_tiles.h). D is a multiple of 8, so a 16-byte vector is all inside or all outside.
-template <typename T, int Dk>
-__device__ void load_tile(T* dst, int ld, const T* src, int rows, int valid, int D) {
-  if constexpr (kIsHalf<T>) {
-    constexpr int kVec = 8;  // 16 bytes: one vector per thread per step, coalesced
-    for (int c = threadIdx.x; c < rows * (Dk / kVec); c += kThreads) {
-      const int r = c / (Dk / kVec), col = c % (Dk / kVec) * kVec;
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (r < valid && col < D) x = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(r) * D + col);
-      *reinterpret_cast<uint4*>(dst + r * ld + col) = x;
-    }
-  } else {
-    constexpr int kVec = 4;  // 16-byte global loads; scalar stores into the odd-strided tile
-    for (int c = threadIdx.x; c < rows * (Dk / kVec); c += kThreads) {
-      const int r = c / (Dk / kVec), col = c % (Dk / kVec) * kVec;
-      float4 x = make_float4(0, 0, 0, 0);
-      if (r < valid && col < D) x = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * D + col);
-      float* o = dst + r * ld + col;
-      o[0] = x.x, o[1] = x.y, o[2] = x.z, o[3] = x.w;
-    }
+template <int Dk>
+__device__ void load_tile(float* dst, int ld, const float* src, int rows, int valid, int D) {
+  constexpr int kVec = 4;  // 16-byte global loads; scalar stores into the odd-strided tile
+  for (int c = threadIdx.x; c < rows * (Dk / kVec); c += kThreads) {
+    const int r = c / (Dk / kVec), col = c % (Dk / kVec) * kVec;
+    float4 x = make_float4(0, 0, 0, 0);
+    if (r < valid && col < D) x = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * D + col);
+    float* o = dst + r * ld + col;
+    o[0] = x.x, o[1] = x.y, o[2] = x.z, o[3] = x.w;
   }
 }
 
@@ -233,14 +170,14 @@ __device__ inline void load_row_stats(float* dst, const float* src, int n, int v
 }
 
 // A warp writes the first D columns of its 16 f32 rows (stride ld) to global rows [row0, row0 + 16)
-// ∩ [0, T) (stride D), times `mul`, in T: lanes walk the rows in order, so each store instruction
-// is coalesced. The padding columns past D (zeros) are never stored.
-template <typename T, int Dk>
-__device__ void store_rows(T* dst, const float* src, int ld, int row0, int T_len, float mul, int D) {
+// ∩ [0, T) (stride D), times `mul`: lanes walk the rows in order, so each store instruction is
+// coalesced. The padding columns past D (zeros) are never stored.
+template <int Dk>
+__device__ void store_rows(float* dst, const float* src, int ld, int row0, int T_len, float mul, int D) {
   const int lane = threadIdx.x & 31;
   for (int e = lane; e < kRowsPerWarp * Dk; e += 32) {  // over the width: no division by D
     const int r = e / Dk, c = e % Dk;
-    if (row0 + r < T_len && c < D) dst[static_cast<int64_t>(row0 + r) * D + c] = from_f32<T>(src[r * ld + c] * mul);
+    if (row0 + r < T_len && c < D) dst[static_cast<int64_t>(row0 + r) * D + c] = src[r * ld + c] * mul;
   }
 }
 
@@ -257,7 +194,7 @@ void launch_threads(Kernel kernel, dim3 grid, int threads, int smem_bytes, int d
   launch_kernel(kernel, grid, threads, smem_bytes, detail::stream(device), args...);
   KEEL_CHECK_LAUNCH();
 }
-// The same with this file's kThreads (the wmma kernels' 4 warps).
+// The same with this file's kThreads (the f32 kernels' 4 warps).
 template <typename Kernel, typename... Args>
 void launch(Kernel kernel, dim3 grid, int smem_bytes, int device, Args... args) {
   launch_threads(kernel, grid, kThreads, smem_bytes, device, args...);
@@ -271,21 +208,27 @@ inline void check_head_dim(const char* op, int64_t D) {
                          std::to_string(kMaxHeadDim) + "; choose n_embd / n_head among them (or run on the CPU)");
 }
 
-// Calls f.template operator()<T, Dk>() for the tensor dtype and the kernel width Dk that runs head
-// dim D (attention_tiles.h): 16 (half types only), 32, 64, 128 or 256. Typed errors otherwise.
-template <typename F>
-void dispatch(const char* op, DType dtype, int64_t D, F&& f) {
+// Calls f.template operator()<Dk>() with the kernel width Dk that runs head dim D
+// (attention_tiles.h): a power of two from Narrowest (16 for the tensor-core kernels, 32 for f32)
+// to 256. ShapeError for a head dim no width takes.
+template <int Narrowest, typename F>
+void with_width(const char* op, int64_t D, F&& f) {
   check_head_dim(op, D);
-  auto with_d = [&]<typename T>() {
-    const int width = kernel_width(D, kIsHalf<T> ? 16 : 32);
-    if constexpr (kIsHalf<T>)
-      if (width == 16) return f.template operator()<T, 16>();
-    if (width == 32) return f.template operator()<T, 32>();
-    if (width == 64) return f.template operator()<T, 64>();
-    if (width == 128) return f.template operator()<T, 128>();
-    return f.template operator()<T, 256>();
-  };
-  visit_cuda_float(dtype, op, with_d);  // the CUDA side's one dtype dispatch (core/cuda/convert.cuh)
+  const int width = kernel_width(D, Narrowest);
+  if constexpr (Narrowest <= 16)
+    if (width == 16) return f.template operator()<16>();
+  if (width == 32) return f.template operator()<32>();
+  if (width == 64) return f.template operator()<64>();
+  if (width == 128) return f.template operator()<128>();
+  return f.template operator()<256>();
+}
+
+// Calls f.template operator()<T>() for a bf16 or f16 dtype (the tensor-core kernels' types).
+template <typename F>
+void visit_half(const char* op, DType dtype, F&& f) {
+  if (dtype == DType::bf16) return f.template operator()<__nv_bfloat16>();
+  if (dtype == DType::f16) return f.template operator()<__half>();
+  throw DTypeError(op, std::string("CUDA attention computes in f32, bf16 or f16, got ") + dtype_name(dtype));
 }
 
 // Dims for a call; checks what the kernels assume that the front end does not already promise.

@@ -1,6 +1,7 @@
 // Flash-attention forward for every head pattern (MHSA, LS-attention, any per-head window): the
-// wmma kernel, and the entry point that picks it or the mma kernel (attention_kernels.h,
-// attention_mma_forward.cu).
+// entry point, which runs bf16 and f16 on the tensor-core kernel (attention_mma_forward.cu), and
+// the f32 kernel, plain FMAs (the exact path: mma.sync has no f32 inputs, and TF32 would miss
+// f32's 1e-5 parity).
 //
 // A block owns one tile of 64 query rows of one (b, h) and streams the key/value tiles that its
 // rows can see (attn::key_tiles_for_query_tile): never the T x T matrix, and never a tile wholly
@@ -19,7 +20,6 @@
 // The statistics ride along: each lane keeps the largest |logit| and the smallest logit it saw, so
 // max |logit| and the row range m - min (ops/attention.h) cost one max and one min per logit.
 #include "ops/cuda/attention_common.cuh"
-#include "ops/cuda/attention_kernels.h"
 #include "ops/cuda/attention_mma.cuh"
 
 namespace keel::cuda {
@@ -28,50 +28,50 @@ namespace {
 
 using namespace attn;
 
-// Tile sizes and the shared-memory layout of the forward for storage type T and head dim D.
-// Keys per tile: 64 for the tensor-core paths (bf16 D = 128 takes 110 KB: two blocks per H100
-// multiprocessor); 32 for f32, whose tiles are twice as wide in bytes.
-template <typename T, int D>
+// Tile sizes and the shared-memory layout of the f32 forward for kernel width D: 64 query rows
+// against 32-key tiles (D = 128: 113 KB; D = 256: 209 KB, an H100's).
+template <int D>
 struct Fwd {
-  static constexpr int kBr = kOwnRows, kBc = kIsHalf<T> ? 64 : 32;
-  static constexpr int ldT = ld_elems<T>(D), ldS = ld_f32<T>(kBc), ldP = ld_elems<T>(kBc), ldO = ld_f32<T>(D);
-  static constexpr int kSize = static_cast<int>(sizeof(T));
+  static constexpr int kBr = kOwnRows, kBc = 32;
+  static constexpr int ldT = ld_f32(D), ldS = ld_f32(kBc), ldP = ld_f32(kBc), ldO = ld_f32(D);
+  static constexpr int kSize = 4;
   struct Layout {
     int q, k, v, s, p, o, bytes;
   };
   static constexpr Layout layout() {
     SmemCarver c;
     Layout l{};
-    l.q = c.take(kBr * ldT * kSize);  // the block's queries, T
-    l.k = c.take(kBc * ldT * kSize);  // current key tile, T
-    l.v = c.take(kBc * ldT * kSize);  // current value tile, T
-    l.s = c.take(kBr * ldS * 4);      // logits of the tile, f32
-    l.p = c.take(kBr * ldP * kSize);  // probabilities of the tile, T (the A operand of P V)
-    l.o = c.take(kBr * ldO * 4);      // running output O, f32
+    l.q = c.take(kBr * ldT * kSize);  // the block's queries
+    l.k = c.take(kBc * ldT * kSize);  // current key tile
+    l.v = c.take(kBc * ldT * kSize);  // current value tile
+    l.s = c.take(kBr * ldS * 4);      // logits of the tile
+    l.p = c.take(kBr * ldP * kSize);  // probabilities of the tile (the A operand of P V)
+    l.o = c.take(kBr * ldO * 4);      // running output O
     l.bytes = c.bytes;
     return l;
   }
   static_assert(layout().bytes <= max_shared_bytes(D), "must fit the shared memory of a block");
 };
 
-// Shapes: q, k, v, out (B, H, T, D) in T; lse (B, H, T) f32; max_logit, max_range (H) f32 read as bits.
+// Shapes: q, k, v, out (B, H, T, D) f32, D = dims.D <= Dk, the kernel width (tile columns
+// D..Dk-1 are zeros: attention_tiles.h); lse (B, H, T) f32; max_logit, max_range (H) f32 read as bits.
 // Grid (B*H, ceil(T / 64)), 128 threads: block (bh, y) owns query rows [64 qt, 64 qt + 64) of
 // pair bh = b*H + h, qt counted from the end (see below). Warp w owns rows 16w..16w+15 of the tile;
 // in the per-element phase, lanes 2r and 2r+1 share row r of the warp (even and odd columns).
-template <typename T, int Dk>
+template <int Dk>
 __global__ void __launch_bounds__(kThreads)
-    attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                             T* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ max_logit,
+    attention_forward_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                             float* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ max_logit,
                              unsigned* __restrict__ max_range, Dims dims) {
-  using F = Fwd<T, Dk>;
+  using F = Fwd<Dk>;
   constexpr typename F::Layout L = F::layout();
   constexpr int kBr = F::kBr, kBc = F::kBc, ldT = F::ldT, ldS = F::ldS, ldP = F::ldP, ldO = F::ldO;
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
-  T* Qs = reinterpret_cast<T*>(smem + L.q);
-  T* Ks = reinterpret_cast<T*>(smem + L.k);
-  T* Vs = reinterpret_cast<T*>(smem + L.v);
+  float* Qs = reinterpret_cast<float*>(smem + L.q);
+  float* Ks = reinterpret_cast<float*>(smem + L.k);
+  float* Vs = reinterpret_cast<float*>(smem + L.v);
   float* Ss = reinterpret_cast<float*>(smem + L.s);
-  T* Ps = reinterpret_cast<T*>(smem + L.p);
+  float* Ps = reinterpret_cast<float*>(smem + L.p);
   float* Os = reinterpret_cast<float*>(smem + L.o);
   __shared__ unsigned block_max, block_range;
 
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kThreads)
   const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;  // this lane's row in the tile
   const int i = q0 + row;                                              // ... and its query index
 
-  load_tile<T, Dk>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kBr, T_len - q0, D);
+  load_tile<Dk>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kBr, T_len - q0, D);
   for (int e = threadIdx.x; e < kBr * ldO; e += kThreads) Os[e] = 0.0f;
   if (threadIdx.x == 0) block_max = block_range = 0;
 
@@ -95,12 +95,12 @@ __global__ void __launch_bounds__(kThreads)
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int k0 = kt * kBc;
     __syncthreads();  // the previous tile's K, V are no longer read (and Q, O are in place)
-    load_tile<T, Dk>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kBc, T_len - k0, D);
-    load_tile<T, Dk>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kBc, T_len - k0, D);
+    load_tile<Dk>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kBc, T_len - k0, D);
+    load_tile<Dk>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kBc, T_len - k0, D);
     __syncthreads();
 
     {  // S_w = Q_w K^T: the warp's 16 rows against the tile's kBc keys
-      WarpAcc<T, kBc> s;
+      WarpAcc<kBc> s;
       s.zero();
       s.template mma_abt<Dk>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
       s.store(Ss + warp * 16 * ldS, ldS);
@@ -125,13 +125,13 @@ __global__ void __launch_bounds__(kThreads)
     }
     const float m_new = fmaxf(m_run, warp_max_pair(mx));
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    const float alpha = attn_exp<T>(m_run - m_use);  // 0 while the row had seen nothing
+    const float alpha = attn_exp<float>(m_run - m_use);  // 0 while the row had seen nothing
     float sum = 0.0f;
 #pragma unroll
     for (int c2 = 0; c2 < kBc / 2; ++c2) {
-      const float p = attn_exp<T>(x[c2] - m_use);  // masked: exp(-inf) = 0
+      const float p = attn_exp<float>(x[c2] - m_use);  // masked: exp(-inf) = 0
       sum += p;
-      Ps[row * ldP + 2 * c2 + par] = from_f32<T>(p);
+      Ps[row * ldP + 2 * c2 + par] = p;
     }
     l_run = l_run * alpha + warp_sum_pair(sum);
     m_run = m_new;
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
 
     {  // O_w += P_w V
-      WarpAcc<T, Dk> o;
+      WarpAcc<Dk> o;
       o.load(Os + warp * 16 * ldO, ldO);
       o.template mma_ab<kBc>(Ps + warp * 16 * ldP, ldP, Vs, ldT);
       o.store(Os + warp * 16 * ldO, ldO);
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int d = par; d < D; d += 2) Os[row * ldO + d] *= inv;
   if (par == 0 && i < T_len) lse[static_cast<int64_t>(bh) * T_len + i] = m_run + logf(l_run);
   __syncwarp();
-  store_rows<T, Dk>(out + base, Os + warp * 16 * ldO, ldO, q0 + warp * 16, T_len, 1.0f, D);
+  store_rows<Dk>(out + base, Os + warp * 16 * ldO, ldO, q0 + warp * 16, T_len, 1.0f, D);
 
   // The row's logit range: m_run is already the row's max over both lanes; its min is the smaller
   // of the two lanes' minima. fmaxf and fminf skip a NaN, but a NaN logit made this lane's amax
@@ -190,16 +190,15 @@ void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
     KEEL_CHECK_CUDA(cudaMemsetAsync(max_range.raw_data(), 0, H * sizeof(float), detail::stream(dev)));
   }
   if (B * H * T == 0) return;  // nothing to attend; the statistics are 0, as on the CPU
-  if (attention_kernels(q.dtype()) == AttentionKernels::mma) {
-    attention_mma_forward(q, k, v, dims, out, lse, max_logit, max_range);
+  if (q.dtype() != DType::f32) {
+    attention_mma_forward(q, k, v, dims, out, lse, max_logit, max_range);  // bf16, f16 (DTypeError otherwise)
     return;
   }
-
-  dispatch(kOp, q.dtype(), D, [&]<typename E, int HD>() {
+  with_width<32>(kOp, D, [&]<int HD>() {
     const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + kOwnRows - 1) / kOwnRows));
-    launch(attention_forward_kernel<E, HD>, grid, Fwd<E, HD>::layout().bytes, dev,
-           static_cast<const E*>(q.raw_data()), static_cast<const E*>(k.raw_data()),
-           static_cast<const E*>(v.raw_data()), static_cast<E*>(out.raw_data()), static_cast<float*>(lse.raw_data()),
+    launch(attention_forward_kernel<HD>, grid, Fwd<HD>::layout().bytes, dev, static_cast<const float*>(q.raw_data()),
+           static_cast<const float*>(k.raw_data()), static_cast<const float*>(v.raw_data()),
+           static_cast<float*>(out.raw_data()), static_cast<float*>(lse.raw_data()),
            static_cast<unsigned*>(max_logit.raw_data()), static_cast<unsigned*>(max_range.raw_data()), dims);
   });
 }

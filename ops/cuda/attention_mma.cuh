@@ -140,9 +140,9 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 namespace keel::cuda {
 
-// The mma kernels' launchers (bf16 and f16; D a multiple of 8 up to 256), called by attention_forward()
-// and attention_backward() after their checks when attention_kernels() picks mma. Tensors as
-// there, contiguous; dims from attn::make_dims; dvec (B, H, T) f32 = rowsum(dout * out).
+// The mma kernels' launchers (bf16 and f16, DTypeError otherwise; D a multiple of 8 up to 256),
+// called by attention_forward() and attention_backward() after their checks for those dtypes.
+// Tensors as there, contiguous; dims from attn::make_dims; dvec (B, H, T) f32 = rowsum(dout * out).
 void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const attn::Dims& dims, Tensor& out,
                            Tensor& lse, Tensor& max_logit, Tensor& max_range);
 void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const Tensor& dout,

@@ -262,10 +262,8 @@ void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, c
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int dev = q.device().index;
   const cudaStream_t stream = detail::stream(dev);
-  dispatch(kOp, q.dtype(), D, [&]<typename E, int HD>() {
-    if constexpr (std::is_same_v<E, float>) {
-      throw DTypeError(kOp, "the mma kernels take bf16 or f16", "f32 runs the wmma kernels (attention_kernels.h)");
-    } else {
+  visit_half(kOp, q.dtype(), [&]<typename E>() {
+    with_width<16>(kOp, D, [&]<int HD>() {
       using F = MmaBwd<HD>;
       const int64_t nq = (T + F::kBr - 1) / F::kBr;
       Tensor dq_accum = empty({B, H, T, D}, {DType::f32, q.device()});
@@ -284,7 +282,7 @@ void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, c
       const int64_t n8 = dq.numel() / 8;
       launch_threads(dq_convert_kernel<E>, dim3(static_cast<unsigned>((n8 + 255) / 256)), 256, 0, dev,
                      static_cast<const float*>(dq_accum.raw_data()), static_cast<E*>(dq.raw_data()), n8, dims.scale);
-    }
+    });
   });
 }
 

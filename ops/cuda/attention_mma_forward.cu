@@ -212,10 +212,8 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
   constexpr const char* kOp = "attention (CUDA forward, mma)";
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int dev = q.device().index;
-  dispatch(kOp, q.dtype(), D, [&]<typename E, int HD>() {
-    if constexpr (std::is_same_v<E, float>) {
-      throw DTypeError(kOp, "the mma kernels take bf16 or f16", "f32 runs the wmma kernels (attention_kernels.h)");
-    } else {
+  visit_half(kOp, q.dtype(), [&]<typename E>() {
+    with_width<16>(kOp, D, [&]<int HD>() {
       using F = MmaFwd<HD>;
       const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + F::kBr - 1) / F::kBr));
       launch_threads(attention_mma_forward_kernel<E, HD>, grid, F::kThreads, F::kBytes, dev,
@@ -223,7 +221,7 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
                      static_cast<const E*>(v.raw_data()), static_cast<E*>(out.raw_data()),
                      static_cast<float*>(lse.raw_data()), static_cast<unsigned*>(max_logit.raw_data()),
                      static_cast<unsigned*>(max_range.raw_data()), dims);
-    }
+    });
   });
 }
 

@@ -1,19 +1,18 @@
 // What the CUDA attention tests share (test_attention_cuda.cpp, test_attention_grid_cuda.cpp):
 // the CPU reference in f64, a run of the CUDA kernels into NaN-poisoned outputs, the per-row
-// comparisons and their tolerances, and the choice of kernels (ops/cuda/attention_kernels.h).
+// comparisons and their tolerances.
 //
 // Every case draws fresh random inputs, rounds them to the dtype under test, runs the CUDA
 // kernels and compares with the CPU op in f64 on the same (rounded) inputs. Tolerances: the
 // worst row's relative error (one query's or key's D values, so one wrong row cannot hide in a
 // norm over the tensor) under 1e-5 for f32 and 1e-2 for bf16/f16 (their storage rounding is
-// 2^-9 / 2^-11 per element); a NaN anywhere fails. bf16 and f16 run under both sets of kernels,
-// mma and wmma; f32 has one (the wmma set's FMA kernels).
+// 2^-9 / 2^-11 per element); a NaN anywhere fails. bf16 and f16 run the tensor-core (mma) kernels,
+// f32 the FMA kernels.
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -28,32 +27,6 @@
 #include "ops/shape.h"
 
 namespace keel::attention_test {
-
-// Sets KEEL_ATTENTION_KERNEL for its lifetime (the kernels read it at every call), then restores it.
-class KernelsGuard {
- public:
-  explicit KernelsGuard(const char* kernels) {
-    if (const char* v = std::getenv(kVar)) saved_ = v, had_ = true;
-    setenv(kVar, kernels, 1);
-  }
-  ~KernelsGuard() {
-    if (had_) setenv(kVar, saved_.c_str(), 1);
-    else unsetenv(kVar);
-  }
-  KernelsGuard(const KernelsGuard&) = delete;
-  KernelsGuard& operator=(const KernelsGuard&) = delete;
-
- private:
-  static constexpr const char* kVar = "KEEL_ATTENTION_KERNEL";
-  std::string saved_;
-  bool had_ = false;
-};
-
-// The kernel sets a dtype runs under: f32 has only the FMA kernels, whatever the variable says.
-inline std::vector<const char*> kernel_sets(DType dt) {
-  if (dt == DType::f32) return {"wmma"};
-  return {"mma", "wmma"};
-}
 
 // How much of the parity grid (test_attention_grid_cuda.cpp) runs. All of it on a GPU, or on the
 // emulated GPU without KEEL_TEST_REDUCED. KEEL_TEST_REDUCED trims it: the plain emulated build
@@ -244,7 +217,7 @@ struct Case {
   double input_std = 1;  // larger: larger logits
 };
 
-// One case on one dtype, under every set of kernels the dtype has (kernel_sets).
+// One case on one dtype.
 inline void check_case(const Case& c, DType dt, uint64_t seed) {
   const int64_t H = static_cast<int64_t>(c.window.size());
   const Shape shape{c.B, H, c.T, c.D};
@@ -259,19 +232,15 @@ inline void check_case(const Case& c, DType dt, uint64_t seed) {
   const Grads ref = cpu_reference(q, k, v, g, c.window, scale, c.softcap);
   const TermScales ts = term_scales(q, k, v, g, ref, c.window, scale, c.softcap, min_normal(dt));
   const double tol = tolerance(dt);
-  for (const char* kernels : kernel_sets(dt)) {
-    const KernelsGuard use(kernels);
-    INFO("kernels " << kernels);
-    const Grads got = cuda_run(q, k, v, g, c.window, scale, c.softcap);
-    CHECK(got.out.dtype() == dt);
-    check_close("out", got.out, ref.out, tol);
-    check_stat("lse", got.lse, ref.lse, stat_tolerance(dt));
-    check_stat("max_logit", got.max_logit, ref.max_logit, stat_tolerance(dt));
-    check_stat("max_range", got.max_range, ref.max_range, stat_tolerance(dt));
-    check_by_terms("dq", got.dq, ref.dq, ts.dq, tol);
-    check_by_terms("dk", got.dk, ref.dk, ts.dk, tol);
-    check_close("dv", got.dv, ref.dv, tol);
-  }
+  const Grads got = cuda_run(q, k, v, g, c.window, scale, c.softcap);
+  CHECK(got.out.dtype() == dt);
+  check_close("out", got.out, ref.out, tol);
+  check_stat("lse", got.lse, ref.lse, stat_tolerance(dt));
+  check_stat("max_logit", got.max_logit, ref.max_logit, stat_tolerance(dt));
+  check_stat("max_range", got.max_range, ref.max_range, stat_tolerance(dt));
+  check_by_terms("dq", got.dq, ref.dq, ts.dq, tol);
+  check_by_terms("dk", got.dk, ref.dk, ts.dk, tol);
+  check_close("dv", got.dv, ref.dv, tol);
 }
 
 inline constexpr DType kDTypes[] = {DType::f32, DType::bf16, DType::f16};

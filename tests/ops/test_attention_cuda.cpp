@@ -1,9 +1,8 @@
-// The CUDA flash-attention kernels (ops/cuda/attention_*.cu) against the CPU reference op, case
-// by case: head patterns, windows on tile edges, soft-capping and scales, the front end with
-// autograd and strided inputs, the max-logit statistic, bad input. Both sets of kernels (mma and
-// wmma, ops/cuda/attention_kernels.h) run every case in bf16 and f16; attention_cuda_check.h has
-// the reference, the tolerances and the comparisons, test_attention_grid_cuda.cpp the grid over
-// T, head dims and windows.
+// The CUDA flash-attention kernels (ops/cuda/attention_*.cu) against the CPU reference op, case by
+// case: head patterns, windows on tile edges, soft-capping and scales, the front end with autograd
+// and strided inputs, the max-logit statistic, bad input. bf16 and f16 run the tensor-core (mma)
+// kernels, f32 the FMA kernels; attention_cuda_check.h has the reference, the tolerances and the
+// comparisons, test_attention_grid_cuda.cpp the grid over T, head dims and windows.
 //
 // The tile arithmetic runs everywhere. Everything else needs a GPU and reports itself skipped
 // without one (never in the emulated build, where CI runs it).
@@ -114,13 +113,9 @@ TEST_CASE("CUDA attention matches the CPU: window 1, windows at and beyond T, ti
   const Device dev = Device::cuda(0);
   AttentionResult r = attention(q.to(dev), k.to(dev), v.to(dev), {0, {1, 1}});
   CHECK(r.out.to_vector<float>() == v.to_vector<float>());
-  for (const char* kernels : kernel_sets(DType::bf16)) {  // and in bf16, whose p = 1 is exact too
-    const KernelsGuard use(kernels);
-    INFO("kernels " << kernels);
-    const Tensor vb = v.to(DType::bf16);
-    r = attention(q.to(DType::bf16).to(dev), k.to(DType::bf16).to(dev), vb.to(dev), {0, {1, 1}});
-    CHECK(r.out.to_vector<float>() == vb.to_vector<float>());
-  }
+  const Tensor vb = v.to(DType::bf16);  // and in bf16, whose p = 1 is exact too
+  r = attention(q.to(DType::bf16).to(dev), k.to(DType::bf16).to(dev), vb.to(dev), {0, {1, 1}});
+  CHECK(r.out.to_vector<float>() == vb.to_vector<float>());
 }
 
 TEST_CASE("CUDA attention matches the CPU: odd sequence lengths and T below one tile") {
@@ -167,9 +162,6 @@ TEST_CASE("CUDA attention through the front end: autograd, strided and misaligne
       }
       return xs;
     };
-    for (const char* kernels : kernel_sets(dt)) {
-    const KernelsGuard use(kernels);
-    INFO("kernels " << kernels);
     std::vector<Tensor> in = leaves(dev, dt), in64 = leaves(std::nullopt, DType::f64);
     AttentionResult r = attention(heads(in[0]), heads(in[1]), heads(in[2]), spec);
     CHECK(r.out.device() == dev);
@@ -198,7 +190,6 @@ TEST_CASE("CUDA attention through the front end: autograd, strided and misaligne
     const TermScales ts = term_scales(q64, k64, v64, g64, stats, spec.window, scale, 0, min_normal(dt));
     check_by_terms("dq", heads(in[0].grad()).contiguous(), heads(in64[0].grad()).contiguous(), ts.dq, tol);
     check_by_terms("dk", heads(in[1].grad()).contiguous(), heads(in64[1].grad()).contiguous(), ts.dk, tol);
-    }
   }
   // A contiguous view at an odd element offset: not 16-byte aligned, so the kernels get a copy.
   const Tensor flat = randn({1 + 3 * B * H * T * D}, gen).to(dev);
@@ -207,25 +198,23 @@ TEST_CASE("CUDA attention through the front end: autograd, strided and misaligne
   const Tensor kv = flat.as_strided(shape, contiguous_strides(shape), 1 + B * H * T * D);
   const Tensor vv = flat.as_strided(shape, contiguous_strides(shape), 1 + 2 * B * H * T * D);
   REQUIRE(qv.is_contiguous());
-  for (DType dt : kDTypes)
-    for (const char* kernels : kernel_sets(dt)) {
-      const KernelsGuard use(kernels);
-      INFO(dtype_name(dt) << ", kernels " << kernels);
-      const Tensor qd = qv.to(dt), kd = kv.to(dt), vd = vv.to(dt);
-      const Tensor flat_d = flat.to(dt);
-      const Tensor qo = flat_d.as_strided(shape, contiguous_strides(shape), 1);
-      const Tensor ko = flat_d.as_strided(shape, contiguous_strides(shape), 1 + B * H * T * D);
-      const Tensor vo = flat_d.as_strided(shape, contiguous_strides(shape), 1 + 2 * B * H * T * D);
-      const AttentionResult odd = attention(qo, ko, vo, spec);
-      const AttentionResult packed = attention(qd, kd, vd, spec);
-      CHECK(odd.out.to_vector<float>() == packed.out.to_vector<float>());
-      // Empty inputs: empty output, zero statistic.
-      const AttentionResult e = attention(zeros({1, 2, 0, 64}, {dt, dev}), zeros({1, 2, 0, 64}, {dt, dev}),
-                                          zeros({1, 2, 0, 64}, {dt, dev}), AttentionSpec::mhsa(2));
-      CHECK(e.out.numel() == 0);
-      CHECK(e.max_logit.to_vector<float>() == std::vector<float>{0, 0});
-      CHECK(e.max_range.to_vector<float>() == std::vector<float>{0, 0});
-    }
+  for (DType dt : kDTypes) {
+    INFO(dtype_name(dt));
+    const Tensor qd = qv.to(dt), kd = kv.to(dt), vd = vv.to(dt);
+    const Tensor flat_d = flat.to(dt);
+    const Tensor qo = flat_d.as_strided(shape, contiguous_strides(shape), 1);
+    const Tensor ko = flat_d.as_strided(shape, contiguous_strides(shape), 1 + B * H * T * D);
+    const Tensor vo = flat_d.as_strided(shape, contiguous_strides(shape), 1 + 2 * B * H * T * D);
+    const AttentionResult odd = attention(qo, ko, vo, spec);
+    const AttentionResult packed = attention(qd, kd, vd, spec);
+    CHECK(odd.out.to_vector<float>() == packed.out.to_vector<float>());
+    // Empty inputs: empty output, zero statistic.
+    const AttentionResult e = attention(zeros({1, 2, 0, 64}, {dt, dev}), zeros({1, 2, 0, 64}, {dt, dev}),
+                                        zeros({1, 2, 0, 64}, {dt, dev}), AttentionSpec::mhsa(2));
+    CHECK(e.out.numel() == 0);
+    CHECK(e.max_logit.to_vector<float>() == std::vector<float>{0, 0});
+    CHECK(e.max_range.to_vector<float>() == std::vector<float>{0, 0});
+  }
 }
 
 TEST_CASE("CUDA attention statistics: a NaN logit shows in its head only, and the backward is deterministic") {
@@ -238,10 +227,8 @@ TEST_CASE("CUDA attention statistics: a NaN logit shows in its head only, and th
   std::vector<float> qv = q.to_vector<float>();
   qv[((1 * 2 + 1) * 100 + 70) * 32 + 5] = std::nanf("");  // batch 1, head 1, query 70
   const Tensor qn = from_vector(qv, q.shape());
-  for (DType dt : kDTypes)
-    for (const char* kernels : kernel_sets(dt)) {
-    const KernelsGuard use(kernels);
-    INFO(dtype_name(dt) << ", kernels " << kernels);
+  for (DType dt : kDTypes) {
+    INFO(dtype_name(dt));
     AttentionResult r = attention(qn.to(dt).to(dev), k.to(dt).to(dev), v.to(dt).to(dev), {0, window, 0});
     const std::vector<float> m = r.max_logit.to_vector<float>(), range = r.max_range.to_vector<float>();
     CHECK(std::isnan(m[1]));
@@ -254,7 +241,7 @@ TEST_CASE("CUDA attention statistics: a NaN logit shows in its head only, and th
     CHECK(m[0] == doctest::Approx(ref.max_logit.to_vector<float>()[0]).epsilon(tolerance(dt)));
     CHECK(range[0] == doctest::Approx(ref.max_range.to_vector<float>()[0]).epsilon(tolerance(dt)));
 
-    // Two runs give the same bits: the wmma backward has no atomics, the mma backward adds dQ
+    // Two runs give the same bits: the f32 backward has no atomics, the mma backward adds dQ
     // in a fixed order (on the emulated GPU blocks run in order anyway; a GPU tests the claim).
     const Grads a = cuda_run(q.to(dt), k.to(dt), v.to(dt), v.to(dt), window, scale, 0);
     const Grads b = cuda_run(q.to(dt), k.to(dt), v.to(dt), v.to(dt), window, scale, 0);
@@ -319,10 +306,7 @@ TEST_CASE("CUDA attention at long sequences: a local head stays linear in T (smo
     }
     return best;
   };
-  for (const char* kernels : kernel_sets(DType::bf16)) {
-    const KernelsGuard use(kernels);
-    for (int64_t T : {1024, 2048, 4096, 8192})
-      MESSAGE(kernels << " T " << T << ": local (w = 50) " << time_ms(T, 50) << " ms, global " << time_ms(T, 0)
-                      << " ms (forward + backward, one head, D = 64, bf16)");
-  }
+  for (int64_t T : {1024, 2048, 4096, 8192})
+    MESSAGE("T " << T << ": local (w = 50) " << time_ms(T, 50) << " ms, global " << time_ms(T, 0)
+                 << " ms (forward + backward, one head, D = 64, bf16)");
 }

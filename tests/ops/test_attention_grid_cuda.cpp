@@ -1,13 +1,10 @@
-// The parity grid of the CUDA attention kernels: every dtype (f32, bf16, f16) under every set of
-// kernels it has (mma and wmma for bf16/f16), head dims 32, 64 and 128 (and 8 to 256 off the kernel
-// widths), T from 1 to 4096, windows from 1 (the query alone) through the tile widths to beyond T,
-// and inputs that are strided views - each against the CPU op in f64, row by row
-// (attention_cuda_check.h). How much runs depends on where (attention_test::grid_level): all of it
-// on a GPU; on the emulated GPU in CI every short sequence and a covering subset of T = 1000 and
-// 4096 (a global head at T = 4096 is about 10 s of emulation per dtype and kernel set); under the
-// sanitizers the short sequences.
-//
-// Also here: which kernels KEEL_ATTENTION_KERNEL picks.
+// The parity grid of the CUDA attention kernels: every dtype (f32, bf16, f16), head dims 32, 64 and
+// 128 (and 8 to 256 off the kernel widths), T from 1 to 4096, windows from 1 (the query alone)
+// through the tile widths to beyond T, and inputs that are strided views - each against the CPU op
+// in f64, row by row (attention_cuda_check.h). How much runs depends on where
+// (attention_test::grid_level): all of it on a GPU; on the emulated GPU in CI every short sequence
+// and a covering subset of T = 1000 and 4096 (a global head at T = 4096 is about 10 s of emulation
+// per dtype); under the sanitizers the short sequences.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,41 +13,10 @@
 
 #include "attention_cuda_check.h"
 #include "core/autograd.h"
-#include "ops/cuda/attention_kernels.h"
 #include "ops/shape.h"
 
 using namespace keel;
 using namespace keel::attention_test;
-
-TEST_CASE("CUDA attention kernels: KEEL_ATTENTION_KERNEL picks mma or wmma, f32 always the FMA kernels") {
-  {
-    const KernelsGuard use("");  // unset or empty: the default
-    CHECK(cuda::attention_kernels(DType::bf16) == cuda::AttentionKernels::mma);
-    CHECK(cuda::attention_kernels(DType::f16) == cuda::AttentionKernels::mma);
-    CHECK(cuda::attention_kernels(DType::f32) == cuda::AttentionKernels::wmma);
-  }
-  {
-    const KernelsGuard use("wmma");
-    CHECK(cuda::attention_kernels(DType::bf16) == cuda::AttentionKernels::wmma);
-  }
-  {
-    const KernelsGuard use("mma");
-    CHECK(cuda::attention_kernels(DType::f16) == cuda::AttentionKernels::mma);
-    CHECK(cuda::attention_kernels(DType::f32) == cuda::AttentionKernels::wmma);
-  }
-  const KernelsGuard use("flash3");
-  try {
-    cuda::attention_kernels(DType::bf16);
-    FAIL("no error for KEEL_ATTENTION_KERNEL=flash3");
-  } catch (const ConfigError& e) {
-    CHECK(std::string(e.what()).find("flash3") != std::string::npos);
-    CHECK(e.hint().find("mma (the default) or wmma") != std::string::npos);
-  }
-  if (cuda::is_available()) {  // and the op says so too, before touching the device
-    const Tensor x = zeros({1, 1, 8, 32}, {DType::bf16, Device::cuda(0)});
-    CHECK_THROWS_AS(attention(x, x, x, AttentionSpec::mhsa(1)), ConfigError);
-  }
-}
 
 namespace {
 
@@ -159,21 +125,18 @@ TEST_CASE("CUDA attention parity grid: q, k, v as the model's qkv split makes th
       std::vector<Tensor> v64 = views(leaf64);
       AttentionResult ref = attention(v64[0], v64[1], v64[2], spec);
       ref.out.backward(g.to(dt).to(DType::f64));
-      for (const char* kernels : kernel_sets(dt)) {
-        const KernelsGuard use(kernels);
-        INFO(dtype_name(dt) << ", kernels " << kernels << ", T " << T);
-        Tensor leaf = qkv_host.to(dt).to(dev).detach().set_requires_grad(true);
-        std::vector<Tensor> v = views(leaf);
-        REQUIRE_FALSE(v[0].is_contiguous());
-        cudatest::poison({cudatest::bytes_of({B, H, T, D}, dt), cudatest::bytes_of({B, T, 3 * C}, dt)});
-        AttentionResult r = attention(v[0], v[1], v[2], spec);
-        check_close("out", r.out, ref.out, tolerance(dt));
-        check_stat("max_logit", r.max_logit, ref.max_logit, stat_tolerance(dt));
-        check_stat("max_range", r.max_range, ref.max_range, stat_tolerance(dt));
-        r.out.backward(g.to(dt).to(dev));
-        REQUIRE(leaf.grad().defined());
-        check_close("d(qkv)", leaf.grad(), leaf64.grad(), tolerance(dt));
-      }
+      INFO(dtype_name(dt) << ", T " << T);
+      Tensor leaf = qkv_host.to(dt).to(dev).detach().set_requires_grad(true);
+      std::vector<Tensor> v = views(leaf);
+      REQUIRE_FALSE(v[0].is_contiguous());
+      cudatest::poison({cudatest::bytes_of({B, H, T, D}, dt), cudatest::bytes_of({B, T, 3 * C}, dt)});
+      AttentionResult r = attention(v[0], v[1], v[2], spec);
+      check_close("out", r.out, ref.out, tolerance(dt));
+      check_stat("max_logit", r.max_logit, ref.max_logit, stat_tolerance(dt));
+      check_stat("max_range", r.max_range, ref.max_range, stat_tolerance(dt));
+      r.out.backward(g.to(dt).to(dev));
+      REQUIRE(leaf.grad().defined());
+      check_close("d(qkv)", leaf.grad(), leaf64.grad(), tolerance(dt));
     }
   }
 }
