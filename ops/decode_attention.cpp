@@ -71,7 +71,7 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   check_no_grad(kOp, {q, k, v});
 
   // One cache for every head: the kernels' "global" group, with nothing to write.
-  const DecodeCache cache{Tensor(), Tensor(), k.contiguous(), v.contiguous()};
+  const DecodeCache cache{Tensor(), Tensor(), k.contiguous(), v.contiguous(), Tensor()};
   Tensor out = empty(q.shape(), {q.dtype(), q.device()});
   kernel_for(q)(q.contiguous(), Tensor(), Tensor(), cache, spec.window, position, spec.resolved_scale(D),
                 spec.softcap, out);

@@ -50,7 +50,7 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
 struct DecodeCache {
   Tensor k_local, v_local;
   Tensor k_global, v_global;
-  Tensor position;
+  Tensor position{};  // {}: an initialiser list of the four cache tensors alone stays warning-free
 };
 
 // q, k, v (B, H, 1, D): the new token at `position`, projected (and q/k-normed). Writes k and v
