@@ -45,8 +45,9 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
 // position: undefined, or (1) i64 on the device holding the position of the step's token. On
 // CUDA the kernel then reads the position from it rather than taking the host's (frozen in a
 // step captured as a CUDA graph: nn/decode_graph.h) and sizes its grid for the slots the cache
-// has, so one capture serves every position the cache can hold. The host's `position` must
-// still be the position of the token when the call is made (it is checked against the slots).
+// has, so one capture serves every position the cache can hold. The host's `position` is then
+// only checked against the slots (a replay runs with the one of its capture); the CPU kernel
+// always takes the host's.
 struct DecodeCache {
   Tensor k_local, v_local;
   Tensor k_global, v_global;

@@ -42,24 +42,30 @@ std::vector<float> slot_of(const Tensor& c, int64_t slot) {
   return c.defined() ? narrow(c, 2, slot, 1).to(Device::cpu()).to_vector<float>() : std::vector<float>();
 }
 
-// One decode step at position p over a text of random keys and values, GPU against CPU.
-void check_step(int64_t B, int64_t D, const AttentionSpec& spec, int64_t p, DType dt, uint64_t seed) {
+// One decode step at position p over a text of random keys and values, GPU against CPU. With
+// device_position, the GPU reads p from device memory (DecodeCache::position, as a step captured
+// in a CUDA graph does) and sizes its grid for the `spare` slots past the text too.
+void check_step(int64_t B, int64_t D, const AttentionSpec& spec, int64_t p, DType dt, uint64_t seed,
+                bool device_position = false, int64_t spare = 40) {
   CAPTURE(dtype_name(dt));
   CAPTURE(B);
   CAPTURE(D);
   CAPTURE(spec.local_heads());
   CAPTURE(p);
+  CAPTURE(device_position);
   NoGradGuard no_grad;
-  const int64_t H = spec.heads(), S = p + 40;  // global slots past the text stay NaN
+  const int64_t H = spec.heads(), S = p + spare;  // global slots past the text stay NaN
   const Tensor k = rnd({B, H, p + 1, D}, seed), v = rnd({B, H, p + 1, D}, seed + 1);
   CachePair cache = make_cache(cache_before(k, v, spec, p, S), dt);
+  if (device_position) cache.dev.position = full({1}, double(p), {DType::i64, kGpu});
   const Pair q = make(rnd({B, H, 1, D}, seed + 2, 0.0, 2.0), dt, false);
   const Pair kn = make(narrow(k, 2, p, 1).contiguous(), dt, false);
   const Pair vn = make(narrow(v, 2, p, 1).contiguous(), dt, false);
 
   const Tensor ref = decode_attention_cached(q.ref, kn.ref, vn.ref, cache.ref, spec, p);
   poison({bytes_of(ref.shape(), dt)});
-  const Tensor out = decode_attention_cached(q.dev, kn.dev, vn.dev, cache.dev, spec, p);
+  // A replayed graph passes the host position of its capture: the kernel must not use it.
+  const Tensor out = decode_attention_cached(q.dev, kn.dev, vn.dev, cache.dev, spec, device_position ? 0 : p);
   REQUIRE(out.device() == kGpu);
   CHECK(out.dtype() == dt);
   CHECK_CLOSE(out, ref, dt);
@@ -103,4 +109,15 @@ TEST_CASE("CUDA fused decode step matches the CPU: head dims off the kernel widt
   for (DType dt : kDtypes)
     for (int64_t D : {8, 16, 40, 136, 256})  // each padded below its kernel width, and the widest
       for (int64_t p : {100, 700}) check_step(1, D, AttentionSpec::ls(2, 1, 50), p, dt, seed += 3);
+}
+
+TEST_CASE("CUDA fused decode step with its position on the device: a grid for the slots, chunks past it idle") {
+  KEEL_REQUIRE_CUDA();
+  uint64_t seed = 6000;
+  for (DType dt : kDtypes)
+    for (const AttentionSpec& spec : {AttentionSpec::mhsa(6), AttentionSpec::ls(6, 5, 50)})
+      for (int64_t p : {0, 20, 300, 700}) {
+        check_step(1, 32, spec, p, dt, seed += 3, true);        // the grid as the host's would be, or one split more
+        check_step(2, 64, spec, p, dt, seed += 3, true, 1200);  // several chunks wholly past the position
+      }
 }
