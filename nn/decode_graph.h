@@ -34,7 +34,9 @@ struct DecodeStep {
 
 class DecodeGraph {
  public:
-  // `model` on a CUDA device (DeviceError otherwise), in eval mode, used under NoGradGuard.
+  // `model` on a CUDA device (DeviceError otherwise), in eval mode, used under NoGradGuard. Its
+  // parameters must stay where they are (no to(), no load) while the DecodeGraph is in use: the
+  // captured kernels read them at the addresses of the capture.
   explicit DecodeGraph(GPT2& model);
 
   // ids (B, 1) integer ids on the model's device: the tokens at position cache.length(), which

@@ -116,7 +116,10 @@ void* caching_allocate(int device, size_t nbytes) {
   detail::count_allocation(/*device_malloc=*/p != nullptr && !reused);
   pool.current += size;
   if (pool.current > pool.peak) pool.peak = pool.current;
-  mark_in_use(p, nbytes, size);
+  // A graph's block is written at every replay by each tensor the capture placed in it, the
+  // largest of its size class included: all of it stays addressable while the graph lives.
+  if (pool.capturing) mark_returned(p, size);
+  else mark_in_use(p, nbytes, size);
   return p;
 }
 
@@ -126,7 +129,6 @@ void caching_free(int device, void* ptr, size_t nbytes) {
   std::lock_guard<std::mutex> lock(g_mu);
   DevicePool& pool = g_pools[device];
   pool.current -= size;
-  mark_cached(ptr, size);
   // A graph's block goes back to its graph, and so does any block freed during a capture: the
   // captured kernels may still use it at every replay.
   FreeBlocks* home = &pool.free_blocks;
@@ -136,6 +138,8 @@ void caching_free(int device, void* ptr, size_t nbytes) {
   } else if (pool.capturing) {
     home = &pool.graph_pools[pool.capturing];
   }
+  if (home == &pool.free_blocks) mark_cached(ptr, size);
+  else mark_returned(ptr, size);
   (*home)[size].push_back(ptr);
 }
 
@@ -179,7 +183,10 @@ void release_graph_pool(int device, uint64_t id) {
   auto it = pool.graph_pools.find(id);
   if (it == pool.graph_pools.end()) return;
   for (auto& [size, blocks] : it->second)
-    pool.free_blocks[size].insert(pool.free_blocks[size].end(), blocks.begin(), blocks.end());
+    for (void* p : blocks) {
+      mark_cached(p, size);
+      pool.free_blocks[size].push_back(p);
+    }
   pool.graph_pools.erase(it);
   // Blocks still held by tensors go back to the cache when those are freed.
   std::erase_if(pool.graph_owned, [id](const auto& kv) { return kv.second == id; });
