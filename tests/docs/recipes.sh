@@ -101,8 +101,9 @@ check "README: tokenize examples found" test $n -ge 2
 # 5. The README's app block (the first ```sh block holding `$gpt2 prepare`), in order, from the
 # same clean tree. Training is cut to 2 steps; lines that need input the user brings, or minutes
 # on a CPU, are skipped and named. It runs on the CPU (no visible CUDA device, so --device auto
-# picks the CPU even in a build with the emulated GPU): the block's `--preset tiny` has heads of
-# 16, and the CUDA attention kernels take head dims 32, 64 and 128 only.
+# picks the CPU even in a build with the emulated GPU): the block also runs on the emulated GPU
+# (its `--preset tiny` heads of 16 included), but there it took 295 s against 45 s on the CPU
+# (2 cores, 2026-11-26), most of it the compare sweep, too much to add to this test's budget.
 export CUDA_VISIBLE_DEVICES=
 block=$(awk '/^```sh$/ {b = ""; inb = 1; next} /^```$/ {if (inb && b ~ /\$gpt2 prepare/) {printf "%s", b; exit} inb = 0; next}
              inb {b = b $0 "\n"}' README.md)
