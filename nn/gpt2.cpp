@@ -64,7 +64,9 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets, StatsOn stats
   if (targets.defined() && targets.shape() != ids.shape())
     throw ShapeError(kOp, "targets " + shape_str(targets.shape()) + " must match ids " + shape_str(ids.shape()));
 
-  Tensor pos = arange(T, {DType::i64, wpe.weight.device()});
+  if (!positions_.defined() || positions_.device() != wpe.weight.device())
+    positions_ = arange(config_.block_size, {DType::i64, wpe.weight.device()});
+  Tensor pos = slice(positions_, 0, 0, T);
   Tensor x = wte.forward(ids) + wpe.forward(pos);  // (B, T, C) + (T, C)
   if (config_.dropout > 0 && training()) x = dropout(x, config_.dropout, dropout_gen_, true);
 

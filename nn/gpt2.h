@@ -66,6 +66,9 @@ class GPT2 : public Module {
   GPT2Config config_;
   Generator init_gen_;
   Generator dropout_gen_;
+  // arange(block_size) i64 on the parameters' device, made once: forward takes its first T, as an
+  // upload per forward would make the host wait for a GPU every micro-batch.
+  Tensor positions_;
 
  public:
   Embedding wte;  // (V, C)

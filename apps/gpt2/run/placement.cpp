@@ -3,6 +3,7 @@
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/factory.h"
+#include "ops/shape.h"
 
 namespace keel::app {
 
@@ -20,9 +21,16 @@ DType parse_dtype(const std::string& name) {
   throw ConfigError("--dtype", "unknown dtype '" + name + "'", "use f32, bf16 or f16");
 }
 
+// b's B x T inputs and targets -> ids (B, T), targets (B, T): two views of one (2, B, T) upload,
+// since every copy from host memory makes the host wait for a GPU.
 std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device) {
-  return {from_vector(b.inputs, {b.batch_size, b.seq_len}).to(device),
-          from_vector(b.targets, {b.batch_size, b.seq_len}).to(device)};
+  std::vector<int32_t> both;
+  both.reserve(b.inputs.size() + b.targets.size());
+  both.insert(both.end(), b.inputs.begin(), b.inputs.end());
+  both.insert(both.end(), b.targets.begin(), b.targets.end());
+  const Tensor t = from_vector(both, {2, b.batch_size, b.seq_len}).to(device);
+  const Shape bt{b.batch_size, b.seq_len};
+  return {reshape(slice(t, 0, 0, 1), bt), reshape(slice(t, 0, 1, 2), bt)};
 }
 
 }  // namespace keel::app
