@@ -11,10 +11,10 @@
 //   n_split > 1   it writes (acc, m, l) to a small f32 workspace, and a second kernel merges a
 //                 row's chunks: M = max_s m_s, L = sum_s l_s exp(m_s - M),
 //                 out = sum_s acc_s exp(m_s - M) / L.
-// n_split is picked so the launch has about two blocks per multiprocessor and no chunk is
-// shorter than 256 keys. A row's keys are [band_start(p, w), p], so a local head's 50 keys fill
-// one chunk and its other chunks are empty blocks that only write (0, -inf, 0): it reads its
-// window and nothing else.
+// Chunks are kChunk keys from the row's first key, however long the row (the rule and its reason
+// are at the launch). A row's keys are [band_start(p, w), p], so a local head's 50 keys fill one
+// chunk and its other chunks are empty blocks that only write (0, -inf, 0): it reads its window
+// and nothing else.
 //
 // The heads come in two groups with caches of their own (a local ring, a global cache: see
 // DecodeCache), the key of position j in slot j % S of the head's group, so LS-attention's local
@@ -35,14 +35,15 @@ namespace {
 
 using namespace dev;
 
-constexpr int kBlock = 128;          // a block, and the keys of one tile (one per thread)
-constexpr int kMinKeysPerSplit = 256;  // shorter chunks would cost more to merge than to read
-constexpr int kMaxHeads = 128;         // windows travel to the kernel by value
+constexpr int kBlock = 128;       // a block, and the keys of one tile (one per thread)
+constexpr int64_t kChunk = 256;   // keys per split: see the launch
+constexpr int kMaxHeads = 128;    // windows travel to the kernel by value
+static_assert(kChunk % kBlock == 0, "a chunk is whole tiles");
 
 struct DecodeDims {
   int64_t position;  // of the first query
   int64_t S0, S1;    // cache slots per head of the first group (heads [0, H0)) and of the second
-  int64_t chunk;     // keys per split, a multiple of kBlock
+  int64_t chunk;     // keys per split: kChunk
   int H, H0, t;
   int D;  // head dim, the rows' stride: at most the kernel width
   float scale, softcap;
@@ -222,12 +223,21 @@ void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor
   }
   const int dev = q.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
-  // About two blocks per multiprocessor, no chunk below kMinKeysPerSplit, chunks of whole tiles.
-  const int64_t want = (2 * int64_t(sm_count(dev)) + R - 1) / R;
-  const int64_t most = std::max<int64_t>(1, (span + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
-  int64_t n_split = std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 65535));
-  dims.chunk = ((span + n_split - 1) / n_split + kBlock - 1) / kBlock * kBlock;
-  n_split = (span + dims.chunk - 1) / dims.chunk;
+  // One rule for the split, the same whether the position is on the host (an eager step: span is
+  // the keys the row has) or on the device (a replayed graph: span is the slots the cache has):
+  // chunks of kChunk keys counted from the row's first key. A chunk's keys, its f32 partial sums
+  // and the order the combine adds them in then depend only on the keys present, and the chunks
+  // a larger grid adds are empty, adding exact zeros (and a lone chunk's own normalisation,
+  // acc / l, is the combine's with M = m), so eager and replayed steps agree bit for bit at
+  // every length. Sizing the chunks by the length (or the capacity) would round differently in
+  // the two. A fixed size also keeps a short row cheap: up to kChunk keys it is one launch with
+  // no workspace. Long rows get more blocks than the multiprocessors need at large batch, each
+  // merged by the combine at D + 2 floats: small next to the kChunk keys and values it read.
+  const int64_t n_split = std::max<int64_t>(1, (span + kChunk - 1) / kChunk);
+  if (n_split > 65535)
+    throw ShapeError(kOp, "a row of " + std::to_string(span) + " keys needs more than 65535 chunks of " +
+                              std::to_string(kChunk) + " keys (the grid's y limit)");
+  dims.chunk = kChunk;
   // One split writes the output itself: no workspace, no combine launch.
   Tensor part = n_split > 1 ? empty({R, n_split, D + 2}, {DType::f32, q.device()}) : Tensor();
   cudaStream_t stream = detail::stream(dev);

@@ -13,9 +13,11 @@
 #include "core/autograd.h"
 #include "core/cuda/counters.h"
 #include "core/factory.h"
+#include "core/random.h"
 #include "cuda_test.h"
 #include "nn/decode_graph.h"
 #include "nn/gpt2.h"
+#include "nn/kv_cache.h"
 #include "ops/reduce.h"
 
 using namespace keel;
@@ -124,6 +126,48 @@ TEST_CASE("graph replay decodes exactly as the eager step, for MHSA and LS-atten
     const nn::DecodeStep step = graph.step(r_next, replayed);
     CHECK(graph.captures() == 2);
     CHECK(step.logits.to(Device::cpu()).to_vector<float>() == e_logits.to(Device::cpu()).to_vector<float>());
+  }
+}
+
+TEST_CASE("graph replay decodes exactly as the eager step past 256 keys, where decode attention splits a row") {
+  // The eager step's grid covers the keys the text has, the graph's the slots the cache has
+  // (two chunks of keys here, three of slots). At batch 22 there are 132 query rows, one per
+  // emulated multiprocessor, so a split sized for the GPU would cut 301 keys and 600 slots at
+  // different places; chunks of a fixed size cut both at the same keys. Tiny widths (6 heads of
+  // 8) and random cached keys keep the emulator fast.
+  KEEL_REQUIRE_CUDA();
+  NoGradGuard no_grad;
+  const Device dev = Device::cuda(0);
+  constexpr int64_t B = 22, L = 300, capacity = 600;
+  for (auto kind : {nn::AttentionKind::mhsa, nn::AttentionKind::ls}) {
+    INFO((kind == nn::AttentionKind::mhsa ? "mhsa" : "ls"));
+    nn::GPT2Config c = model_config(kind);
+    c.n_embd = 48;
+    c.block_size = capacity;
+    nn::GPT2 model(c, 3);
+    model.to(dev);
+    model.eval();
+    const AttentionSpec spec = c.attention_spec();
+    nn::KVCache eager = model.make_cache(capacity), replayed = model.make_cache(capacity);
+    Generator ge(11), gr(11);  // the same random text in both caches
+    nn::fill_random(eager, B, L, spec, c.head_dim(), DType::f32, dev, ge);
+    nn::fill_random(replayed, B, L, spec, c.head_dim(), DType::f32, dev, gr);
+    std::vector<int64_t> first(B);
+    for (int64_t b = 0; b < B; ++b) first[static_cast<size_t>(b)] = (7 * b + 1) % c.vocab_size;
+    Tensor e_next = from_vector(first, {B, 1}).to(dev), r_next = e_next;
+    nn::DecodeGraph graph(model);
+    for (int i = 0; i < 3; ++i) {
+      const Tensor e_logits = model.forward_cached(e_next, eager, nn::GPT2::Logits::last);
+      e_next = argmax(e_logits, 2);
+      const nn::DecodeStep step = graph.step(r_next, replayed);
+      r_next = step.next;
+      INFO("step " << i);
+      CHECK(step.logits.to(Device::cpu()).to_vector<float>() == e_logits.to(Device::cpu()).to_vector<float>());
+      CHECK(r_next.to_vector<int64_t>() == e_next.to_vector<int64_t>());
+    }
+    CHECK(graph.captures() == 1);
+    CHECK(replayed.length() == L + 3);
+    CHECK(replayed.layers[0].k_global.size(2) == capacity);  // the graph's grid: slots, not keys
   }
 }
 
