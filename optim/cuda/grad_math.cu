@@ -187,7 +187,7 @@ void sum_of_squares_into(const std::vector<Tensor>& ts, Tensor& out, int64_t slo
   double* partial = static_cast<double*>(scratch.raw_data());
   double* sums = partial + blocks;
   for (int lo = 0, block0 = 0; lo < k; lo += kTableSize) {
-    Table table;
+    Table table{};  // zeros past `count`: no uninitialised bytes go to the device
     table.count = std::min(kTableSize, k - lo);
     table.first_block[0] = 0;
     for (int j = 0; j < table.count; ++j) {
