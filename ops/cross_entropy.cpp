@@ -13,9 +13,10 @@ namespace {
 
 struct CrossEntropyBackward : Node {
   Tensor logits, targets, lse;  // logits (N, V) (widened to f32 on the CPU), targets (N), lse (N) (f32 on CUDA)
+  Tensor count;                 // [] i64 on the logits' device: the rows that count
   Shape logits_shape;
   DType logits_dtype = DType::f32;  // the dtype dlogits must have
-  int64_t classes = 0, ignore_index = kIgnoreIndex, count = 0;
+  int64_t classes = 0, ignore_index = kIgnoreIndex;
   const char* name() const override { return "CrossEntropyBackward"; }
   // grad [] -> dlogits (..., V); targets get none
   std::vector<Tensor> backward(const Tensor& grad) override {
@@ -25,7 +26,7 @@ struct CrossEntropyBackward : Node {
     if (d.dtype() != logits_dtype) d = d.to(logits_dtype);
     return {d.as_strided(logits_shape, contiguous_strides(logits_shape), 0), Tensor()};
   }
-  void release() override { logits = targets = lse = {}; }
+  void release() override { logits = targets = lse = count = {}; }
   profiler::Cost cost(const Tensor&) const override {
     return op_costs::cross_entropy_backward(logits, targets, lse.dtype(), logits_dtype);
   }
@@ -64,8 +65,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor l2 = lc.as_strided({N, Vp}, {Vp, 1}, lc.offset());
   Tensor tc = targets.detach().contiguous();
   Tensor t1 = tc.as_strided({N}, {1}, tc.offset());
-  Tensor lse;
-  int64_t count = 0;
+  Tensor lse, count;
   Tensor loss = logits.device().is_cuda() ? cuda::cross_entropy_forward(l2, t1, V, ignore_index, lse, count)
                                           : cpu::cross_entropy_forward(l2, t1, V, ignore_index, lse, count);
   if (needs_grad({logits})) {

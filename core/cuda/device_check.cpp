@@ -59,6 +59,13 @@ void raise_device_check(int device) {
                                       " is outside the table of " + std::to_string(found.bound) +
                                       " rows (found by the kernel on cuda:" + std::to_string(device) + ")",
                      "check that the tokenizer's vocabulary matches the model's vocab_size");
+  if (found.code == int32_t(DeviceCheck::class_target))
+    throw IndexError("cross_entropy", "target " + std::to_string(found.value) + " at position " +
+                                          std::to_string(found.index) + " is out of range for V = " +
+                                          std::to_string(found.bound) + " classes (found by the kernel on cuda:" +
+                                          std::to_string(device) + ")",
+                     "targets must be in [0, V) or equal ignore_index; check that the data's vocabulary "
+                     "matches the model's vocab_size");
   throw CudaError("cuda", "a kernel on cuda:" + std::to_string(device) + " reported check " +
                               std::to_string(found.code) + " (value " + std::to_string(found.value) + ")");
 }

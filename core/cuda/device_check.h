@@ -6,7 +6,8 @@
 // after each of its own synchronisations (synchronize(), every copy to or from host memory) and
 // throws the finding there as the keel error the op would have thrown. So a check costs the host
 // nothing: generation reads one token id per step and learns of a bad id with it, instead of
-// reading every id back before each lookup (a synchronisation per embedding).
+// reading every id back before each lookup (a synchronisation per embedding), and a training step
+// computes its loss without reading the targets back (cross_entropy).
 //
 // Device side, in a kernel (the first finding wins; later ones are dropped):
 //   if (id < 0 || id >= V) { report_device_check(slot, DeviceCheck::embedding_id, id, n, V); return; }
@@ -16,7 +17,7 @@
 
 namespace keel::cuda {
 
-enum class DeviceCheck : int32_t { none = 0, embedding_id = 1 };
+enum class DeviceCheck : int32_t { none = 0, embedding_id = 1, class_target = 2 };
 
 struct DeviceCheckSlot {
   int32_t code;  // a DeviceCheck; none while nothing was found

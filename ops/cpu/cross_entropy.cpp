@@ -28,7 +28,7 @@ std::vector<int64_t> checked_targets(const Tensor& targets, int64_t V, int64_t i
 
 // logits (N, Vp), targets (N) -> loss [], lse (N)
 Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t V, int64_t ignore_index, Tensor& lse,
-                             int64_t& count) {
+                             Tensor& count) {
   const int64_t N = logits.size(0), Vp = logits.size(1);
   std::vector<int64_t> t = checked_targets(targets, V, ignore_index);
   lse = empty({N}, {logits.dtype()});
@@ -51,7 +51,7 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
       total += l - row[t[r]];
       ++n;
     }
-    count = n;
+    count = full({}, static_cast<double>(n), {DType::i64});
     loss.data<T>()[0] = static_cast<T>(n > 0 ? total / n : 0.0);
   });
   return loss;
@@ -59,10 +59,11 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
 
 // logits (N, Vp), targets (N), lse (N), grad [] -> dlogits (N, Vp)
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t V,
-                              int64_t ignore_index, int64_t count, const Tensor& grad) {
+                              int64_t ignore_index, const Tensor& count_t, const Tensor& grad) {
   const int64_t N = logits.size(0), Vp = logits.size(1);
   std::vector<int64_t> t = targets.to_vector<int64_t>();  // checked by the forward
   Tensor dx = empty({N, Vp}, {logits.dtype()});
+  const int64_t count = static_cast<int64_t>(count_t.item());
   double scale = count > 0 ? grad.item() / count : 0.0;
   visit_dtype<CpuFloat>(logits.dtype(), "cross_entropy", [&]<typename T>() {
     const T *px = logits.data<T>(), *pl = lse.data<T>();

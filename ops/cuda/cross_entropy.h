@@ -12,15 +12,16 @@ namespace keel::cuda {
 
 // logits (N, Vp), targets (N) i32/i64, contiguous; the first V >= 1 of each row's Vp >= V
 // columns are the classes, the rest padding (a vocabulary padded for the GPU's matmuls) that no
-// softmax sees -> loss [] (f32; f64 for f64 logits); lse (N) and the number of non-ignored rows
-// `count` are filled in. A target outside [0, V) that is not ignore_index raises IndexError
-// (CUDA checks on the host, so it waits for the device).
+// softmax sees -> loss [] (f32; f64 for f64 logits); lse (N) and count [] i64 (the non-ignored
+// rows, on the logits' device) are filled in. A target outside [0, V) that is not ignore_index
+// raises IndexError: on the CPU here, on CUDA at the host's next synchronisation (the kernel
+// checks; core/cuda/device_check.h), so the loss never waits for the device.
 Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t V, int64_t ignore_index, Tensor& lse,
-                             int64_t& count);
+                             Tensor& count);
 // logits (N, Vp), targets (N), lse (N), grad [] (the loss's gradient, on the logits' device)
 // -> dlogits (N, Vp) = (softmax - onehot(target)) * grad / count over the V classes, zero in
 // the padding columns and in rows where ignored.
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t V,
-                              int64_t ignore_index, int64_t count, const Tensor& grad);
+                              int64_t ignore_index, const Tensor& count, const Tensor& grad);
 
 }  // namespace keel::cuda

@@ -407,7 +407,22 @@ TEST_CASE("cuda cross_entropy at V 50257 with ignored rows") {
   CHECK(loss.item() == 0.0);
   loss.backward();
   for (float v : l.grad().to_vector<float>()) CHECK(v == 0.0f);
-  CHECK_THROWS_AS(cross_entropy(l, from_vector<int64_t>({0, 10, 1}, {3}).to(kGpu)), IndexError);
+  // The kernel checks the targets (no read-back): the IndexError comes at the next host sync,
+  // naming the target, its position and V; the row counts as ignored, so nothing reads past it.
+  Tensor bad_loss = cross_entropy(l, from_vector<int64_t>({0, 10, 1}, {3}).to(kGpu));
+  try {
+    (void)bad_loss.item();
+    FAIL("a target of 10 with V = 10 must raise IndexError");
+  } catch (const IndexError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("target 10 at position 1") != std::string::npos);
+    CHECK(msg.find("V = 10") != std::string::npos);
+  }
+  CHECK(cross_entropy(l, from_vector<int64_t>({0, 9, 1}, {3}).to(kGpu)).item() > 0.0);  // the slot was cleared
+  // A custom ignore_index inside [0, V) is ignored, not counted: the mean is over the other rows.
+  const double two = cross_entropy(l, from_vector<int64_t>({0, 3, 1}, {3}).to(kGpu), 3).item();
+  const double ref = cross_entropy(l.detach().to(Device::cpu()), from_vector<int64_t>({0, 3, 1}, {3}), 3).item();
+  CHECK(two == doctest::Approx(ref).epsilon(1e-6));
   // No classes (V = 0): the CPU's ShapeError, before any kernel could read an unwritten row
   // loss; no rows but some classes: 0.
   for (DType dt : kDtypes) {
