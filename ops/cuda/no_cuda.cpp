@@ -13,6 +13,7 @@
 #include "ops/cuda/layernorm.h"
 #include "ops/cuda/matmul.h"
 #include "ops/cuda/reduce.h"
+#include "ops/cuda/sample.h"
 #include "ops/cuda/softmax.h"
 
 namespace keel::cuda {
@@ -76,6 +77,7 @@ Tensor linear_grad_bias(const Tensor&) { no_cuda("linear backward"); }
 
 void reduce_dim(Reduce, const Tensor&, int64_t, int64_t, int64_t, Tensor&, Tensor*) { no_cuda("reduce"); }
 void scatter_max_grad(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, Tensor&) { no_cuda("max backward"); }
+void sample_top_k(const Tensor&, int64_t, double, int64_t, uint64_t, uint64_t, Tensor&) { no_cuda("sample_top_k"); }
 
 Tensor softmax_forward(const Tensor&, int64_t, bool) { no_cuda("softmax"); }
 Tensor softmax_backward(const Tensor&, const Tensor&, int64_t, bool) { no_cuda("softmax backward"); }

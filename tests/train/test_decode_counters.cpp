@@ -196,3 +196,25 @@ TEST_CASE("gpt2 sample draws the same text from replayed steps as from eager one
   CHECK(replayed.size() == 110);
   CHECK(replayed == eager);
 }
+
+TEST_CASE("a sampled token on the GPU makes one sync: it is drawn there and only its id comes back") {
+  KEEL_REQUIRE_CUDA();
+  nn::GPT2 model(model_config(nn::AttentionKind::ls), 7);
+  model.to(Device::cuda(0));
+  app::SampleOptions o;
+  o.temperature = 0.9;
+  o.top_k = 40;
+  o.seed = 4;
+  auto run = [&](int64_t tokens) {
+    o.max_new_tokens = tokens;
+    const cuda::Counters before = cuda::counters();
+    (void)app::generate(model, {1, 2, 3}, o);
+    return cuda::counters() - before;
+  };
+  (void)run(4);  // warm: the graph's first capture, the allocator's blocks
+  const cuda::Counters a = run(10), b = run(30);
+  INFO(a.summary() << "\n" << b.summary());
+  CHECK(b.syncs - a.syncs == 20);  // 20 more tokens, one wait each: to read the id
+  // Per token the position's fill, the ids' copy, the graph and the draw's one launch.
+  CHECK(b.operations() - a.operations() == 20 * 4);
+}

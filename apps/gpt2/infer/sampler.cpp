@@ -9,6 +9,7 @@
 #include "core/autograd.h"
 #include "core/factory.h"
 #include "nn/decode_graph.h"
+#include "ops/sample.h"
 #include "ops/shape.h"
 
 namespace keel::app {
@@ -20,24 +21,7 @@ int32_t sample_token(const std::vector<float>& logits, double temperature, int64
     throw ValueError("sample", "temperature " + std::to_string(temperature) + " must be >= 0");
   // Draw first, so the generator advances the same way whatever the branch.
   const uint64_t key = gen.seed(), base = gen.advance(1);
-  const double u = philox_uniform(key, base, 0);
-  if (temperature == 0) return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-
-  std::vector<int32_t> order(V);
-  std::iota(order.begin(), order.end(), 0);
-  const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
-  // The k largest logits, ties broken by the smaller id so the choice is deterministic.
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  const double top = logits[order[0]];
-  std::vector<double> p(k);
-  double total = 0;
-  for (int64_t i = 0; i < k; ++i) total += p[i] = std::exp((logits[order[i]] - top) / temperature);
-  double target = u * total, acc = 0;
-  for (int64_t i = 0; i < k; ++i)
-    if ((acc += p[i]) >= target) return order[i];
-  return order[k - 1];
+  return int32_t(sample_top_k_host(logits.data(), V, temperature, top_k, philox_uniform(key, base, 0)));
 }
 
 std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
@@ -61,25 +45,34 @@ std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& promp
   auto feed = [&](const std::vector<int32_t>& ids) {
     Tensor ids_t = ids.size() == 1 ? full({1, 1}, double(ids[0]), {DType::i64, device})
                                    : from_vector(ids, {1, int64_t(ids.size())}).to(device);
-    Tensor logits = model.forward_cached(ids_t, cache, nn::GPT2::Logits::last);
-    return logits.to(DType::f32).to_vector<float>();
+    return model.forward_cached(ids_t, cache, nn::GPT2::Logits::last);
   };
   // On a GPU a decode step replays one captured CUDA graph; the token goes up in a fill there too.
   std::unique_ptr<nn::DecodeGraph> graph;
   if (opt.graph && device.is_cuda()) graph = std::make_unique<nn::DecodeGraph>(model);
   auto decode = [&](int32_t id) {
     if (!graph) return feed({id});
-    return graph->step(id, cache).logits.to(DType::f32).to_vector<float>();
+    return graph->step(id, cache).logits;
+  };
+  // On a GPU the token is drawn there (ops/sample.h) and only its id comes back: a step's one
+  // wait. A top_k the kernel does not keep reads the logits and draws on the host.
+  const int64_t k = opt.temperature == 0 ? 1 : opt.top_k > 0 ? std::min(opt.top_k, V) : V;
+  const bool draw_on_device = device.is_cuda() && k <= kMaxDeviceTopK;
+  auto draw = [&](const Tensor& logits) {  // (1, 1, V)
+    if (!draw_on_device) return sample_token(logits.to(DType::f32).to_vector<float>(), opt.temperature, opt.top_k, gen);
+    const uint64_t key = gen.seed(), base = gen.advance(1);
+    return int32_t(sample_top_k(logits, opt.temperature, opt.top_k, key, base).to_vector<int64_t>()[0]);
   };
   auto window = [&](size_t n) { return std::vector<int32_t>(text.end() - std::min<size_t>(n, text.size()), text.end()); };
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
-  std::vector<float> logits = feed(window(ctx));
+  Tensor logits = feed(window(ctx));
+  int32_t next = opt.max_new_tokens > 0 ? draw(logits) : -1;  // the wait for the prompt's logits
   st.prompt_tokens = std::min<int64_t>(ctx, int64_t(text.size()));
   st.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   t0 = Clock::now();
   for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
-    int32_t next = sample_token(logits, opt.temperature, opt.top_k, gen);
+    if (i > 0) next = draw(logits);
     text.push_back(next);
     out.push_back(next);
     if (on_token) on_token(next);

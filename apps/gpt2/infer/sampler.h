@@ -22,14 +22,15 @@ struct SampleOptions {
 };
 
 // One token from logits (V): softmax(logits / temperature) restricted to the top_k largest,
-// drawn with a Philox uniform from gen.
+// drawn with a Philox uniform from gen (ops/sample.h's sample_top_k_host). generate() on a GPU
+// draws the same way there, advancing gen as this does.
 int32_t sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, Generator& gen);
 
 // Where the time of one generate() call went, for `gpt2 sample --stats`.
 struct SampleStats {
   int64_t prompt_tokens = 0;   // fed at once (the prompt, cropped to the context)
   int64_t decode_steps = 0;    // single tokens fed after it (every new token but the last)
-  double prefill_seconds = 0;  // the prompt, up to the first token's logits on the host
+  double prefill_seconds = 0;  // the prompt, up to its first token on the host
   double decode_seconds = 0;   // every step after that, a restart of the cache included
   int64_t cache_bytes = 0;     // the KV cache at the end (KVCache::bytes)
 };

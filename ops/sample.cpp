@@ -1,0 +1,64 @@
+#include "ops/sample.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/random.h"
+#include "ops/cuda/sample.h"
+
+namespace keel {
+
+int64_t sample_top_k_host(const float* logits, int64_t V, double temperature, int64_t top_k, float u) {
+  if (V <= 0) throw ValueError("sample", "empty logits");
+  if (temperature < 0 || !std::isfinite(temperature))
+    throw ValueError("sample", "temperature " + std::to_string(temperature) + " must be >= 0");
+  if (temperature == 0) return std::max_element(logits, logits + V) - logits;
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
+  // The k largest logits, ties broken by the smaller id so the choice is deterministic.
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  const double top = logits[order[0]];
+  std::vector<double> p(static_cast<size_t>(k));
+  double total = 0;
+  for (int64_t i = 0; i < k; ++i) total += p[i] = std::exp((logits[order[i]] - top) / temperature);
+  const double target = u * total;
+  double acc = 0;
+  for (int64_t i = 0; i < k; ++i)
+    if ((acc += p[i]) >= target) return order[i];
+  return order[k - 1];
+}
+
+// logits (..., V) with one row -> (1) i64
+Tensor sample_top_k(const Tensor& logits, double temperature, int64_t top_k, uint64_t key, uint64_t base) {
+  constexpr const char* kOp = "sample_top_k";
+  if (!logits.defined() || logits.dim() == 0 || logits.numel() != logits.size(-1))
+    throw ShapeError(kOp, "logits must be one row (..., V), got " +
+                              (logits.defined() ? shape_str(logits.shape()) : std::string("undefined")));
+  const int64_t V = logits.size(-1);
+  if (V == 0) throw ValueError(kOp, "empty logits");
+  if (temperature < 0 || !std::isfinite(temperature))
+    throw ValueError(kOp, "temperature " + std::to_string(temperature) + " must be >= 0");
+  const float u = philox_uniform(key, base, 0);
+  if (!logits.device().is_cuda()) {
+    const std::vector<float> l = logits.to(DType::f32).to_vector<float>();
+    return full({1}, double(sample_top_k_host(l.data(), V, temperature, top_k, u)), {DType::i64, logits.device()});
+  }
+  const int64_t k = temperature == 0 ? 1 : top_k > 0 ? std::min(top_k, V) : V;
+  if (k > kMaxDeviceTopK)
+    throw ValueError(kOp, "top_k " + std::to_string(k) + " is more than the CUDA draw keeps (" +
+                              std::to_string(kMaxDeviceTopK) + ")",
+                     "draw from the logits on the CPU");
+  Tensor out = empty({1}, {DType::i64, logits.device()});
+  cuda::sample_top_k(logits.contiguous(), V, temperature, k, key, base, out);
+  return out;
+}
+
+}  // namespace keel
