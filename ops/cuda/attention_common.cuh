@@ -187,8 +187,19 @@ __device__ __forceinline__ float warp_max_pair(float x) { return fmaxf(x, __shfl
 // ---- host side ----
 // Raises the dynamic shared-memory limit of a kernel above the default 48 KB (needed once per
 // device; cheap enough to repeat per launch) and launches it on the device's compute stream.
+// A block larger than the device allows (f32 at head dims above 128 needs about 220 KB: an H100
+// has 227, an A100 163) is a DeviceError saying so, not a failed launch.
 template <typename Kernel, typename... Args>
 void launch_threads(Kernel kernel, dim3 grid, int threads, int smem_bytes, int device, Args... args) {
+  int optin = 0;
+  KEEL_CHECK_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem_bytes > optin)
+    throw DeviceError("attention (CUDA)",
+                      "this head dim and dtype need " + std::to_string(smem_bytes >> 10) +
+                          " KB of shared memory per block; cuda:" + std::to_string(device) + " offers " +
+                          std::to_string(optin >> 10) + " KB",
+                      "run the model in bf16 or f16 (the tensor-core kernels need less), or use a head dim of at "
+                      "most 128 in f32");
   KEEL_CHECK_CUDA(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        smem_bytes));
   launch_kernel(kernel, grid, threads, smem_bytes, detail::stream(device), args...);

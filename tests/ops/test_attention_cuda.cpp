@@ -8,6 +8,8 @@
 // without one (never in the emulated build, where CI runs it).
 #include <doctest/doctest.h>
 
+#include <cuda_runtime.h>
+
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -309,4 +311,31 @@ TEST_CASE("CUDA attention at long sequences: a local head stays linear in T (smo
   for (int64_t T : {1024, 2048, 4096, 8192})
     MESSAGE("T " << T << ": local (w = 50) " << time_ms(T, 50) << " ms, global " << time_ms(T, 0)
                  << " ms (forward + backward, one head, D = 64, bf16)");
+}
+
+// f32 at width 256 runs the FMA kernels with about 220 KB of shared memory per block: an H100
+// has it, an A100 (163 KB) does not, and there the call must say so instead of failing a launch.
+// ctest runs this case twice on the emulated GPU: as an H100 and, with KEEL_EMU_GPU=a100, as an A100.
+TEST_CASE("CUDA f32 attention at head dim 256: runs where the shared memory fits, else a DeviceError says why") {
+  KEEL_REQUIRE_CUDA();
+  const cuda::DeviceInfo info = cuda::device_info(0);
+  CAPTURE(info.name);
+  Generator gen(7);
+  const Device dev = Device::cuda(0);
+  Tensor q = randn({1, 1, 40, 256}, gen, {DType::f32, dev}), k = randn({1, 1, 40, 256}, gen, {DType::f32, dev}),
+         v = randn({1, 1, 40, 256}, gen, {DType::f32, dev});
+  int optin = 0;
+  REQUIRE(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) == cudaSuccess);
+  if (optin >= 220 * 1024) {
+    CHECK(attention(q, k, v, AttentionSpec::mhsa(1)).out.to(Device::cpu()).numel() == 40 * 256);
+  } else {
+    try {
+      (void)attention(q, k, v, AttentionSpec::mhsa(1));
+      FAIL("expected a DeviceError on a GPU with " << optin << " bytes of shared memory per block");
+    } catch (const DeviceError& e) {
+      const std::string msg = e.what();
+      CHECK(msg.find("KB of shared memory per block") != std::string::npos);
+      CHECK(msg.find("bf16 or f16") != std::string::npos);
+    }
+  }
 }
