@@ -35,6 +35,21 @@ nn::GPT2Config model_config(nn::AttentionKind kind) {
   return c;
 }
 
+// `steps` greedy tokens decoded eagerly (through `eager`) and by replaying `graph` (through
+// `replayed`), from e_next and r_next (B, 1), which advance: logits and tokens bit for bit.
+void decode_side_by_side(nn::GPT2& model, nn::DecodeGraph& graph, nn::KVCache& eager, nn::KVCache& replayed,
+                         Tensor& e_next, Tensor& r_next, int steps) {
+  for (int i = 0; i < steps; ++i) {
+    const Tensor e_logits = model.forward_cached(e_next, eager, nn::GPT2::Logits::last);
+    e_next = argmax(e_logits, 2);
+    const nn::DecodeStep step = graph.step(r_next, replayed);
+    r_next = step.next;
+    INFO("step " << i);
+    CHECK(step.logits.to(Device::cpu()).to_vector<float>() == e_logits.to(Device::cpu()).to_vector<float>());
+    CHECK(r_next.to_vector<int64_t>() == e_next.to_vector<int64_t>());
+  }
+}
+
 // variant -> its decode record at context 48 (batch 1), with a captured step per token or eagerly
 std::map<std::string, app::BenchRecord> decode_records(bool graph = true) {
   std::map<std::string, app::BenchRecord> out;
@@ -95,15 +110,7 @@ TEST_CASE("graph replay decodes exactly as the eager step, for MHSA and LS-atten
     Tensor e_next = argmax(model.forward_cached(ids, eager, nn::GPT2::Logits::last), 2);
     Tensor r_next = argmax(model.forward_cached(ids, replayed, nn::GPT2::Logits::last), 2);
     nn::DecodeGraph graph(model);
-    for (int i = 0; i < 8; ++i) {
-      const Tensor e_logits = model.forward_cached(e_next, eager, nn::GPT2::Logits::last);
-      e_next = argmax(e_logits, 2);
-      const nn::DecodeStep step = graph.step(r_next, replayed);
-      r_next = step.next;
-      INFO("step " << i);
-      CHECK(step.logits.to(Device::cpu()).to_vector<float>() == e_logits.to(Device::cpu()).to_vector<float>());
-      CHECK(r_next.to_vector<int64_t>() == e_next.to_vector<int64_t>());
-    }
+    decode_side_by_side(model, graph, eager, replayed, e_next, r_next, 8);
     CHECK(graph.captures() == 1);
     CHECK(graph.replays() == 8);
     CHECK(replayed.length() == eager.length());
@@ -156,15 +163,7 @@ TEST_CASE("graph replay decodes exactly as the eager step past 256 keys, where d
     for (int64_t b = 0; b < B; ++b) first[static_cast<size_t>(b)] = (7 * b + 1) % c.vocab_size;
     Tensor e_next = from_vector(first, {B, 1}).to(dev), r_next = e_next;
     nn::DecodeGraph graph(model);
-    for (int i = 0; i < 3; ++i) {
-      const Tensor e_logits = model.forward_cached(e_next, eager, nn::GPT2::Logits::last);
-      e_next = argmax(e_logits, 2);
-      const nn::DecodeStep step = graph.step(r_next, replayed);
-      r_next = step.next;
-      INFO("step " << i);
-      CHECK(step.logits.to(Device::cpu()).to_vector<float>() == e_logits.to(Device::cpu()).to_vector<float>());
-      CHECK(r_next.to_vector<int64_t>() == e_next.to_vector<int64_t>());
-    }
+    decode_side_by_side(model, graph, eager, replayed, e_next, r_next, 3);
     CHECK(graph.captures() == 1);
     CHECK(replayed.length() == L + 3);
     CHECK(replayed.layers[0].k_global.size(2) == capacity);  // the graph's grid: slots, not keys
