@@ -38,6 +38,14 @@ int64_t sample_top_k_host(const float* logits, int64_t V, double temperature, in
 
 // logits (..., V) with one row -> (1) i64
 Tensor sample_top_k(const Tensor& logits, double temperature, int64_t top_k, uint64_t key, uint64_t base) {
+  Tensor out = empty({1}, {DType::i64, logits.defined() ? logits.device() : Device::cpu()});
+  sample_top_k_into(logits, temperature, top_k, key, base, out);
+  return out;
+}
+
+// logits (..., V) with one row -> out (1) i64
+void sample_top_k_into(const Tensor& logits, double temperature, int64_t top_k, uint64_t key, uint64_t base,
+                       Tensor& out) {
   constexpr const char* kOp = "sample_top_k";
   if (!logits.defined() || logits.dim() == 0 || logits.numel() != logits.size(-1))
     throw ShapeError(kOp, "logits must be one row (..., V), got " +
@@ -46,19 +54,21 @@ Tensor sample_top_k(const Tensor& logits, double temperature, int64_t top_k, uin
   if (V == 0) throw ValueError(kOp, "empty logits");
   if (temperature < 0 || !std::isfinite(temperature))
     throw ValueError(kOp, "temperature " + std::to_string(temperature) + " must be >= 0");
+  if (!out.defined() || out.dtype() != DType::i64 || out.numel() != 1 || !out.is_contiguous() ||
+      out.device() != logits.device())
+    throw ShapeError(kOp, "out must be one contiguous i64 element on the logits' device (" + logits.device().str() + ")");
   const float u = philox_uniform(key, base, 0);
   if (!logits.device().is_cuda()) {
     const std::vector<float> l = logits.to(DType::f32).to_vector<float>();
-    return full({1}, double(sample_top_k_host(l.data(), V, temperature, top_k, u)), {DType::i64, logits.device()});
+    out.data<int64_t>()[0] = sample_top_k_host(l.data(), V, temperature, top_k, u);
+    return;
   }
   const int64_t k = temperature == 0 ? 1 : top_k > 0 ? std::min(top_k, V) : V;
   if (k > kMaxDeviceTopK)
     throw ValueError(kOp, "top_k " + std::to_string(k) + " is more than the CUDA draw keeps (" +
                               std::to_string(kMaxDeviceTopK) + ")",
                      "draw from the logits on the CPU");
-  Tensor out = empty({1}, {DType::i64, logits.device()});
   cuda::sample_top_k(logits.contiguous(), V, temperature, k, key, base, out);
-  return out;
 }
 
 }  // namespace keel

@@ -24,5 +24,9 @@ int64_t sample_top_k_host(const float* logits, int64_t V, double temperature, in
 // with u = philox_uniform(key, base, 0). On CUDA top_k (or V when it is 0) must be at most
 // kMaxDeviceTopK.
 Tensor sample_top_k(const Tensor& logits, double temperature, int64_t top_k, uint64_t key, uint64_t base);
+// The same draw written into out (1) i64 on logits' device, which a decoder keeps for the whole
+// text, so a token costs no allocation.
+void sample_top_k_into(const Tensor& logits, double temperature, int64_t top_k, uint64_t key, uint64_t base,
+                       Tensor& out);
 
 }  // namespace keel

@@ -216,4 +216,5 @@ TEST_CASE("a sampled token on the GPU makes one sync: it is drawn there and only
   CHECK(b.syncs - a.syncs == 20);  // 20 more tokens, one wait each: to read the id
   // Per token the position's fill, the ids' copy, the graph and the draw's one launch.
   CHECK(b.operations() - a.operations() == 20 * 4);
+  CHECK(b.allocations - a.allocations == 0);  // the id is drawn into one buffer per text
 }

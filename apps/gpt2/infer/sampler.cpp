@@ -58,10 +58,12 @@ std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& promp
   // wait. A top_k the kernel does not keep reads the logits and draws on the host.
   const int64_t k = opt.temperature == 0 ? 1 : opt.top_k > 0 ? std::min(opt.top_k, V) : V;
   const bool draw_on_device = device.is_cuda() && k <= kMaxDeviceTopK;
+  Tensor drawn = draw_on_device ? empty({1}, {DType::i64, device}) : Tensor();  // one id, reused: no allocation per token
   auto draw = [&](const Tensor& logits) {  // (1, 1, V)
     if (!draw_on_device) return sample_token(logits.to(DType::f32).to_vector<float>(), opt.temperature, opt.top_k, gen);
     const uint64_t key = gen.seed(), base = gen.advance(1);
-    return int32_t(sample_top_k(logits, opt.temperature, opt.top_k, key, base).to_vector<int64_t>()[0]);
+    sample_top_k_into(logits, opt.temperature, opt.top_k, key, base, drawn);
+    return int32_t(drawn.to_vector<int64_t>()[0]);
   };
   auto window = [&](size_t n) { return std::vector<int32_t>(text.end() - std::min<size_t>(n, text.size()), text.end()); };
   using Clock = std::chrono::steady_clock;
