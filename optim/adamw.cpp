@@ -82,16 +82,35 @@ void AdamW::zero_grad() {
 
 void AdamW::step() {
   ++steps_;
+  // The CUDA parameters go in one multi-tensor step: a launch per ~48 tensors rather than one
+  // each, with the per-tensor kernel's bits (optim/cuda/adamw.h).
+  std::vector<cuda::AdamWTensors> batch;
+  profiler::Cost cost;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& [name, p] = params_[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    update(name, p, g, slots_[i]);
+    cuda::AdamWTensors item = prepare(name, p, g, slots_[i]);
+    if (item.param.numel() == 0) continue;
+    if (item.param.device().is_cuda()) {
+      const profiler::Cost c = op_costs::adamw(double(item.param.numel()), p.dtype(), item.grad.dtype(), item.master.defined());
+      if (batch.empty()) cost = c;
+      else cost.flops += c.flops, cost.bytes += c.bytes;
+      batch.push_back(std::move(item));
+      continue;
+    }
+    profiler::Scope prof("adamw", profiler::Phase::optimizer);
+    if (prof) prof.cost(op_costs::adamw(double(item.param.numel()), p.dtype(), item.grad.dtype(), item.master.defined()));
+    cpu::adamw_step(item.param, item.grad, item.m, item.v, item.master, item.s);
   }
+  if (batch.empty()) return;
+  profiler::Scope prof("adamw", profiler::Phase::optimizer);
+  if (prof) prof.cost(cost);
+  cuda::adamw_step_multi(batch);
 }
 
-// param (N), grad (N), slot moments (N): one parameter's update.
-void AdamW::update(const std::string& name, Tensor& param, const Tensor& grad_in, Slot& slot) {
+// param (N), grad (N), slot moments (N): one parameter's checks, step count and scalars.
+cuda::AdamWTensors AdamW::prepare(const std::string& name, Tensor& param, const Tensor& grad_in, Slot& slot) {
   if (grad_in.device() != param.device())
     throw DeviceError("AdamW::step", "gradient of '" + name + "' is on " + grad_in.device().str() +
                                          ", the parameter on " + param.device().str());
@@ -100,24 +119,17 @@ void AdamW::update(const std::string& name, Tensor& param, const Tensor& grad_in
                                         ", the parameter " + shape_str(param.shape()));
   if (!is_floating(grad_in.dtype()))
     throw DTypeError("AdamW::step", "gradient of '" + name + "' is " + dtype_name(grad_in.dtype()));
-  Tensor grad = grad_in.detach().contiguous();
   slot.steps += 1;
   const double t = static_cast<double>(slot.steps);
-  AdamWScalars s;
+  cuda::AdamWTensors item{param.detach(), grad_in.detach().contiguous(), slot.m, slot.v, slot.master, {}};
+  AdamWScalars& s = item.s;
   s.beta1 = opt_.beta1;
   s.beta2 = opt_.beta2;
   s.eps = opt_.eps;
   s.decay = slot.decay ? 1.0 - opt_.lr * opt_.weight_decay : 1.0;
   s.step_size = opt_.lr / (1.0 - std::pow(opt_.beta1, t));
   s.bc2_sqrt = std::sqrt(1.0 - std::pow(opt_.beta2, t));
-  const int64_t n = param.numel();
-  if (n == 0) return;
-
-  Tensor p = param.detach();
-  profiler::Scope prof("adamw", profiler::Phase::optimizer);
-  if (prof) prof.cost(op_costs::adamw(double(n), param.dtype(), grad.dtype(), slot.master.defined()));
-  if (p.device().is_cuda()) cuda::adamw_step(p, grad, slot.m, slot.v, slot.master, s);
-  else cpu::adamw_step(p, grad, slot.m, slot.v, slot.master, s);
+  return item;
 }
 
 bool AdamW::is_decayed(const std::string& name) const {

@@ -22,6 +22,7 @@
 
 #include "core/named_tensors.h"
 #include "core/tensor.h"
+#include "optim/cuda/adamw.h"
 #include "optim/defaults.h"
 
 namespace keel::optim {
@@ -81,7 +82,7 @@ class AdamW {
     bool decay = false;
     int64_t steps = 0;
   };
-  void update(const std::string& name, Tensor& param, const Tensor& grad, Slot& slot);
+  cuda::AdamWTensors prepare(const std::string& name, Tensor& param, const Tensor& grad, Slot& slot);
 
   NamedTensors params_;
   std::vector<Slot> slots_;

@@ -31,6 +31,7 @@ struct AdamWScalars {
 template <typename C>
 struct AdamWCoeffs {
   C beta1, one_minus_beta1, beta2, one_minus_beta2, eps, decay, step_size, bc2_sqrt;
+  AdamWCoeffs() = default;  // for the multi-tensor kernel, which sets the per-tensor three itself
   explicit AdamWCoeffs(const AdamWScalars& s)
       : beta1(C(s.beta1)), one_minus_beta1(C(1.0 - s.beta1)), beta2(C(s.beta2)), one_minus_beta2(C(1.0 - s.beta2)),
         eps(C(s.eps)), decay(C(s.decay)), step_size(C(s.step_size)), bc2_sqrt(C(s.bc2_sqrt)) {}

@@ -43,10 +43,11 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, StepRe
       if (Tensor g = p.grad(); g.defined()) c.flops += double(g.numel()), c.bytes += 2 * op_costs::bytes_of(g);
     prof.cost(c);
   }
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (g.defined()) scale_(g, coef);
-  }
+  std::vector<Tensor> grads;
+  grads.reserve(params.size());
+  for (const Tensor& p : params)
+    if (Tensor g = p.grad(); g.defined()) grads.push_back(g);
+  scale_all_(grads, coef);
   return norm;
 }
 

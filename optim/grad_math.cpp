@@ -56,4 +56,18 @@ void scale_(Tensor& t_in, double s) {
   else cpu::scale_inplace(t, s);
 }
 
+void scale_all_(const std::vector<Tensor>& ts, double s) {
+  std::vector<Tensor> batch;
+  for (const Tensor& t_in : ts) {
+    if (!t_in.defined()) continue;
+    check_floating(t_in, "scale_all_");
+    Tensor t = t_in.detach();
+    if (t.numel() == 0) continue;
+    const bool batched = t.device().is_cuda() && t.is_contiguous() && (batch.empty() || batch.front().device() == t.device());
+    if (batched) batch.push_back(t);
+    else scale_(t, s);
+  }
+  if (!batch.empty()) cuda::scale_inplace_multi(batch, s);
+}
+
 }  // namespace keel::optim

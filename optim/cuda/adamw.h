@@ -4,6 +4,8 @@
 // functions raise DeviceError.
 #pragma once
 
+#include <vector>
+
 #include "core/tensor.h"
 #include "optim/adamw_math.h"
 
@@ -16,5 +18,15 @@ namespace keel::optim::cuda {
 //   m, v (N) f32 (f64 when param is f64)
 //   master (N) f32 when param is bf16/f16, else undefined (the f32/f64 param is its own master)
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& master, const AdamWScalars& s);
+
+// One parameter's tensors for adamw_step_multi, each as adamw_step takes them, with its scalars.
+struct AdamWTensors {
+  Tensor param, grad, m, v, master;
+  AdamWScalars s;
+};
+// adamw_step on every item, the same bits, in 1 launch per 48 items of one (param dtype, grad
+// dtype, device) group rather than 1 per item: a small step is otherwise bound by the host's
+// launches. Items of 0 elements are skipped; the checks are adamw_step's.
+void adamw_step_multi(std::vector<AdamWTensors>& items);
 
 }  // namespace keel::optim::cuda

@@ -15,6 +15,7 @@
 #include "core/cuda/runtime.h"
 #include "core/factory.h"
 #include "optim/cuda/grad_math.h"
+#include "optim/cuda/multi_tensor.cuh"
 
 namespace keel::optim::cuda {
 
@@ -77,12 +78,9 @@ __global__ void sum_final(const double* __restrict__ partial, int p, double* __r
   if (threadIdx.x == 0) out[0] = b;
 }
 
-// Many tensors in one launch: tensor j owns blocks [first_block[j], first_block[j + 1]) of the
-// grid, blocks_for_sum(n[j]) of them, and each of its blocks and threads adds exactly the
-// elements, in exactly the order, that sum_of_squares' own launch for it would. The table goes by
-// value as a kernel argument (no host-to-device copy, which would wait for the device), so a
-// launch holds at most kTableSize tensors.
-constexpr int kTableSize = 48;
+// Many tensors in one launch (optim/cuda/multi_tensor.cuh): tensor j's blocks are
+// blocks_for_sum(n[j]) of them, and each of its blocks and threads adds exactly the elements, in
+// exactly the order, that sum_of_squares' own launch for it would.
 enum class Kind : int { f32, f64, bf16, f16 };
 struct Table {
   const void* data[kTableSize];
@@ -94,8 +92,7 @@ struct Table {
 
 // table's tensors -> partial[b] for each block b of the launch
 __global__ void sumsq_partial_multi(Table table, double* __restrict__ partial) {
-  int j = 0;
-  while (int(blockIdx.x) >= table.first_block[j + 1]) ++j;
+  const int j = tensor_of_block(table.first_block, blockIdx.x);
   const int64_t block = blockIdx.x - table.first_block[j], blocks = table.first_block[j + 1] - table.first_block[j];
   const int64_t n = table.n[j];
   double s = 0;
@@ -132,6 +129,45 @@ Kind kind_of(DType t) {
     default: break;
   }
   throw DTypeError("sum_of_squares_into", std::string("gradients must be f32, f64, bf16 or f16, got ") + dtype_name(t));
+}
+
+// ts[lo, lo + count) -> their table, tensor j given blocks(n_j) blocks.
+Table table_of(const std::vector<Tensor>& ts, int lo, int count, int (*blocks)(int64_t)) {
+  Table table{};  // zeros past `count`: no uninitialised bytes go to the device
+  table.count = count;
+  table.first_block[0] = 0;
+  for (int j = 0; j < count; ++j) {
+    const Tensor& t = ts[static_cast<size_t>(lo + j)];
+    table.data[j] = t.raw_data();
+    table.n[j] = t.numel();
+    table.kind[j] = kind_of(t.dtype());
+    table.first_block[j + 1] = table.first_block[j] + blocks(t.numel());
+  }
+  return table;
+}
+
+// t (N) <- t * k, grid-stride over `blocks` blocks from `block`: scale_kernel's arithmetic.
+template <typename T, typename C>
+__device__ void scale_range(T* __restrict__ t, int64_t n, C k, int64_t block, int64_t blocks) {
+  for (int64_t i = block * kThreads + threadIdx.x; i < n; i += blocks * kThreads) {
+    if constexpr (std::is_same_v<T, double>) t[i] = t[i] * k;
+    else t[i] = from_f32<T>(to_f32(t[i]) * k);
+  }
+}
+
+// table's tensors (each N_j) <- t * s: f32 s32 for f32/bf16/f16 tensors, f64 s64 for f64 ones.
+// The table's pointers are const for the sums; the tensors scaled here are the caller's to write.
+__global__ void scale_multi(Table table, float s32, double s64) {
+  const int j = tensor_of_block(table.first_block, blockIdx.x);
+  const int64_t block = blockIdx.x - table.first_block[j], blocks = table.first_block[j + 1] - table.first_block[j];
+  const int64_t n = table.n[j];
+  void* d = const_cast<void*>(table.data[j]);
+  switch (table.kind[j]) {
+    case Kind::f32: scale_range(static_cast<float*>(d), n, s32, block, blocks); break;
+    case Kind::f64: scale_range(static_cast<double*>(d), n, s64, block, blocks); break;
+    case Kind::bf16: scale_range(static_cast<__nv_bfloat16*>(d), n, s32, block, blocks); break;
+    case Kind::f16: scale_range(static_cast<__half*>(d), n, s32, block, blocks); break;
+  }
 }
 
 template <typename T, typename C>
@@ -186,24 +222,16 @@ void sum_of_squares_into(const std::vector<Tensor>& ts, Tensor& out, int64_t slo
   Tensor scratch = empty({std::max<int64_t>(1, blocks + k)}, {DType::f64, out.device()});
   double* partial = static_cast<double*>(scratch.raw_data());
   double* sums = partial + blocks;
-  for (int lo = 0, block0 = 0; lo < k; lo += kTableSize) {
-    Table table{};  // zeros past `count`: no uninitialised bytes go to the device
-    table.count = std::min(kTableSize, k - lo);
-    table.first_block[0] = 0;
-    for (int j = 0; j < table.count; ++j) {
-      const Tensor& t = ts[static_cast<size_t>(lo + j)];
-      table.data[j] = t.raw_data();
-      table.n[j] = t.numel();
-      table.kind[j] = kind_of(t.dtype());
-      table.first_block[j + 1] = table.first_block[j] + blocks_for_sum(t.numel());
-    }
+  int block0 = 0;
+  for_each_table(k, [&](int lo, int count) {
+    const Table table = table_of(ts, lo, count, blocks_for_sum);
     keel::cuda::launch_kernel(sumsq_partial_multi, table.first_block[table.count], kThreads, 0, stream, table,
                               partial + block0);
     KEEL_CHECK_LAUNCH();
     keel::cuda::launch_kernel(sum_final_multi, table.count, kThreads, 0, stream, table, partial + block0, sums + lo);
     KEEL_CHECK_LAUNCH();
     block0 += table.first_block[table.count];
-  }
+  });
   keel::cuda::launch_kernel(sum_in_order, 1, 1, 0, stream, sums, k, static_cast<double*>(out.raw_data()) + slot);
   KEEL_CHECK_LAUNCH();
 }
@@ -220,6 +248,23 @@ void scale_inplace(Tensor& t, double s) {
   ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(t.dtype(), "scale_inplace", [&]<typename T>() {
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
     keel::cuda::launch_kernel(scale_kernel<T, C>, blocks, kThreads, 0, stream, static_cast<T*>(t.raw_data()), n, static_cast<C>(s));
+    KEEL_CHECK_LAUNCH();
+  });
+}
+
+void scale_inplace_multi(const std::vector<Tensor>& ts, double s) {
+  if (ts.empty()) return;
+  const Device device = ts.front().device();
+  for (const Tensor& t : ts) {
+    check(t, "scale_all_");
+    if (t.device() != device) throw DeviceError("scale_all_", "tensors on " + device.str() + " and " + t.device().str());
+  }
+  KEEL_CHECK_CUDA(cudaSetDevice(device.index));
+  cudaStream_t stream = ::keel::cuda::detail::stream(device.index);
+  for_each_table(static_cast<int>(ts.size()), [&](int lo, int count) {
+    const Table table = table_of(ts, lo, count, blocks_for_sum);
+    if (table.first_block[count] == 0) return;  // only empty tensors
+    keel::cuda::launch_kernel(scale_multi, table.first_block[count], kThreads, 0, stream, table, static_cast<float>(s), s);
     KEEL_CHECK_LAUNCH();
   });
 }

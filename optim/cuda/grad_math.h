@@ -19,5 +19,8 @@ double sum_of_squares(const Tensor& t);
 void sum_of_squares_into(const std::vector<Tensor>& ts, Tensor& out, int64_t slot);
 // t (N) contiguous <- t * s, computed in f32 (f64 for f64 tensors) and rounded to t's dtype.
 void scale_inplace(Tensor& t, double s);
+// ts: K tensors (each N_k) f32 | f64 | bf16 | f16, contiguous, on one device <- t * s, the bits
+// of scale_inplace on each, in 1 launch per 48 tensors.
+void scale_inplace_multi(const std::vector<Tensor>& ts, double s);
 
 }  // namespace keel::optim::cuda

@@ -19,6 +19,8 @@ void adamw_step(Tensor&, const Tensor&, Tensor&, Tensor&, Tensor&, const AdamWSc
 double sum_of_squares(const Tensor&) { no_cuda("sum_of_squares"); }
 void sum_of_squares_into(const std::vector<Tensor>&, Tensor&, int64_t) { no_cuda("sum_of_squares_into"); }
 void scale_inplace(Tensor&, double) { no_cuda("scale_"); }
+void scale_inplace_multi(const std::vector<Tensor>&, double) { no_cuda("scale_all_"); }
+void adamw_step_multi(std::vector<AdamWTensors>&) { no_cuda("AdamW::step"); }
 void add_quotient(Tensor&, int64_t, const Tensor&, double) { no_cuda("StepReadback::add_quotient"); }
 void merge_max(Tensor&, int64_t, const Tensor&) { no_cuda("StepReadback::merge_max"); }
 
