@@ -10,7 +10,7 @@ namespace keel {
 
 namespace {
 struct EmbeddingBackward : Node {
-  Tensor ids;  // on the CPU, whichever the device (the CUDA backward groups them on the host)
+  Tensor ids;  // on the weight's device: the CUDA backward groups them there
   Shape weight_shape;
   const char* name() const override { return "EmbeddingBackward"; }
   std::vector<Tensor> backward(const Tensor& g) override {
@@ -36,14 +36,13 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const int64_t V = weight.size(0), C = weight.size(1);
   const bool grad = needs_grad({weight});
   // Ids on the GPU are range-checked by the kernel, which reports a bad one at the host's next
-  // synchronisation (core/cuda/device_check.h): a lookup in generation costs no read-back. The
-  // backward groups ids on the host, so training copies them over once and checks them there.
-  const bool host_check = !idx.device().is_cuda() || grad;
-  Tensor idx_host = !host_check ? Tensor() : idx.device().is_cuda() ? idx.to(Device::cpu()) : idx;
+  // synchronisation (core/cuda/device_check.h), and the backward groups them on the device: neither
+  // a lookup in generation nor a training step reads them back.
+  const bool host_check = !idx.device().is_cuda();
   // Validate every id before touching memory: an id outside the table is a data bug.
   if (host_check) visit_dtype<IndexDType>(idx.dtype(), op, [&]<typename I>() {
-    const I* p = idx_host.data<I>();
-    for (int64_t i = 0; i < idx_host.numel(); ++i)
+    const I* p = idx.data<I>();
+    for (int64_t i = 0; i < idx.numel(); ++i)
       if (p[i] < 0 || p[i] >= V)
         throw IndexError(op, "id " + std::to_string(p[i]) + " at position " + std::to_string(i) +
                                  " is outside the table of " + std::to_string(V) + " rows (" +
@@ -57,7 +56,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   else cpu::embedding_forward(weight.contiguous(), idx, out);
   if (grad) {
     auto n = std::make_shared<EmbeddingBackward>();
-    n->ids = idx_host, n->weight_shape = weight.shape();
+    n->ids = idx, n->weight_shape = weight.shape();
     connect(out, n, {weight, ids});
   }
   return out;

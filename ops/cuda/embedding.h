@@ -13,8 +13,9 @@ namespace keel::cuda {
 // weight (V, C) contiguous, ids (N) contiguous on weight's device, already range-checked
 // -> out (N, C): row copies.
 void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out);
-// g (N, C) contiguous on the device, ids_host (N) on the CPU -> gw (V, C) += the rows of g,
-// summed per id in position order (several ids may hit one row; no atomics, so deterministic).
-void embedding_backward(const Tensor& g, const Tensor& ids_host, Tensor& gw);
+// g (N, C) contiguous on the device, ids (N) contiguous on gw's device -> gw (V, C) += the rows
+// of g, summed per id in position order (deterministic; no wait on the host). Ids outside the
+// table (the forward reported them) are left out.
+void embedding_backward(const Tensor& g, const Tensor& ids, Tensor& gw);
 
 }  // namespace keel::cuda
