@@ -79,6 +79,7 @@ struct AdamWTable {
   AdamWCoeffs<C> shared;
   int count;
 };
+static_assert(sizeof(AdamWTable<double>) <= 4096, "a launch's table must fit the 4 KiB of kernel arguments");
 
 // table's parameters: param (N_j) P, grad (N_j) G, m, v (N_j) C, master (N_j) f32 or null, each
 // updated as adamw_kernel would, by the blocks the table gives it.
