@@ -10,8 +10,8 @@
 
 namespace keel::cuda {
 
-// weight (V, C) contiguous, ids (N) contiguous on weight's device, already range-checked
-// -> out (N, C): row copies.
+// weight (V, C) contiguous, ids (N) contiguous on weight's device -> out (N, C): row copies. An id
+// outside [0, V) is reported through core/cuda/device_check.h (raised at the next sync); its row is zeros.
 void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out);
 // g (N, C) contiguous on the device, ids (N) contiguous on gw's device -> gw (V, C) += the rows
 // of g, summed per id in position order (deterministic; no wait on the host). Ids outside the
