@@ -121,8 +121,9 @@ __global__ void embedding_place_kernel(const I* __restrict__ ids, int64_t N, int
 // threads across the C columns (coalesced row reads). At most 256 threads; 8 blocks of them per
 // SM (32 registers) keep the row reads in flight.
 template <typename T>
-__global__ void __launch_bounds__(256, 8) embedding_backward_kernel(const T* __restrict__ g, const int64_t* __restrict__ starts,
-                                          const int64_t* __restrict__ order, int64_t V, int64_t C, T* __restrict__ gw) {
+__global__ void __launch_bounds__(256, 8)
+    embedding_backward_kernel(const T* __restrict__ g, const int64_t* __restrict__ starts,
+                              const int64_t* __restrict__ order, int64_t V, int64_t C, T* __restrict__ gw) {
   for (int64_t v = blockIdx.x; v < V; v += gridDim.x) {
     const int64_t begin = starts[v], end = starts[v + 1];
     if (begin == end) continue;
