@@ -8,7 +8,9 @@
 // without one (never in the emulated build, where CI runs it).
 #include <doctest/doctest.h>
 
-#include <cuda_runtime.h>
+#ifdef KEEL_WITH_CUDA
+#include <cuda_runtime.h>  // the device's shared-memory limit, below
+#endif
 
 #include <chrono>
 #include <cmath>
@@ -316,6 +318,8 @@ TEST_CASE("CUDA attention at long sequences: a local head stays linear in T (smo
 // f32 at width 256 runs the FMA kernels with about 220 KB of shared memory per block: an H100
 // has it, an A100 (163 KB) does not, and there the call must say so instead of failing a launch.
 // ctest runs this case twice on the emulated GPU: as an H100 and, with KEEL_EMU_GPU=a100, as an A100.
+// It reads the limit from the CUDA runtime, which a build without CUDA does not link.
+#ifdef KEEL_WITH_CUDA
 TEST_CASE("CUDA f32 attention at head dim 256: runs where the shared memory fits, else a DeviceError says why") {
   KEEL_REQUIRE_CUDA();
   const cuda::DeviceInfo info = cuda::device_info(0);
@@ -339,3 +343,4 @@ TEST_CASE("CUDA f32 attention at head dim 256: runs where the shared memory fits
     }
   }
 }
+#endif  // KEEL_WITH_CUDA
