@@ -84,7 +84,7 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets, StatsOn stats
   } else {
     // The output layer over Vp >= V rows, the extra ones zero: every dimension of its three
     // matmuls (forward, both gradients) is then a multiple of 128, which cuBLAS's fast kernels
-    // need (N = 50257 runs at a sixth of their speed). The weight stays (V, C) everywhere else
+    // need (N = 50257 runs at a fifth of their speed). The weight stays (V, C) everywhere else
     // (checkpoints, the HF export, sampling); the loss reads only the V real columns, and the
     // padding's gradient is 0, so the result is the unpadded one.
     const Tensor& w = lm_head->weight;

@@ -63,7 +63,7 @@ void sample_top_k_into(const Tensor& logits, double temperature, int64_t top_k, 
     out.data<int64_t>()[0] = sample_top_k_host(l.data(), V, temperature, top_k, u);
     return;
   }
-  const int64_t k = temperature == 0 ? 1 : top_k > 0 ? std::min(top_k, V) : V;
+  const int64_t k = sample_candidates(V, temperature, top_k);
   if (k > kMaxDeviceTopK)
     throw ValueError(kOp, "top_k " + std::to_string(k) + " is more than the CUDA draw keeps (" +
                               std::to_string(kMaxDeviceTopK) + ")",

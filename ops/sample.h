@@ -14,6 +14,12 @@ namespace keel {
 // memory); a larger top_k, or 0 (the whole vocabulary), draws on the CPU.
 constexpr int64_t kMaxDeviceTopK = 1024;
 
+// How many candidates a draw keeps from V logits: 1 at temperature 0 (the argmax), else top_k,
+// or all V when top_k is 0. A draw runs on CUDA when this is at most kMaxDeviceTopK.
+inline int64_t sample_candidates(int64_t V, double temperature, int64_t top_k) {
+  return temperature == 0 ? 1 : top_k > 0 && top_k < V ? top_k : V;
+}
+
 // The draw on the host, the reference the CUDA kernel follows step for step: the k largest
 // logits, ties to the smaller id, p_i = exp((l_i - l_max) / temperature) in f64 summed in that
 // order, and the first i whose running sum reaches u * total. temperature 0: the first largest.

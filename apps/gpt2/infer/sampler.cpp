@@ -56,8 +56,7 @@ std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& promp
   };
   // On a GPU the token is drawn there (ops/sample.h) and only its id comes back: a step's one
   // wait. A top_k the kernel does not keep reads the logits and draws on the host.
-  const int64_t k = opt.temperature == 0 ? 1 : opt.top_k > 0 ? std::min(opt.top_k, V) : V;
-  const bool draw_on_device = device.is_cuda() && k <= kMaxDeviceTopK;
+  const bool draw_on_device = device.is_cuda() && sample_candidates(V, opt.temperature, opt.top_k) <= kMaxDeviceTopK;
   Tensor drawn = draw_on_device ? empty({1}, {DType::i64, device}) : Tensor();  // one id, reused: no allocation per token
   auto draw = [&](const Tensor& logits) {  // (1, 1, V)
     if (!draw_on_device) return sample_token(logits.to(DType::f32).to_vector<float>(), opt.temperature, opt.top_k, gen);
