@@ -6,6 +6,7 @@
 //   mma_m16n8k16<T>(d, a, b)      d += a b on tensor cores: A 16x16, B 16x8 (bf16 or f16), D f32
 //   ldmatrix_x{1,2,4}[_trans]     1, 2 or 4 8x8 b16 matrices from shared memory into fragments
 //   cp_async_16, cp_async_commit, cp_async_wait<N>   global -> shared copies that overlap compute
+//   ex2, min_nan                  2^x in one instruction; a minimum that keeps NaN
 //   ld_acquire_gpu, red_release_gpu_add, spin_wait_equal   an ordered hand-over between blocks
 //
 // Fragment layouts (the PTX ISA's; g = lane / 4, t = lane % 4; two 16-bit elements per 32-bit
@@ -147,6 +148,30 @@ __device__ __forceinline__ void cp_async_wait() {
   ::keel::emu::ptx::cp_async_wait(N);
 #else
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// ex2.approx.ftz.f32: 2^x in one MUFU instruction (what __expf runs after multiplying by
+// log2 e; a kernel that folds log2 e into its own scale saves that multiply per element).
+// Relative error about 2^-22, subnormal results flushed to 0; ex2(-inf) = 0.
+__device__ __forceinline__ float ex2(float x) {
+#ifdef KEEL_CUDA_EMULATED
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+// min.NaN.f32 (sm_80): the smaller of a and b, but NaN if either is NaN (fminf drops a NaN), so
+// one running minimum also records whether a NaN went by.
+__device__ __forceinline__ float min_nan(float a, float b) {
+#ifdef KEEL_CUDA_EMULATED
+  return a != a || b != b ? __int_as_float(0x7fffffff) : fminf(a, b);
+#else
+  float y;
+  asm("min.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
+  return y;
 #endif
 }
 

@@ -63,6 +63,52 @@ __device__ void load_tile_async(T* tile, const T* src, int valid, int D) {
   }
 }
 
+// load_tile_async for a tile streamed many times (K and V in the forward): a thread's copies sit
+// at the same place in every tile, so their offsets are computed once and a tile's copy costs an
+// address add (and, only in a tile past the sequence end or a padded head dim, a zero-fill
+// test, folded into the copy's size). Thread i copies chunk i % kChunks of rows i / kChunks + kStep n: kStep is a multiple of
+// 8, the swizzle's period, so those rows' offsets are the first one's plus constants.
+template <typename T, int Cols, int Rows, int Threads>
+struct TileStream {
+  static constexpr int kChunks = Cols / 8, kStep = Threads / kChunks, kN = (Rows + kStep - 1) / kStep;
+  static_assert(Threads % kChunks == 0 && kStep % 8 == 0, "a block's pass must cover whole swizzle periods");
+  int row, smem;  // the thread's first row and its chunk's offset there (elements)
+  int global;     // row * D + column: its first element in the tile's first global row
+  bool col_ok;    // its chunk lies inside the head dim
+
+  __device__ TileStream(int D) : row(threadIdx.x / kChunks) {
+    const int c = threadIdx.x % kChunks * 8;
+    smem = Swizzle<Cols>::offset(row, c), global = row * D + c, col_ok = c < D;
+  }
+  // The tile from global rows src[0 .. valid) of stride D (zeros from row `valid` on). A
+  // zero-filled copy reads nothing (src-size 0), so its address, past the end, is never used.
+  __device__ void load(T* tile, const T* src, int valid, int D) const {
+    const T* p = src + global;
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      if (Rows % kStep != 0 && row + kStep * n >= Rows) break;
+      ptx::cp_async_16(tile + smem + kStep * n * Cols, p + static_cast<int64_t>(kStep * n) * D,
+                       !(col_ok && row + kStep * n < valid));
+    }
+  }
+};
+
+// One lane's ldmatrix row in a swizzled tile, for every compile-time offset: the lane names row
+// r, chunk b (0 or 1) of each 16-column step; Swizzle<Cols>::offset(r + R, 8 (C + b)) for R a
+// multiple of 8 and C even is one of kSpan / 2 per-lane values plus a constant (the XOR touches
+// only a chunk index's low bits, and the row's part repeats every 8 rows), so an unrolled loop's
+// ldmatrix takes a register and an immediate instead of recomputing the swizzle.
+template <int Cols>
+struct LaneRow {
+  static constexpr int kSpan = Swizzle<Cols>::kSpan, kPhases = kSpan / 2;
+  int phase[kPhases];
+  __device__ LaneRow(int r, int b) {
+#pragma unroll
+    for (int j = 0; j < kPhases; ++j) phase[j] = Swizzle<Cols>::offset(r, 8 * (2 * j + b));
+  }
+  __device__ int at(int R, int C) const { return phase[C % kSpan / 2] + R * Cols + 8 * (C - C % kSpan); }
+};
+
 // ---- fragments from swizzled tiles (one warp; `lane` = threadIdx.x % 32) ----
 // A (16 x 16): rows r0..r0+15, columns c0..c0+15 of a row-major tile (m = row, k = column).
 template <int Cols, typename T>
@@ -96,6 +142,24 @@ __device__ __forceinline__ void load_b_cols(uint32_t (&b0)[2], uint32_t (&b1)[2]
                                             int lane) {
   uint32_t r[4];
   ptx::ldmatrix_x4_trans(r, tile + Swizzle<Cols>::offset(r0 + (lane & 15), c0 + ((lane >> 4) << 3)));
+  b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+}
+
+// load_b_rows and load_b_cols with the lane's rows precomputed: lr = LaneRow(lane & 7 | (lane >> 4)
+// << 3, (lane >> 3) & 1) for rows, LaneRow(lane & 15, lane >> 4) for columns; r0 a multiple of 8,
+// c0 of 16.
+template <int Cols, typename T>
+__device__ __forceinline__ void load_b_rows(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* tile,
+                                            const LaneRow<Cols>& lr, int r0, int c0) {
+  uint32_t r[4];
+  ptx::ldmatrix_x4(r, tile + lr.at(r0, c0 / 8));
+  b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+}
+template <int Cols, typename T>
+__device__ __forceinline__ void load_b_cols(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* tile,
+                                            const LaneRow<Cols>& lr, int r0, int c0) {
+  uint32_t r[4];
+  ptx::ldmatrix_x4_trans(r, tile + lr.at(r0, c0 / 8));
   b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
 

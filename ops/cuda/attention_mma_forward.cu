@@ -7,19 +7,30 @@
 // at width 256) its rows can see (attn::key_tiles_for_query_tile), K and V double-buffered with
 // cp.async: tile j + 1 is in flight while tile j is computed, one __syncthreads per tile. Each warp
 // skips, without computing, the tiles that hold no allowed pair for its own 16 rows (a local head's
-// warp touches 2 of 64 keys; the causal diagonal's upper half is skipped too), and masks only the
-// tiles that cross a band edge or the diagonal.
+// warp touches 2 of 64 keys; the causal diagonal's upper half is skipped too). The addresses of a
+// thread's copies and of a lane's ldmatrix rows are the same in every tile, so they are computed
+// once, before the loop (TileStream, LaneRow).
 //
-// Per tile and warp, all in registers: S = Q K^T (16 x 64, f32), scale and soft-cap, mask, the
-// online softmax update (row max m across the row's quad, O and the lane's share of l rescaled
-// by exp(m_old - m_new)), P = exp(S - m) converted to bf16/f16 A fragments, O += P V.
+// Per tile and warp, all in registers: S = Q K^T (16 x 64, f32), then the online softmax update
+// (online_softmax: row max m across the row's quad, O and the lane's share of l rescaled by
+// 2^(c (m_old - m_new)), P = 2^(c S - c m) converted to bf16/f16 A fragments), then O += P V.
 // attention_forward.cu describes the online softmax and why -inf rows take 0 as reference.
+// Three choices keep the per-element work at FlashAttention-2's five instructions (max, min,
+// FFMA, exp2, add):
+// - tile classes: a tile where every pair is allowed for all 16 rows (most tiles of a long
+//   sequence) runs a path without a per-element test; only tiles across the diagonal or a band
+//   edge test each pair;
+// - kPlain, the kernel for the usual logit (no soft cap, positive scale): it works on raw dot
+//   products and folds scale * log2 e into the exponent's one FFMA; soft-capped (or negatively
+//   scaled) logits get their own kernel, which computes each logit first;
+// - exp2 (ex2.approx, one instruction) instead of exp, which costs a multiply more.
 //
 // Statistics, per head, over allowed pairs (ops/attention.h): max |logit| and max_range, the
 // largest max - min of a row's logits. Each lane keeps its own minimum mn_l next to the row's
 // max m (the same in the 4 lanes of a row), and both are a max over the row's lanes:
 // max(|m|, |mn_l|) and m - mn_l reach the row's max |logit| and its range in the lane that holds
-// the minimum, so no shuffle is needed. NaN-propagating: a lane that saw a NaN logit reports NaN.
+// the minimum, so no shuffle is needed. NaN-propagating: the minimum is min.NaN, so a lane that
+// saw a NaN logit holds a NaN minimum and reports NaN, at no extra instruction.
 #include "ops/cuda/attention_mma.cuh"
 
 namespace keel::cuda {
@@ -30,10 +41,11 @@ using namespace attn;
 using namespace attn::mma;
 
 // Tile sizes and shared memory (elements of T) for kernel width Dk: Q (kBr x Dk), then K and V of
-// two stages (kBc x Dk each). bf16 Dk = 128: 96 KB, two blocks per H100 multiprocessor; Dk = 64:
-// 48 KB. Dk = 256 halves the key tile (32 keys: 128 KB) and reads Q's fragments from shared memory
-// at every tile instead of holding them: 64 more registers next to O's 128 would spill, as
-// FlashAttention-2 finds for its 256-wide head (its Q is not kept in registers there either).
+// two stages (kBc x Dk each). bf16 Dk = 128: 96 KB (registers, not shared memory, then limit a
+// multiprocessor to one block); Dk = 64: 48 KB. Dk = 256 halves the key tile (32 keys: 128 KB)
+// and reads Q's fragments from shared memory at every tile instead of holding them: 64 more
+// registers next to O's 128 would spill, as FlashAttention-2 finds for its 256-wide head (its Q
+// is not kept in registers there either).
 template <int Dk>
 struct MmaFwd {
   static constexpr int kWarps = 8, kThreads = 32 * kWarps, kBr = 16 * kWarps, kBc = Dk <= 128 ? 64 : 32;
@@ -43,13 +55,72 @@ struct MmaFwd {
   static_assert(kBytes <= 163 * 1024, "must fit an A100's shared memory");
 };
 
+// The value a lane keeps per score, in the units the online softmax works in: the raw dot
+// product when the logit is just scale * dot with scale > 0 (kPlain: the max of dots is the max
+// of logits, and scale * log2 e folds into the exponent's one FFMA), else the logit itself
+// (soft-capped, or a negative scale).
+template <bool kPlain>
+__device__ __forceinline__ float score_value(float dot, const Dims& dims) {
+  if constexpr (kPlain) return dot;
+  else return logit(dot, dims);
+}
+
+// One key tile's online-softmax update for the warp's 16 rows (lane (g, t): rows[0], rows[1]),
+// in registers. s (16 x kBc, the mma C layout: n-block n holds keys k0 + 8n ..) comes in as
+// Q K^T and leaves as P = 2^(c v - c m), masked pairs 0; m, the row max of v (the same in the 4
+// lanes of a row); l, this lane's share of the row sum; O and l rescaled by 2^(c (m_old -
+// m_new)); mn, this lane's smallest allowed v, NaN once a NaN went by (min_nan: the statistics'
+// NaN costs no extra instruction). kMasked tests each pair (allowed()); the other path, for tiles
+// where every pair is allowed, has no per-element test or branch.
+template <bool kMasked, bool kPlain, int kS, int kO>
+__device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO][4], float (&m)[2], float (&l)[2],
+                                               float (&mn)[2], float c, const Dims& dims, const int (&rows)[2],
+                                               int k0, int t, int w, int T_len) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < kS; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      float x = score_value<kPlain>(s[n][e], dims);
+      if constexpr (kMasked) {
+        const bool ok = allowed(rows[r], k0 + 8 * n + 2 * t + (e & 1), w, T_len);
+        mn[r] = ptx::min_nan(mn[r], ok ? x : INFINITY);
+        x = ok ? x : -INFINITY;
+      } else {
+        mn[r] = ptx::min_nan(mn[r], x);
+      }
+      s[n][e] = x;
+      mx[r] = fmaxf(mx[r], x);  // drops a NaN: m stays a number, P of a NaN is NaN
+    }
+  float neg_ref[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(m[r], quad_max(mx[r]));
+    const float ref = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: exp(-inf - 0) = 0
+    const float alpha = ptx::ex2(c * (m[r] - ref));       // 0 while the row had seen nothing
+    m[r] = m_new;
+    neg_ref[r] = -c * ref;
+    l[r] *= alpha;
+#pragma unroll
+    for (int d = 0; d < kO; ++d) o[d][2 * r] *= alpha, o[d][2 * r + 1] *= alpha;
+  }
+#pragma unroll
+  for (int n = 0; n < kS; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = ptx::ex2(fmaf(c, s[n][e], neg_ref[e >> 1]));  // masked: 2^-inf = 0
+      l[e >> 1] += s[n][e];
+    }
+}
+
 // Shapes: q, k, v, out (B, H, T, D) in T (bf16 or f16), D = dims.D <= Dk, the kernel width (tile
 // columns D..Dk-1 are zeros: attention_tiles.h); lse (B, H, T) f32; max_logit, max_range
 // (H) f32 read as bits, zeroed before the launch. Grid (B*H, ceil(T / 128)), 256 threads: block (bh, y) owns
 // query rows [128 qt, 128 qt + 128) of pair bh = b*H + h, qt counted from the end (the longest
 // query tiles start first). Warp w owns rows 16w..16w+15; lane (g, t) holds rows g and g + 8.
-template <typename T, int Dk>
-__global__ void __launch_bounds__(MmaFwd<Dk>::kThreads)
+template <typename T, int Dk, bool kPlain>
+__global__ void __launch_bounds__(MmaFwd<Dk>::kThreads, 1)
     attention_mma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                  T* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ max_logit,
                                  unsigned* __restrict__ max_range, Dims dims) {
@@ -70,13 +141,13 @@ __global__ void __launch_bounds__(MmaFwd<Dk>::kThreads)
   const TileRange keys = key_tiles_for_query_tile(qt, kBr, kBc, T_len, w);
   const TileRange mine = has_rows ? key_tiles_for_query_tile(first / 16, 16, kBc, T_len, w) : TileRange{0, 0};
 
+  const TileStream<T, Dk, kBc, kThreads> kv_copy(D);
   auto load_kv = [&](int kt, int stage) {
-    const int k0 = kt * kBc;
-    load_tile_async<T, Dk, kBc, kThreads>(Qs + F::kK + stage * F::kStage, k + base + static_cast<int64_t>(k0) * D,
-                                          T_len - k0, D);
-    load_tile_async<T, Dk, kBc, kThreads>(Qs + F::kV + stage * F::kStage, v + base + static_cast<int64_t>(k0) * D,
-                                          T_len - k0, D);
+    const int64_t k0 = static_cast<int64_t>(kt) * kBc;
+    kv_copy.load(Qs + F::kK + stage * F::kStage, k + base + k0 * D, T_len - static_cast<int>(k0), D);
+    kv_copy.load(Qs + F::kV + stage * F::kStage, v + base + k0 * D, T_len - static_cast<int>(k0), D);
   };
+  const LaneRow<Dk> k_row((lane & 7) | (lane >> 4) << 3, (lane >> 3) & 1), v_row(lane & 15, lane >> 4);
   if (threadIdx.x == 0) block_logit = block_range = 0;
   load_tile_async<T, Dk, kBr, kThreads>(Qs, q + base + static_cast<int64_t>(q0) * D, T_len - q0, D);
   load_kv(keys.begin, 0);
@@ -85,8 +156,8 @@ __global__ void __launch_bounds__(MmaFwd<Dk>::kThreads)
   uint32_t qf[F::kQInRegs ? kQ : 1][4];  // Q's A fragments, when held in registers
   float o[kO][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's share of the row sum
-  float mn[2] = {INFINITY, INFINITY};                        // this lane's smallest allowed logit
-  bool nan = false;
+  float mn[2] = {INFINITY, INFINITY};                        // this lane's smallest allowed value
+  const float c = (kPlain ? dims.scale : 1.0f) * 1.4426950408889634f;  // v -> log2 units of the softmax
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int stage = (kt - keys.begin) & 1, k0 = kt * kBc;
     ptx::cp_async_wait<0>();
@@ -114,48 +185,19 @@ __global__ void __launch_bounds__(MmaFwd<Dk>::kThreads)
 #pragma unroll
       for (int n = 0; n < kS; n += 2) {
         uint32_t b0[2], b1[2];
-        load_b_rows<Dk>(b0, b1, Ks, 8 * n, 16 * kk, lane);
+        load_b_rows(b0, b1, Ks, k_row, 8 * n, 16 * kk);
         ptx::mma_m16n8k16<T>(s[n], qa, b0);
         ptx::mma_m16n8k16<T>(s[n + 1], qa, b1);
       }
     }
 
-    // Every pair allowed for all 16 rows: no mask (most tiles of a long sequence).
+    // Tile classes: every pair allowed for all 16 rows (most tiles of a long sequence) takes the
+    // path without a per-element test; a tile across the diagonal or a band edge masks.
     const bool whole = first + 15 < T_len && k0 + kBc - 1 <= first && k0 >= band_start(first + 15, w);
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < kS; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1, j = k0 + 8 * n + 2 * t + (e & 1);
-        float x = logit(s[n][e], dims);
-        if (whole || allowed(rows[r], j, w, T_len)) {
-          mn[r] = fminf(mn[r], x);
-          nan |= x != x;
-        } else {
-          x = -INFINITY;
-        }
-        s[n][e] = x;
-        mx[r] = fmaxf(mx[r], x);
-      }
-    float ref[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m[r], quad_max(mx[r]));
-      ref[r] = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = attn_exp<T>(m[r] - ref[r]);  // 0 while the row had seen nothing
-      m[r] = m_new;
-      l[r] *= alpha;
-#pragma unroll
-      for (int d = 0; d < kO; ++d) o[d][2 * r] *= alpha, o[d][2 * r + 1] *= alpha;
-    }
-#pragma unroll
-    for (int n = 0; n < kS; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = attn_exp<T>(s[n][e] - ref[e >> 1]);  // masked: exp(-inf) = 0
-        l[e >> 1] += s[n][e];
-      }
+    if (whole)
+      online_softmax<false, kPlain>(s, o, m, l, mn, c, dims, rows, k0, t, w, T_len);
+    else
+      online_softmax<true, kPlain>(s, o, m, l, mn, c, dims, rows, k0, t, w, T_len);
 
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk) {  // O += P V, P's k-step kk = S's n-blocks 2kk, 2kk + 1
@@ -164,7 +206,7 @@ __global__ void __launch_bounds__(MmaFwd<Dk>::kThreads)
 #pragma unroll
       for (int d = 0; d < kO; d += 2) {
         uint32_t b0[2], b1[2];
-        load_b_cols<Dk>(b0, b1, Vs, 16 * kk, 8 * d, lane);
+        load_b_cols(b0, b1, Vs, v_row, 16 * kk, 8 * d);
         ptx::mma_m16n8k16<T>(o[d], a, b0);
         ptx::mma_m16n8k16<T>(o[d + 1], a, b1);
       }
@@ -187,16 +229,18 @@ __global__ void __launch_bounds__(MmaFwd<Dk>::kThreads)
       *reinterpret_cast<uint32_t*>(Qs + Swizzle<Dk>::offset(r0 + g + 8 * r, 8 * d + 2 * t)) =
           pack2<T>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
     if (rows[r] < T_len) {
-      if (t == 0) lse[static_cast<int64_t>(bh) * T_len + rows[r]] = m[r] + logf(l[r]);
-      const bool seen = mn[r] != INFINITY;  // this lane held an allowed key of the row
-      const float amax = nan ? NAN : seen ? fmaxf(fabsf(m[r]), fabsf(mn[r])) : fabsf(m[r]);
+      const float vs = kPlain ? dims.scale : 1.0f;  // v -> logit
+      const float hi = m[r] * vs, lo = mn[r] * vs;  // lo: NaN if a NaN logit went by this lane
+      if (t == 0) lse[static_cast<int64_t>(bh) * T_len + rows[r]] = hi + logf(l[r]);
+      const bool nan = lo != lo, seen = mn[r] != INFINITY;  // seen: this lane held an allowed key
+      const float amax = nan ? NAN : seen ? fmaxf(fabsf(hi), fabsf(lo)) : fabsf(hi);
       logit_bits = max(logit_bits, stat_bits(amax));
-      if (nan || seen) range_bits = max(range_bits, stat_bits(nan ? NAN : m[r] - mn[r]));
+      if (seen) range_bits = max(range_bits, stat_bits(nan ? NAN : hi - lo));
     }
   }
   __syncwarp();
-  for (int c = lane; c < 16 * (Dk / 8); c += 32) {
-    const int r = c / (Dk / 8), col = c % (Dk / 8) * 8;
+  for (int i = lane; i < 16 * (Dk / 8); i += 32) {
+    const int r = i / (Dk / 8), col = i % (Dk / 8) * 8;
     if (first + r < T_len && col < D)  // the padding columns (zeros) are not the output's
       *reinterpret_cast<uint4*>(out + base + static_cast<int64_t>(first + r) * D + col) =
           *reinterpret_cast<const uint4*>(Qs + Swizzle<Dk>::offset(r0 + r, col));
@@ -216,11 +260,18 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
     with_width<16>(kOp, D, [&]<int HD>() {
       using F = MmaFwd<HD>;
       const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + F::kBr - 1) / F::kBr));
-      launch_threads(attention_mma_forward_kernel<E, HD>, grid, F::kThreads, F::kBytes, dev,
-                     static_cast<const E*>(q.raw_data()), static_cast<const E*>(k.raw_data()),
-                     static_cast<const E*>(v.raw_data()), static_cast<E*>(out.raw_data()),
-                     static_cast<float*>(lse.raw_data()), static_cast<unsigned*>(max_logit.raw_data()),
-                     static_cast<unsigned*>(max_range.raw_data()), dims);
+      auto launch = [&](auto kernel) {
+        launch_threads(kernel, grid, F::kThreads, F::kBytes, dev, static_cast<const E*>(q.raw_data()),
+                       static_cast<const E*>(k.raw_data()), static_cast<const E*>(v.raw_data()),
+                       static_cast<E*>(out.raw_data()), static_cast<float*>(lse.raw_data()),
+                       static_cast<unsigned*>(max_logit.raw_data()), static_cast<unsigned*>(max_range.raw_data()),
+                       dims);
+      };
+      // The common case (no soft cap, positive scale) as its own kernel: score_value.
+      if (dims.softcap == 0.0f && dims.scale > 0.0f)
+        launch(attention_mma_forward_kernel<E, HD, true>);
+      else
+        launch(attention_mma_forward_kernel<E, HD, false>);
     });
   });
 }
