@@ -28,6 +28,10 @@ namespace keel::cuda::attn::mma {
 
 // Dims, logit, attn_exp, allowed, TileRange: attention_common.cuh and attention_tiles.h.
 
+// exp(x) = 2^(x log2 e): the kernels fold log2 e into the scale they already apply, so that an
+// exponential is one ex2 (ptx::ex2).
+constexpr float kLog2e = 1.4426950408889634f;
+
 // A tile of rows x Cols 16-bit elements in shared memory, row-major, 16-byte chunks swizzled:
 // chunk c of row r lives at chunk c ^ f(r), f(r) cycling through 8 values over 8 rows (every
 // second row when a row has only 4 chunks, every fourth when it has 2). An 8x8 matrix read by
@@ -71,7 +75,9 @@ __device__ void load_tile_async(T* tile, const T* src, int valid, int D) {
 template <typename T, int Cols, int Rows, int Threads>
 struct TileStream {
   static constexpr int kChunks = Cols / 8, kStep = Threads / kChunks, kN = (Rows + kStep - 1) / kStep;
-  static_assert(Threads % kChunks == 0 && kStep % 8 == 0, "a block's pass must cover whole swizzle periods");
+  // Whether a block's pass covers whole swizzle periods; a kernel whose tiles do not keeps
+  // load_tile_async (constructing the stream is harmless, loading it does not compile).
+  static constexpr bool kPeriodic = Threads % kChunks == 0 && kStep % 8 == 0;
   int row, smem;  // the thread's first row and its chunk's offset there (elements)
   int global;     // row * D + column: its first element in the tile's first global row
   bool col_ok;    // its chunk lies inside the head dim
@@ -83,6 +89,7 @@ struct TileStream {
   // The tile from global rows src[0 .. valid) of stride D (zeros from row `valid` on). A
   // zero-filled copy reads nothing (src-size 0), so its address, past the end, is never used.
   __device__ void load(T* tile, const T* src, int valid, int D) const {
+    static_assert(kPeriodic, "a block's pass must cover whole swizzle periods");
     const T* p = src + global;
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
@@ -94,19 +101,17 @@ struct TileStream {
 };
 
 // One lane's ldmatrix row in a swizzled tile, for every compile-time offset: the lane names row
-// r, chunk b (0 or 1) of each 16-column step; Swizzle<Cols>::offset(r + R, 8 (C + b)) for R a
-// multiple of 8 and C even is one of kSpan / 2 per-lane values plus a constant (the XOR touches
-// only a chunk index's low bits, and the row's part repeats every 8 rows), so an unrolled loop's
-// ldmatrix takes a register and an immediate instead of recomputing the swizzle.
+// r, chunk b (0 or 1) of each 16-column step. Swizzle<Cols>::offset(r + R, 8 (C + b)) for R a
+// multiple of 8 and C even is the lane's own offset at (r, 8 b) XOR 16 j plus a constant, j =
+// (C mod span) / 2: the row's part of the swizzle repeats every 8 rows, the XOR touches only a
+// chunk index's low bits, where r * Cols has none, and 2 j + b = 2 j XOR b. So an unrolled loop's
+// ldmatrix costs at most one LOP3 and takes an immediate, instead of recomputing the swizzle.
 template <int Cols>
 struct LaneRow {
-  static constexpr int kSpan = Swizzle<Cols>::kSpan, kPhases = kSpan / 2;
-  int phase[kPhases];
-  __device__ LaneRow(int r, int b) {
-#pragma unroll
-    for (int j = 0; j < kPhases; ++j) phase[j] = Swizzle<Cols>::offset(r, 8 * (2 * j + b));
-  }
-  __device__ int at(int R, int C) const { return phase[C % kSpan / 2] + R * Cols + 8 * (C - C % kSpan); }
+  static constexpr int kSpan = Swizzle<Cols>::kSpan;
+  int own;  // Swizzle<Cols>::offset(r, 8 b)
+  __device__ LaneRow(int r, int b) : own(Swizzle<Cols>::offset(r, 8 * b)) {}
+  __device__ int at(int R, int C) const { return (own ^ (8 * (C % kSpan))) + R * Cols + 8 * (C - C % kSpan); }
 };
 
 // ---- fragments from swizzled tiles (one warp; `lane` = threadIdx.x % 32) ----
@@ -145,6 +150,12 @@ __device__ __forceinline__ void load_b_cols(uint32_t (&b0)[2], uint32_t (&b1)[2]
   b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
 
+// load_a with the lane's rows precomputed: lr = LaneRow(lane & 15, lane >> 4); r0 a multiple of
+// 8, c0 of 16.
+template <int Cols, typename T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, const LaneRow<Cols>& lr, int r0, int c0) {
+  ptx::ldmatrix_x4(a, tile + lr.at(r0, c0 / 8));
+}
 // load_b_rows and load_b_cols with the lane's rows precomputed: lr = LaneRow(lane & 7 | (lane >> 4)
 // << 3, (lane >> 3) & 1) for rows, LaneRow(lane & 15, lane >> 4) for columns; r0 a multiple of 8,
 // c0 of 16.

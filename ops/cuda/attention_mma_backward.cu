@@ -55,6 +55,29 @@ struct MmaBwd {
   static_assert(kBytes <= 163 * 1024, "must fit an A100's shared memory");
 };
 
+// One query tile's P^T and dS^T for the warp's 16 keys (lane (g, t): keys[0], keys[1]; queries
+// q0 + 8n + 2t + (e & 1)), in registers: s holds S^T = K Q^T and leaves as P^T; dp holds dP^T and
+// leaves as dS^T. lse2 and dvec are the tile's rows in shared memory, lse2 already times log2 e,
+// so P = 2^(c v - lse2) is one FFMA and an ex2, v the raw dot product with c = scale log2 e when
+// kPlain (no soft cap, positive scale), else the logit with c = log2 e. kMasked gives the pairs
+// outside the band P = 0 (a select, never a NaN); a tile where every pair is allowed skips the test.
+template <bool kMasked, bool kPlain, int kS>
+__device__ __forceinline__ void probs_and_dlogits(float (&s)[kS][4], float (&dp)[kS][4], const float* lse2,
+                                                  const float* dvec, float c, const Dims& dims,
+                                                  const int (&keys)[2], int q0, int t, int w, int T_len) {
+#pragma unroll
+  for (int n = 0; n < kS; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = 8 * n + 2 * t + (e & 1);  // the query, in the tile
+      const float x = kPlain ? s[n][e] : logit(s[n][e], dims);
+      float p = ptx::ex2(fmaf(c, x, -lse2[j]));
+      if constexpr (kMasked) p = allowed(q0 + j, keys[e >> 1], w, T_len) ? p : 0.0f;
+      s[n][e] = p;
+      dp[n][e] = kPlain ? p * (dp[n][e] - dvec[j]) : dlogit(p, dp[n][e], dvec[j], x, dims);
+    }
+}
+
 // Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T, D = dims.D <= Dk, the kernel width (tile
 // columns D..Dk-1 are zeros: attention_tiles.h); lse, dvec (B, H, T) f32; dq_accum (B, H, T, D)
 // f32, zeroed; flags (B*H, kSplit, ceil(T / kBr)) int, zeroed. Grid (B*H, ceil(T / kBc), kSplit),
@@ -62,8 +85,8 @@ struct MmaBwd {
 // [kBc kt, kBc kt + kBc) of pair bh and output columns [kOut z, kOut z + kOut). Warp w owns keys
 // 16w..16w+15 (the rows of its S^T); lane (g, t) holds keys g and g + 8 and queries 8n + 2t,
 // 8n + 2t + 1.
-template <typename T, int Dk>
-__global__ void __launch_bounds__(MmaBwd<Dk>::kThreads)
+template <typename T, int Dk, bool kPlain>
+__global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
     attention_mma_backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                   const T* __restrict__ dout, const float* __restrict__ lse,
                                   const float* __restrict__ dvec, float* __restrict__ dq_accum, int* __restrict__ flags,
@@ -76,7 +99,7 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads)
   T* const Ks = reinterpret_cast<T*>(smem);
   T* const Vs = Ks + F::kV;
   T* const dSs = Ks + F::kDS;
-  float* const stats = reinterpret_cast<float*>(smem + F::kStats);  // lse: [s * kBr], dvec: [(2 + s) * kBr]
+  float* const stats = reinterpret_cast<float*>(smem + F::kStats);  // lse log2 e: [s * kBr], dvec: [(2 + s) * kBr]
   int* const active = reinterpret_cast<int*>(stats + 4 * kBr);
 
   const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
@@ -90,15 +113,23 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads)
   const TileRange mine = first < T_len ? query_tiles_for_key_tile(first / 16, 16, kBr, T_len, w) : TileRange{0, 0};
   const int m0 = 16 * (warp % F::kRowGroups), d0 = c0 + warp / F::kRowGroups * F::kShare;  // its dQ share
 
+  // Q and dO tiles: each thread's copies at offsets computed once (TileStream), where a block's
+  // pass covers whole swizzle periods (not at width 256, whose 128 threads cover 4 rows a pass).
+  using Stream = TileStream<T, Dk, kBr, kThreads>;
+  const Stream qdo_copy(D);
   auto load_stage = [&](int qt, int stage) {
     const int q0 = qt * kBr;
-    load_tile_async<T, Dk, kBr, kThreads>(Ks + F::kQ + stage * F::kStage, q + base + static_cast<int64_t>(q0) * D,
-                                          T_len - q0, D);
-    load_tile_async<T, Dk, kBr, kThreads>(Ks + F::kDO + stage * F::kStage,
-                                          dout + base + static_cast<int64_t>(q0) * D, T_len - q0, D);
+    const T *qg = q + base + static_cast<int64_t>(q0) * D, *dog = dout + base + static_cast<int64_t>(q0) * D;
+    if constexpr (Stream::kPeriodic) {
+      qdo_copy.load(Ks + F::kQ + stage * F::kStage, qg, T_len - q0, D);
+      qdo_copy.load(Ks + F::kDO + stage * F::kStage, dog, T_len - q0, D);
+    } else {
+      load_tile_async<T, Dk, kBr, kThreads>(Ks + F::kQ + stage * F::kStage, qg, T_len - q0, D);
+      load_tile_async<T, Dk, kBr, kThreads>(Ks + F::kDO + stage * F::kStage, dog, T_len - q0, D);
+    }
     for (int r = threadIdx.x; r < kBr; r += kThreads) {  // small: plain loads, 0 past the end
       const bool inside = q0 + r < T_len;
-      stats[stage * kBr + r] = inside ? lse[static_cast<int64_t>(bh) * T_len + q0 + r] : 0.0f;
+      stats[stage * kBr + r] = inside ? kLog2e * lse[static_cast<int64_t>(bh) * T_len + q0 + r] : 0.0f;
       stats[(2 + stage) * kBr + r] = inside ? dvec[static_cast<int64_t>(bh) * T_len + q0 + r] : 0.0f;
     }
   };
@@ -107,7 +138,13 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads)
   load_stage(queries.end - 1, 0);
   ptx::cp_async_commit();
 
+  // The lanes' ldmatrix rows (attention_mma.cuh): A fragments and V-style B columns name rows
+  // lane & 15, chunk lane >> 4; K-style B rows name rows lane & 7 | (lane >> 4) << 3. Adding
+  // c0 (0 or 128) to a tile keeps its swizzle: 16 chunks are whole periods.
+  const LaneRow<Dk> a_row(lane & 15, lane >> 4), b_row((lane & 7) | (lane >> 4) << 3, (lane >> 3) & 1);
+  const LaneRow<kBr> ds_row((lane & 7) | (lane >> 4) << 3, (lane >> 3) & 1);  // dS^T read transposed
   float dk_acc[kO][4] = {}, dv_acc[kO][4] = {};
+  const float c = (kPlain ? dims.scale : 1.0f) * kLog2e;  // v -> log2 units (probs_and_dlogits)
   int* handed = nullptr;  // the flag of the query tile whose dQ this block added last
   for (int qt = queries.end - 1; qt >= queries.begin; --qt) {
     const int stage = (queries.end - 1 - qt) & 1, q0 = qt * kBr;
@@ -132,31 +169,26 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads)
 #pragma unroll
       for (int kk = 0; kk < kK; ++kk) {
         uint32_t ak[4], av[4];
-        load_a<Dk>(ak, Ks, r0, 16 * kk, lane);
-        load_a<Dk>(av, Vs, r0, 16 * kk, lane);
+        load_a(ak, Ks, a_row, r0, 16 * kk);
+        load_a(av, Vs, a_row, r0, 16 * kk);
 #pragma unroll
         for (int n = 0; n < kS; n += 2) {
           uint32_t b0[2], b1[2];
-          load_b_rows<Dk>(b0, b1, Qs, 8 * n, 16 * kk, lane);
+          load_b_rows(b0, b1, Qs, b_row, 8 * n, 16 * kk);
           ptx::mma_m16n8k16<T>(s[n], ak, b0);
           ptx::mma_m16n8k16<T>(s[n + 1], ak, b1);
-          load_b_rows<Dk>(b0, b1, dOs, 8 * n, 16 * kk, lane);
+          load_b_rows(b0, b1, dOs, b_row, 8 * n, 16 * kk);
           ptx::mma_m16n8k16<T>(dp[n], av, b0);
           ptx::mma_m16n8k16<T>(dp[n + 1], av, b1);
         }
       }
-      // P^T on allowed pairs (0 elsewhere: a select, never a NaN), then dS^T in dp's place.
+      // Tile classes: every pair allowed for all 16 keys and the tile's queries (most tiles of a
+      // long sequence) takes the path without a per-element test.
       const bool whole = q0 + kBr - 1 < T_len && first + 15 <= q0 && first >= band_start(q0 + kBr - 1, w);
-#pragma unroll
-      for (int n = 0; n < kS; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = 8 * n + 2 * t + (e & 1);
-          const float x = logit(s[n][e], dims);
-          const float p = whole || allowed(q0 + c, keys[e >> 1], w, T_len) ? attn_exp<T>(x - lse_s[c]) : 0.0f;
-          s[n][e] = p;
-          dp[n][e] = dlogit(p, dp[n][e], dvec_s[c], x, dims);
-        }
+      if (whole)
+        probs_and_dlogits<false, kPlain>(s, dp, lse_s, dvec_s, c, dims, keys, q0, t, w, T_len);
+      else
+        probs_and_dlogits<true, kPlain>(s, dp, lse_s, dvec_s, c, dims, keys, q0, t, w, T_len);
 #pragma unroll
       for (int kk = 0; kk < kBr / 16; ++kk) {  // dV_w += P^T dO, dK_w += dS^T Q (k = queries)
         uint32_t ap[4], as[4];
@@ -165,10 +197,10 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads)
 #pragma unroll
         for (int d = 0; d < kO; d += 2) {
           uint32_t b0[2], b1[2];
-          load_b_cols<Dk>(b0, b1, dOs, 16 * kk, c0 + 8 * d, lane);
+          load_b_cols(b0, b1, dOs + c0, a_row, 16 * kk, 8 * d);
           ptx::mma_m16n8k16<T>(dv_acc[d], ap, b0);
           ptx::mma_m16n8k16<T>(dv_acc[d + 1], ap, b1);
-          load_b_cols<Dk>(b0, b1, Qs, 16 * kk, c0 + 8 * d, lane);
+          load_b_cols(b0, b1, Qs + c0, a_row, 16 * kk, 8 * d);
           ptx::mma_m16n8k16<T>(dk_acc[d], as, b0);
           ptx::mma_m16n8k16<T>(dk_acc[d + 1], as, b1);
         }
@@ -186,7 +218,7 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads)
     for (int kw = 0; kw < F::kWarps; ++kw) {
       if (!active[kw]) continue;  // its rows of dS^T were not written this tile
       uint32_t a[4];
-      load_a_trans<kBr>(a, dSs, 16 * kw, m0, lane);
+      ptx::ldmatrix_x4_trans(a, dSs + ds_row.at(16 * kw, m0 / 8));
       if constexpr (kN == 1) {  // Dk = 16: a share of 8 columns, one n-block
         uint32_t b[2];
         load_b_col<Dk>(b, Ks, 16 * kw, d0, lane);
@@ -195,7 +227,7 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads)
 #pragma unroll
         for (int d = 0; d < kN; d += 2) {
           uint32_t b0[2], b1[2];
-          load_b_cols<Dk>(b0, b1, Ks, 16 * kw, d0 + 8 * d, lane);
+          load_b_cols(b0, b1, Ks, a_row, 16 * kw, d0 + 8 * d);
           ptx::mma_m16n8k16<T>(dq[d], a, b0);
           ptx::mma_m16n8k16<T>(dq[d + 1], a, b1);
         }
@@ -273,12 +305,18 @@ void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, c
       detail::count_copy();
       KEEL_CHECK_CUDA(cudaMemsetAsync(flags.raw_data(), 0, flags.numel() * sizeof(int), stream));
       const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + F::kBc - 1) / F::kBc), F::kSplit);
-      launch_threads(attention_mma_backward_kernel<E, HD>, grid, F::kThreads, F::kBytes, dev,
-                     static_cast<const E*>(q.raw_data()), static_cast<const E*>(k.raw_data()),
-                     static_cast<const E*>(v.raw_data()), static_cast<const E*>(dout.raw_data()),
-                     static_cast<const float*>(lse.raw_data()), static_cast<const float*>(dvec.raw_data()),
-                     static_cast<float*>(dq_accum.raw_data()), static_cast<int*>(flags.raw_data()),
-                     static_cast<E*>(dk.raw_data()), static_cast<E*>(dv.raw_data()), dims);
+      auto launch = [&](auto kernel) {
+        launch_threads(kernel, grid, F::kThreads, F::kBytes, dev, static_cast<const E*>(q.raw_data()),
+                       static_cast<const E*>(k.raw_data()), static_cast<const E*>(v.raw_data()),
+                       static_cast<const E*>(dout.raw_data()), static_cast<const float*>(lse.raw_data()),
+                       static_cast<const float*>(dvec.raw_data()), static_cast<float*>(dq_accum.raw_data()),
+                       static_cast<int*>(flags.raw_data()), static_cast<E*>(dk.raw_data()),
+                       static_cast<E*>(dv.raw_data()), dims);
+      };
+      if (dims.softcap == 0.0f && dims.scale > 0.0f)  // the usual logit: probs_and_dlogits
+        launch(attention_mma_backward_kernel<E, HD, true>);
+      else
+        launch(attention_mma_backward_kernel<E, HD, false>);
       const int64_t n8 = dq.numel() / 8;
       launch_threads(dq_convert_kernel<E>, dim3(static_cast<unsigned>((n8 + 255) / 256)), 256, 0, dev,
                      static_cast<const float*>(dq_accum.raw_data()), static_cast<E*>(dq.raw_data()), n8, dims.scale);

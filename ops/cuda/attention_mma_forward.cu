@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(MmaFwd<Dk>::kThreads, 1)
   float o[kO][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's share of the row sum
   float mn[2] = {INFINITY, INFINITY};                        // this lane's smallest allowed value
-  const float c = (kPlain ? dims.scale : 1.0f) * 1.4426950408889634f;  // v -> log2 units of the softmax
+  const float c = (kPlain ? dims.scale : 1.0f) * kLog2e;  // v -> log2 units of the softmax
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int stage = (kt - keys.begin) & 1, k0 = kt * kBc;
     ptx::cp_async_wait<0>();
