@@ -321,10 +321,18 @@ TEST_SUITE("cuda") {
               CUBLAS_STATUS_SUCCESS);
       CHECK(cublasLtMatmul(lt, op, &alpha, w.data(), a, x.data(), b, &beta, out.data(), c, out.data(), c, nullptr,
                            nullptr, ws, nullptr) == CUBLAS_STATUS_INVALID_VALUE);
-      const cublasLtEpilogue_t gelu = CUBLASLT_EPILOGUE_GELU;
-      REQUIRE(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &gelu, sizeof gelu) ==
-              CUBLAS_STATUS_SUCCESS);
-      CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 1, &result, &none) == CUBLAS_STATUS_NOT_SUPPORTED);
+      // Epilogues the emulator does not compute are refused, never run as something else (the
+      // GELU ones it does compute: test_emu_cublaslt_gelu.cpp).
+      for (cublasLtEpilogue_t other : {CUBLASLT_EPILOGUE_RELU, CUBLASLT_EPILOGUE_DGELU, CUBLASLT_EPILOGUE_DGELU_BGRAD,
+                                       CUBLASLT_EPILOGUE_BGRADB}) {
+        CAPTURE(other);
+        REQUIRE(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &other, sizeof other) ==
+                CUBLAS_STATUS_SUCCESS);
+        CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 1, &result, &none) ==
+              CUBLAS_STATUS_NOT_SUPPORTED);
+        CHECK(cublasLtMatmul(lt, op, &alpha, w.data(), a, x.data(), b, &beta, out.data(), c, out.data(), c, nullptr,
+                             nullptr, ws, nullptr) == CUBLAS_STATUS_NOT_SUPPORTED);
+      }
 
       cublasLtMatmulPreferenceDestroy(pref);
       cublasLtMatrixLayoutDestroy(c);

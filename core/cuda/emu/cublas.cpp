@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -157,6 +158,11 @@ size_t type_size(cudaDataType_t t) {
   }
 }
 
+float gelu_tanh(float v) {
+  constexpr float kAlpha = 0.044715f, kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * v * (1.0f + std::tanh(kBeta * (v + kAlpha * v * v * v)));
+}
+
 // Per batch: pack op(A) and op(B) to f32 (once for a stride-0 operand, the broadcast case), then
 // tiles of D in parallel over column blocks. alpha == 0 or k == 0 reads neither A nor B (as the
 // reference BLAS), and beta == 0 never reads C, so NaN there cannot leak into D.
@@ -172,6 +178,7 @@ void gemm(const GemmArgs& g) {
     }
     const void* c = g.beta != 0.0f ? offset(g.c.p, g.c.type, bi * g.c.stride) : nullptr;
     void* d = const_cast<void*>(offset(g.d.p, g.d.type, bi * g.d.stride));
+    void* aux = g.aux.p ? const_cast<void*>(offset(g.aux.p, g.aux.type, bi * g.aux.stride)) : nullptr;
 #ifdef KEEL_EMU_BLAS_THREADS
 #pragma omp parallel
 #endif
@@ -189,7 +196,8 @@ void gemm(const GemmArgs& g) {
               float v = product ? g.alpha * acc[jj][ii] : 0.0f;
               if (c) v += g.beta * load(c, g.c.type, i + j * g.c.ld);
               if (g.bias) v += load(g.bias, g.bias_type, i);
-              store(d, g.d.type, i + j * g.d.ld, v);
+              if (aux) store(aux, g.aux.type, i + j * g.aux.ld, v);
+              store(d, g.d.type, i + j * g.d.ld, g.gelu ? gelu_tanh(v) : v);
             }
         }
     }

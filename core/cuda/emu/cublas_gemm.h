@@ -40,8 +40,16 @@ struct GemmArgs {
   GemmOutput c, d;             // c is read only when beta != 0; d may alias c (same layout)
   const void* bias = nullptr;  // length m, added to every column of d; nullptr: none
   cudaDataType_t bias_type = CUDA_R_32F;
+  // cuBLASLt's GELU epilogues: aux (when aux.p is set) receives the value before the GELU
+  // (product plus bias, rounded to aux.type), then d = gelu(value) in the tanh form.
+  bool gelu = false;
+  GemmOutput aux;
   InputRounding rounding = InputRounding::none;
 };
+
+// GPT-2's GELU in f32, the tanh form keel's kernels use (ops/cuda/gelu.cu):
+// 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))).
+float gelu_tanh(float v);
 
 // f32, f16 and bf16: the element types the engine reads and writes.
 bool is_supported_type(cudaDataType_t t);

@@ -1,23 +1,30 @@
-// cuBLASLt on the emulated device: the cuBLASLt functions keel calls for linear's fused bias
-// (ops/cuda/matmul.cu: linear_lt), defined against the real cublasLt.h, computing with the host
-// GEMM engine of cublas.cpp (core/cuda/emu/cublas_gemm.h).
+// cuBLASLt on the emulated device: the cuBLASLt functions keel calls for linear's fused bias and
+// linear_gelu's fused bias + GELU (ops/cuda/matmul.cu: linear_lt), defined against the real
+// cublasLt.h, computing with the host GEMM engine of cublas.cpp (core/cuda/emu/cublas_gemm.h).
 //
 // Why: so linear's cublasLtMatmul path runs without a GPU with cuBLASLt's meaning: descriptors
 // carry the transposes, epilogue and bias; layouts carry type, rows, cols and leading dimension
 // (column-major); D = alpha op(A) op(B) + beta C, plus with CUBLASLT_EPILOGUE_BIAS a bias of
-// length rows(D) added to every column before the rounding to D's type. Supported: compute type
+// length rows(D) added to every column before the rounding to D's type; with the GELU epilogues
+// D = gelu(that value) in the tanh form (cublas_gemm.h: gelu_tanh), and with GELU_AUX(_BIAS) the
+// value before the GELU is also written to the aux matrix (EPILOGUE_AUX_POINTER, column-major,
+// EPILOGUE_AUX_LD a multiple of 8 and at least rows(D), in D's type). Supported: compute type
 // CUBLAS_COMPUTE_32F (also _PEDANTIC and the _FAST_16F/_16BF/_TF32 variants, which round f32
 // inputs as the GPU does) with f32 scalars; A = B in f32, f16 or bf16; C = D in A's type or f32;
-// epilogues DEFAULT and BIAS; no batching (layout attributes are not settable). Anything else is
-// CUBLAS_STATUS_NOT_SUPPORTED, so an unimplemented feature is loud, not wrong.
+// epilogues DEFAULT, BIAS, GELU, GELU_BIAS, GELU_AUX and GELU_AUX_BIAS; no batching (layout
+// attributes are not settable). Anything else (RELU, DGELU, the bias gradients, another aux type)
+// is CUBLAS_STATUS_NOT_SUPPORTED, so an unimplemented feature is loud, not wrong.
 //
 // Alignment (what is enforced, and why): a null or element-misaligned operand, and a bias pointer
 // under 16 bytes of alignment, are CUBLAS_STATUS_EXECUTION_FAILED: on a GPU the kernel faults on
 // them (the heuristic never sees how the bias is aligned, and the BIAS kernels load it in 16-byte
-// vectors). A minimum-alignment preference below an operand's element size leaves the heuristic
-// with no algorithm (NOT_SUPPORTED); an algorithm from the heuristic records the alignments its
-// preference promised, and cublasLtMatmul with a pointer aligned less than promised is
-// CUBLAS_STATUS_INVALID_VALUE (arguments in conflict with the algorithm).
+// vectors). The aux matrix is held to 16 bytes as well, because its leading dimension must be a
+// whole number of such vectors: element-misaligned at the heuristic (which reads the pointer) is
+// NOT_SUPPORTED, under 16 bytes at the matmul EXECUTION_FAILED. A minimum-alignment preference
+// below an operand's element size leaves the heuristic with no algorithm (NOT_SUPPORTED); an
+// algorithm from the heuristic records the alignments its preference promised, and
+// cublasLtMatmul with a pointer aligned less than promised is CUBLAS_STATUS_INVALID_VALUE
+// (arguments in conflict with the algorithm).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -46,6 +53,9 @@ struct Desc {
   const void* bias = nullptr;
   int64_t bias_batch_stride = 0;
   int32_t bias_type = -1;  // -1: D's type
+  const void* aux = nullptr;
+  int64_t aux_ld = 0, aux_batch_stride = 0;
+  int32_t aux_type = -1;  // -1: D's type
 };
 struct DescBox {
   cublasLtMatmulDescOpaque_t opaque;
@@ -85,6 +95,15 @@ cublasStatus_t set_field(T& field, const void* buf, size_t size) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// Which parts of the epilogue a cublasLtEpilogue_t asks for.
+bool epilogue_bias(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool epilogue_aux(uint32_t e) { return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+bool epilogue_gelu(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || epilogue_aux(e);
+}
+
 bool valid_op(int32_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; }
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
@@ -117,13 +136,23 @@ cublasStatus_t check_problem(const Desc& d, const Layout& a, const Layout& b, co
       (g->rounding != InputRounding::none && a.type != CUDA_R_32F))  // the fast types take f32 operands
     return CUBLAS_STATUS_NOT_SUPPORTED;
   g->bias = nullptr;
-  if (d.epilogue == CUBLASLT_EPILOGUE_BIAS) {
+  g->gelu = epilogue_gelu(d.epilogue);
+  g->aux = {};
+  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !epilogue_bias(d.epilogue) && !g->gelu)
+    return CUBLAS_STATUS_NOT_SUPPORTED;  // RELU, DGELU, the bias gradients: not emulated (keel uses none)
+  if (epilogue_bias(d.epilogue)) {
     // Which bias types cuBLASLt pairs with which D type varies by version: any float type reads.
     g->bias_type = d.bias_type == -1 ? dl.type : static_cast<cudaDataType_t>(d.bias_type);
     if (!is_supported_type(g->bias_type)) return CUBLAS_STATUS_NOT_SUPPORTED;
     g->bias = d.bias;
-  } else if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-    return CUBLAS_STATUS_NOT_SUPPORTED;  // RELU, GELU, gradients: not emulated (keel uses none)
+  }
+  if (epilogue_aux(d.epilogue)) {
+    // cublasLt.h: the GELU input matrix's leading dimension "must be divisible by 8 and be no
+    // less than the number of rows in the output matrix".
+    if (d.aux_ld < static_cast<int64_t>(m) || d.aux_ld % 8 != 0) return CUBLAS_STATUS_INVALID_VALUE;
+    const int32_t aux_type = d.aux_type == -1 ? dl.type : d.aux_type;
+    if (aux_type != dl.type) return CUBLAS_STATUS_NOT_SUPPORTED;  // fp8's other aux types: not emulated
+    g->aux = {d.aux, dl.type, d.aux_ld, 0};
   }
   g->m = static_cast<int64_t>(m), g->n = static_cast<int64_t>(n), g->k = static_cast<int64_t>(k), g->batch = 1;
   g->a = {nullptr, a.type, static_cast<cublasOperation_t>(d.transa), a.ld, 0};
@@ -185,6 +214,10 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t 
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set_field(d.bias, buf, sizeInBytes);
     case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: return set_field(d.bias_batch_stride, buf, sizeInBytes);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set_field(d.bias_type, buf, sizeInBytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set_field(d.aux, buf, sizeInBytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set_field(d.aux_ld, buf, sizeInBytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: return set_field(d.aux_batch_stride, buf, sizeInBytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return set_field(d.aux_type, buf, sizeInBytes);
     default: return CUBLAS_STATUS_NOT_SUPPORTED;  // real attributes the emulator does not model
   }
 }
@@ -258,6 +291,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
   for (int i = 0; i < 4; ++i)
     if (p.align[i] < type_size(types[i])) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (g.bias && !aligned(g.bias, type_size(g.bias_type))) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (g.aux.p && !aligned(g.aux.p, type_size(g.aux.type))) return CUBLAS_STATUS_NOT_SUPPORTED;
   cublasLtMatmulHeuristicResult_t& r = heuristicResultsArray[0];
   std::memset(&r, 0, sizeof r);
   r.algo.data[0] = kAlgoTag;
@@ -269,7 +303,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// D (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C (m, n) [+ bias (m) on every column].
+// D (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C (m, n) [+ bias (m) on every column], then
+// [aux (m, n) = that, D = gelu(that)] as the epilogue asks.
 cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc,
                                            const void* alpha, const void* A, cublasLtMatrixLayout_t Adesc,
                                            const void* B, cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
@@ -287,7 +322,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasL
   if (algo && algo->data[0] != kAlgoTag) return CUBLAS_STATUS_INVALID_VALUE;  // not from the heuristic
   if (C && C == D && (lc.ld != ld.ld || lc.type != ld.type))
     return CUBLAS_STATUS_INVALID_VALUE;  // in place: one layout
-  if (d.epilogue == CUBLASLT_EPILOGUE_BIAS && !d.bias) return CUBLAS_STATUS_INVALID_VALUE;
+  if ((epilogue_bias(d.epilogue) && !d.bias) || (epilogue_aux(d.epilogue) && !d.aux))
+    return CUBLAS_STATUS_INVALID_VALUE;  // nothing to read the bias from, or to write the aux to
   if (g.m == 0 || g.n == 0) return CUBLAS_STATUS_SUCCESS;
   g.alpha = *static_cast<const float*>(alpha);  // scale type f32
   g.beta = *static_cast<const float*>(beta);
@@ -301,7 +337,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasL
     if (ptrs[i] && algo && !aligned(ptrs[i], std::max<size_t>(1, algo->data[1 + i])))
       return CUBLAS_STATUS_INVALID_VALUE;
   }
-  if (g.bias && !aligned(g.bias, 16)) return CUBLAS_STATUS_EXECUTION_FAILED;
+  if ((g.bias && !aligned(g.bias, 16)) || (g.aux.p && !aligned(g.aux.p, 16))) return CUBLAS_STATUS_EXECUTION_FAILED;
   // Captured: the checked arguments by value, the product at each replay (alpha and beta
   // are read now, as the library reads host-side scalars when it enqueues the kernel).
   if (keel::emu::is_capturing(stream)) {
