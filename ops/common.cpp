@@ -79,6 +79,19 @@ void check_min_dim(const char* op, const Arg& arg, int64_t min_ndim) {
                              " dimensions: " + describe(arg.first, arg.second));
 }
 
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_floating_operands(op, {{"x", x}, {"weight", weight}}, {{"bias", bias}});
+  check_min_dim(op, {"x", x}, 1);
+  check_dim(op, {"weight", weight}, 2);
+  if (x.size(-1) != weight.size(1))
+    throw ShapeError(op, "in-features differ: " + describe("x", x) + ", " + describe("weight", weight),
+                     "weight is (out_features, in_features) as in PyTorch; x's last dim must be in_features");
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != weight.size(0)))
+    throw ShapeError(op, "bias does not match the out-features: " + describe("bias", bias) + ", " +
+                             describe("weight", weight),
+                     "bias must be (out_features)");
+}
+
 }  // namespace keel::detail
 
 namespace keel {

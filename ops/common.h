@@ -31,6 +31,9 @@ void check_integer(const char* op, const std::vector<Arg>& args);
 void check_floating_operands(const char* op, const std::vector<Arg>& required, const std::vector<Arg>& optional = {});
 void check_dim(const char* op, const Arg& arg, int64_t ndim);           // exactly ndim dims
 void check_min_dim(const char* op, const Arg& arg, int64_t min_ndim);   // at least min_ndim
+// A fully connected layer's operands (linear, linear_gelu): x (..., K), weight (N, K) as in
+// PyTorch's nn.Linear, bias (N) or undefined.
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 }  // namespace keel::detail
 

@@ -86,16 +86,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 // x (..., K), weight (N, K), bias (N) or undefined -> (..., N)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const char* op = "linear";
-  detail::check_floating_operands(op, {{"x", x}, {"weight", weight}}, {{"bias", bias}});
-  detail::check_min_dim(op, {"x", x}, 1);
-  detail::check_dim(op, {"weight", weight}, 2);
-  if (x.size(-1) != weight.size(1))
-    throw ShapeError(op, "in-features differ: " + detail::describe("x", x) + ", " + detail::describe("weight", weight),
-                     "weight is (out_features, in_features) as in PyTorch; x's last dim must be in_features");
-  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != weight.size(0)))
-    throw ShapeError(op, "bias does not match the out-features: " + detail::describe("bias", bias) + ", " +
-                             detail::describe("weight", weight),
-                     "bias must be (out_features)");
+  detail::check_linear(op, x, weight, bias);
   profiler::Scope prof(op);
   if (prof) prof.cost(op_costs::linear(x, weight, bias));
   Tensor out = x.device().is_cuda() ? cuda::linear(x, weight, bias) : cpu::linear(x, weight, bias);

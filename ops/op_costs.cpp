@@ -78,6 +78,21 @@ Cost linear_backward(const Tensor& grad, int64_t K, bool dx, bool dw, bool db) {
   return c;
 }
 
+Cost linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, bool pre) {
+  Cost c = linear(x, weight, bias);
+  const double out = double(x.numel() / std::max<int64_t>(1, weight.size(1))) * double(weight.size(0));
+  c.flops += kGeluFwd * out;
+  if (pre) c.bytes += out * double(dtype_size(x.dtype()));
+  return c;
+}
+
+Cost linear_gelu_backward(const Tensor& grad, int64_t K, bool dx, bool dw, bool db) {
+  Cost c = linear_backward(grad, K, dx, dw, db);
+  const Cost g = gelu_backward(grad);  // grad, pre -> d(pre), all of grad's shape and dtype
+  c.flops += g.flops, c.bytes += g.bytes;
+  return c;
+}
+
 double attention_pairs(int64_t T, int64_t w) {
   if (w <= 0 || w >= T) return double(T) * double(T + 1) / 2;
   return double(w) * double(w + 1) / 2 + double(T - w) * double(w);  // the first w queries see fewer

@@ -38,6 +38,11 @@ Cost matmul_backward(const Shape& grad, const Shape& a, const Shape& b, DType dt
 Cost linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // grad (..., N); K the in-features; dx, dweight, dbias as asked
 Cost linear_backward(const Tensor& grad, int64_t K, bool dx, bool dw, bool db);
+// linear then GELU as one op: linear's product and bias, kGeluFwd FLOPs per output, and the
+// (..., N) output written once; `pre`: the pre-activation is kept for the backward (written too).
+Cost linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, bool pre);
+// grad (..., N): d(pre) = grad gelu'(pre) (gelu_backward's cost), then linear_backward's on it
+Cost linear_gelu_backward(const Tensor& grad, int64_t K, bool dx, bool dw, bool db);
 // (query, key) pairs one head of window w (0 = full causal) allows over T queries.
 double attention_pairs(int64_t T, int64_t w);
 // q (B, H, T, D); lse_dtype is the log-sum-exp's (f32 on CUDA)

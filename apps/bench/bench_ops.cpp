@@ -6,6 +6,8 @@
 // Prints milliseconds and TFLOP/s side by side; the gap is keel's overhead (allocation from the
 // cache, dispatch, layout planning). Then one row per memory-bound op (the op table below; adding
 // an op adds a row, docs/ops.md) with its time and the bandwidth its compulsory bytes imply.
+// Last, the MLP's c_fc and GELU as linear then gelu beside linear_gelu (the GELU in the GEMM's
+// epilogue), with and without a gradient (with one, the fused op writes the pre-activation too).
 // Not a test: on a machine without a GPU it says so and exits 0.
 //
 //   bench_ops [--iters N]
@@ -24,6 +26,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/gelu.h"
 #include "ops/layernorm.h"
+#include "ops/linear_gelu.h"
 #include "ops/matmul.h"
 #include "ops/softmax.h"
 
@@ -119,6 +122,14 @@ int main(int argc, char** argv) {
     for (const OpRow& r : rows) {
       const double ms = time_ms(r.run, iters, s);
       std::printf("%-30s %10.3f %10.1f\n", r.name, ms, r.bytes / ms * 1e-6);
+    }
+    Tensor fc_w = randn({4 * C, C}, gen, {DType::bf16, gpu}, 0.0, 0.02), fc_b = zeros({4 * C}, {DType::bf16, gpu});
+    std::printf("\n%-30s %10s %10s\n", "c_fc + gelu (bf16)", "unfused ms", "fused ms");
+    for (bool grad : {false, true}) {
+      fc_w.set_requires_grad(grad);
+      const double unfused = time_ms([&] { Tensor y = gelu(linear(act, fc_w, fc_b)); }, iters, s);
+      const double fused = time_ms([&] { Tensor y = linear_gelu(act, fc_w, fc_b); }, iters, s);
+      std::printf("%-30s %10.3f %10.3f\n", grad ? "8192 x 768 -> 3072, grad" : "8192 x 768 -> 3072", unfused, fused);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_ops: %s\n", e.what());

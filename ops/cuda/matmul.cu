@@ -1,4 +1,5 @@
-// matmul and linear on the device through cuBLAS (and cuBLASLt for linear's fused bias).
+// matmul and linear on the device through cuBLAS (and cuBLASLt for linear's fused bias and
+// linear_gelu's fused bias + GELU, ops/cuda/linear_lt.h).
 //
 // Precision: CUBLAS_COMPUTE_32F everywhere. For f32 that means true f32 FMA (TF32 stays off:
 // keel's f32 is a reference precision); for bf16/f16 operands it means tensor cores with f32
@@ -29,6 +30,7 @@
 #include "ops/arith.h"
 #include "ops/common.h"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/linear_lt.h"
 #include "ops/cuda/matmul.h"
 #include "ops/cuda/reduce.h"
 
@@ -199,13 +201,18 @@ Operand batched_operand(const Tensor& t0, const Shape& batch, Tensor& keep) {
   return {base_of(keep), layout_of(keep), keep.size(-2) * keep.size(-1)};
 }
 
-// x (R, K) row-major, weight (N, K) row-major, bias (N) -> out (R, N) = x weight^T + bias in
-// one cublasLtMatmul with the BIAS epilogue. False when cuBLASLt offers no algorithm for
-// these layouts (the caller then adds the bias another way).
-bool linear_lt(const Tensor& x2, const Tensor& w, const Tensor& bias, Tensor& out) {
+// x (R, K) row-major, weight (N, K) row-major, bias (N) or undefined -> out (R, N) contiguous =
+// x weight^T + bias in one cublasLtMatmul with the BIAS epilogue; with gelu, out = gelu(that)
+// (GELU_BIAS or GELU), and with aux (R, N) contiguous also aux = that (GELU_AUX_BIAS or GELU_AUX).
+// False, with nothing written, when cuBLASLt offers no algorithm for these operands.
+bool linear_lt(const Tensor& x2, const Tensor& w, const Tensor& bias, Tensor& out, bool gelu = false,
+               Tensor* aux = nullptr) {
   const Layout lx = layout_of(x2), lw = layout_of(w);
-  // The bias epilogue reads the bias with vector loads: keep it 16-byte aligned.
-  if (!lx.row_major || !lw.row_major || !bias.is_contiguous() || alignment_of(bias.raw_data()) < 16) return false;
+  if (!lx.row_major || !lw.row_major) return false;
+  // The bias epilogue reads the bias with vector loads: keep it 16-byte aligned. The aux matrix's
+  // leading dimension (N here) must be a multiple of 8 (cublasLt.h, EPILOGUE_AUX_LD).
+  if (bias.defined() && (!bias.is_contiguous() || alignment_of(bias.raw_data()) < 16)) return false;
+  if (aux && (w.size(0) % 8 != 0 || alignment_of(aux->raw_data()) < 16)) return false;
   const int64_t R = x2.size(0), K = x2.size(1), N = w.size(0);
   const cudaDataType_t t = cuda_type(x2.dtype(), "linear");
   Blas& h = blas(out.device().index);
@@ -224,15 +231,30 @@ bool linear_lt(const Tensor& x2, const Tensor& w, const Tensor& bias, Tensor& ou
   } d;
   // Column-major view: out^T (N x R) = weight (as K x N col-major, op T) * x^T (K x R col-major).
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-  const void* bias_ptr = bias.raw_data();
+  const bool has_bias = bias.defined();
+  const cublasLtEpilogue_t epi = !gelu ? (has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT)
+                                 : aux ? (has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                       : (has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
   KEEL_CHECK_CUBLAS(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
-  const int32_t bias_type = t;  // the attribute is an int32_t holding a cudaDataType
-  KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  if (has_bias) {
+    const void* bias_ptr = bias.raw_data();
+    KEEL_CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
+    const int32_t bias_type = t;  // the attribute is an int32_t holding a cudaDataType
+    KEEL_CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  }
+  if (aux) {  // the pre-activation, column-major (N x R) = row-major (R, N), in out's type (the default)
+    void* aux_ptr = aux->raw_data();
+    const int64_t aux_ld = N;
+    KEEL_CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_ptr, sizeof(aux_ptr)));
+    KEEL_CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+  }
   KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.a, t, as_int(K, "K"), as_int(N, "N"), as_int(lw.ld, "ld")));
   KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.b, t, as_int(K, "K"), as_int(R, "rows"), as_int(lx.ld, "ld")));
   KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.c, t, as_int(N, "N"), as_int(R, "rows"), as_int(N, "ld")));
@@ -336,6 +358,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   gemm2d(x2, transpose_last(weight), o2);
   return out;
+}
+
+// x (..., K), weight (N, K), bias (N) or undefined, out and pre (..., N) contiguous -> written?
+bool linear_gelu_lt(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, Tensor* pre) {
+  Tensor x2 = rows2d(x);
+  const int64_t R = x2.size(0), N = weight.size(0);
+  if (R == 0 || N == 0 || x2.size(1) == 0) return false;  // no product for an epilogue to ride on
+  KEEL_CHECK_CUDA(cudaSetDevice(x.device().index));
+  Tensor o2 = out.as_strided({R, N}, {N, 1}, out.offset());
+  Tensor p2 = pre ? pre->as_strided({R, N}, {N, 1}, pre->offset()) : Tensor();
+  Tensor xm = mappable(x2), wm = weight.is_contiguous() ? weight : weight.detach().contiguous();
+  return linear_lt(xm, wm, bias, o2, true, pre ? &p2 : nullptr);
 }
 
 // grad (..., N), weight (N, K) -> (..., K)

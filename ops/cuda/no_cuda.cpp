@@ -11,6 +11,7 @@
 #include "ops/cuda/embedding.h"
 #include "ops/cuda/gelu.h"
 #include "ops/cuda/layernorm.h"
+#include "ops/cuda/linear_gelu.h"
 #include "ops/cuda/matmul.h"
 #include "ops/cuda/reduce.h"
 #include "ops/cuda/sample.h"
@@ -58,6 +59,8 @@ void embedding_backward(const Tensor&, const Tensor&, Tensor&) { no_cuda("embedd
 
 Tensor gelu_forward(const Tensor&) { no_cuda("gelu"); }
 Tensor gelu_backward(const Tensor&, const Tensor&) { no_cuda("gelu backward"); }
+
+Tensor linear_gelu(const Tensor&, const Tensor&, const Tensor&, Tensor*) { no_cuda("linear_gelu"); }
 
 Tensor layernorm_forward(const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&) {
   no_cuda("layernorm");

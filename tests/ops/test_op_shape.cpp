@@ -17,6 +17,7 @@
 #include "ops/cpu/embedding.h"
 #include "ops/cpu/gelu.h"
 #include "ops/cpu/layernorm.h"
+#include "ops/cpu/linear_gelu.h"
 #include "ops/cpu/matmul.h"
 #include "ops/cpu/reduce.h"
 #include "ops/cpu/softmax.h"
@@ -29,6 +30,7 @@
 #include "ops/cuda/embedding.h"
 #include "ops/cuda/gelu.h"
 #include "ops/cuda/layernorm.h"
+#include "ops/cuda/linear_gelu.h"
 #include "ops/cuda/matmul.h"
 #include "ops/cuda/reduce.h"
 #include "ops/cuda/softmax.h"
@@ -53,6 +55,7 @@ SAME_SIGNATURE(gelu_forward);
 SAME_SIGNATURE(gelu_backward);
 SAME_SIGNATURE(layernorm_forward);
 SAME_SIGNATURE(layernorm_backward);
+SAME_SIGNATURE(linear_gelu);
 SAME_SIGNATURE(matmul);
 SAME_SIGNATURE(matmul_grad_a);
 SAME_SIGNATURE(matmul_grad_b);
@@ -110,6 +113,7 @@ TEST_CASE("without CUDA, every CUDA kernel of ops raises DeviceError with the wa
   check_no_cuda("linear_grad_x", [&] { cuda::linear_grad_x(t, t); });
   check_no_cuda("linear_grad_weight", [&] { cuda::linear_grad_weight(t, t); });
   check_no_cuda("linear_grad_bias", [&] { cuda::linear_grad_bias(t); });
+  check_no_cuda("linear_gelu", [&] { cuda::linear_gelu(t, t, Tensor(), nullptr); });
   check_no_cuda("reduce_dim", [&] { cuda::reduce_dim(Reduce::sum, t, 1, 2, 2, o); });
   check_no_cuda("scatter_max_grad", [&] { cuda::scatter_max_grad(t, t, 1, 2, 2, o); });
   check_no_cuda("softmax_forward", [&] { cuda::softmax_forward(t, 1, false); });

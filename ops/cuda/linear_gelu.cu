@@ -1,0 +1,52 @@
+// linear_gelu on the device: the product, the bias and the GELU in one cublasLtMatmul
+// (ops/cuda/linear_lt.h), so the (..., N) pre-activation is written once (as the epilogue's aux
+// output, for the backward) or not at all (no gradient), instead of written by the GEMM, read
+// and written again by a GELU kernel. When cuBLASLt offers no algorithm for the operands, it is
+// linear then gelu, the unfused path, with the same results to rounding.
+//
+// Which GELU cuBLASLt computes: cublasLt.h and the cuBLAS documentation describe the GELU
+// epilogues only as "apply GELU point-wise transform to the results (x:=GELU(x))", with no
+// formula and no accuracy. keel's gelu is GPT-2's tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x +
+// 0.044715 x^3))); the exact form, x Phi(x) with the normal CDF, differs from it by up to 4.7e-4
+// (at x = -2.70). The epilogue is the tanh form: PyTorch found its cuBLASLt GELU path to be the
+// tanh approximation and switched its other GPU paths of the same op to match
+// (pytorch/pytorch#104061), and llm.c fuses it as GPT-2's GELU (karpathy/llm.c#653). keel holds
+// it to that on every GPU it runs on: the f32 parity test (tests/ops/test_linear_gelu_cuda.cpp,
+// worst row under 1e-5 against linear then gelu on the CPU) fails if the epilogue computes the
+// exact form, or the tanh form less exactly than f32's tolerance. The emulated cuBLASLt computes
+// the tanh form in f32 (core/cuda/emu/cublas.cpp: gelu_tanh).
+//
+// Rounding, against the unfused path: the epilogue takes the GELU of the f32 accumulator plus
+// bias and rounds once to the output dtype, where linear then gelu rounds the pre-activation to
+// the dtype first; the backward reads the rounded pre-activation either way (aux is stored in
+// x's dtype). In f32 the two agree to the accumulation order; in bf16/f16 the fused one is the
+// more accurate.
+#include "ops/cuda/linear_gelu.h"
+
+#include "core/factory.h"
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/gelu.h"
+#include "ops/cuda/linear_lt.h"
+#include "ops/cuda/matmul.h"
+
+namespace keel::cuda {
+
+// x (..., K), weight (N, K), bias (N) or undefined -> (..., N)
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor* pre) {
+  dev::require_device(x, "linear_gelu");
+  Shape shape = x.shape();
+  shape.back() = weight.size(0);
+  Tensor y = empty(shape, {x.dtype(), x.device()});
+  Tensor p = pre ? empty(shape, {x.dtype(), x.device()}) : Tensor();
+  if (linear_gelu_lt(x, weight, bias, y, pre ? &p : nullptr)) {
+    if (pre) *pre = p;
+    return y;
+  }
+  // The unfused path. (y and p go back to the caching allocator unused: declining is rare.)
+  p = linear(x, weight, bias);  // (..., N) contiguous
+  y = gelu_forward(p.as_strided({p.numel()}, {1}, p.offset()));
+  if (pre) *pre = p;
+  return y.as_strided(p.shape(), contiguous_strides(p.shape()), y.offset());
+}
+
+}  // namespace keel::cuda

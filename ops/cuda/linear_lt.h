@@ -1,0 +1,19 @@
+// Internal to ops/cuda: linear with a GELU epilogue through cuBLASLt, implemented in
+// ops/cuda/matmul.cu (beside linear's bias epilogue and the cuBLAS handles they share) and
+// called by ops/cuda/linear_gelu.cu, which falls back to linear then gelu when this declines.
+// Plain C++ (no CUDA headers).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace keel::cuda {
+
+// x (..., K), weight (N, K), bias (N) or undefined; out (..., N) contiguous, pre (..., N)
+// contiguous or null: out = gelu(x @ weight^T + bias), the product, bias and GELU in one
+// cublasLtMatmul (epilogue GELU_BIAS, or GELU without a bias); with pre, the epilogue's aux
+// output too (GELU_AUX_BIAS / GELU_AUX): *pre = x @ weight^T + bias, rounded to x's dtype.
+// False, with nothing queued or written, when cuBLASLt offers no algorithm (x not row-major,
+// N not a multiple of 8 with pre, a bias off 16 bytes, an empty product, ...).
+bool linear_gelu_lt(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, Tensor* pre);
+
+}  // namespace keel::cuda
