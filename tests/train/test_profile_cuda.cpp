@@ -62,18 +62,38 @@ TEST_CASE("profiler on the GPU: one step of a tiny GPT-2, counted exactly") {
   using profiler::Phase;
   const double params = double(model.named_parameters().size());  // 2 + 12 per layer + ln_f's 2 = 28
 
-  // Linear layers: c_attn (C -> 3C), attn c_proj (C -> C), c_fc (C -> 4C), mlp c_proj (4C -> C)
-  // per layer, all with bias (one add per output), and the tied lm_head (C -> V, no bias).
-  const double matrix = L * 2 * BT * (3 * C * C + C * C + 4 * C * C + 4 * C * C) + 2 * BT * C * V;
-  const double bias_adds = L * BT * (3 * C + C + 4 * C + C);
+  // Linear layers: c_attn (C -> 3C), attn c_proj (C -> C) and mlp c_proj (4C -> C) per layer, all
+  // with bias (one add per output), and the tied lm_head (C -> V, no bias). c_fc is linear_gelu's.
+  const double matrix = L * 2 * BT * (3 * C * C + C * C + 4 * C * C) + 2 * BT * C * V;
+  const double bias_adds = L * BT * (3 * C + C + C);
   const Totals lin = totals(s, "linear", Phase::forward), linb = totals(s, "LinearBackward", Phase::backward);
-  CHECK(lin.calls == 4 * L + 1);
+  CHECK(lin.calls == 3 * L + 1);
   CHECK(lin.flops == matrix + bias_adds);
-  CHECK(lin.library == 4 * L + 1);  // one cuBLAS(Lt) call each, the bias in its epilogue
+  CHECK(lin.library == 3 * L + 1);  // one cuBLAS(Lt) call each, the bias in its epilogue
   CHECK(lin.launches == 0);
   CHECK(linb.flops == 2 * matrix + bias_adds);  // dx and dweight each a product of the forward's size; dbias sums
   // dx, dweight and dbias one operation each; the lm_head has no bias.
-  CHECK(linb.launches + linb.library == 3 * 4 * L + 2);
+  CHECK(linb.launches + linb.library == 3 * 3 * L + 2);
+
+  // c_fc (C -> 4C) with its bias and GELU: one cuBLASLt call whose epilogue adds the bias, takes
+  // the GELU (10 FLOPs per output) and writes the pre-activation beside the output for the
+  // backward; no GELU kernel of its own. Bytes: x, weight and bias read, output and
+  // pre-activation written, all f32. The backward: d(pre) = grad gelu'(pre) (16 FLOPs per
+  // element; grad and pre read, d(pre) written), then dx, dweight and dbias from d(pre).
+  const double fc = L * 2 * BT * C * 4 * C, fc_out = L * BT * 4 * C;
+  const Totals lg = totals(s, "linear_gelu", Phase::forward), lgb = totals(s, "LinearGeluBackward", Phase::backward);
+  CHECK(lg.calls == L);
+  CHECK(lg.library == L);
+  CHECK(lg.launches == 0);
+  CHECK(lg.flops == fc + fc_out + 10 * fc_out);
+  CHECK(lg.bytes == L * (BT * C + 4 * C * C + 4 * C) * 4 + 2 * fc_out * 4);
+  CHECK(lgb.calls == L);
+  CHECK(lgb.flops == 16 * fc_out + 2 * fc + fc_out);
+  CHECK(lgb.bytes == (3 * fc_out + (fc_out + L * 4 * C * C + L * BT * C) * 2 + fc_out + L * 4 * C) * 4);
+  CHECK(lgb.launches + lgb.library == 4 * L);  // d(pre), dx, dweight, dbias
+  // No GELU of its own anywhere in the step.
+  CHECK(totals(s, "gelu", Phase::forward).calls == 0);
+  CHECK(totals(s, "GeluBackward", Phase::backward).calls == 0);
 
   // Causal attention: T(T+1)/2 pairs per head, 4 D FLOPs each forward, 10 D backward.
   const double pairs = L * B * H * T * (T + 1) / 2;
@@ -88,10 +108,6 @@ TEST_CASE("profiler on the GPU: one step of a tiny GPT-2, counted exactly") {
   CHECK(ln.calls == 2 * L + 1);
   CHECK(ln.launches == 2 * L + 1);
   CHECK(ln.bytes == (2 * L + 1) * (2 * BT * C * 4 + 2 * C * 4 + 2 * BT * 4));
-  // GELU: one kernel per MLP, 4C wide, x read and y written.
-  const Totals ge = totals(s, "gelu", Phase::forward);
-  CHECK(ge.launches == L);
-  CHECK(ge.bytes == L * 2 * BT * 4 * C * 4);
 
   // The optimizer: AdamW is one fused multi-tensor kernel per 48 parameter tensors of a dtype
   // (one here); the gradient norm sums every gradient's squares in one table launch and a final
