@@ -41,15 +41,20 @@ using namespace attn;
 using namespace attn::mma;
 
 // Tile sizes and shared memory (elements of T) for kernel width Dk: Q (kBr x Dk), then K and V of
-// two stages (kBc x Dk each). bf16 Dk = 128: 96 KB (registers, not shared memory, then limit a
-// multiprocessor to one block); Dk = 64: 48 KB. Dk = 256 halves the key tile (32 keys: 128 KB)
-// and reads Q's fragments from shared memory at every tile instead of holding them: 64 more
-// registers next to O's 128 would spill, as FlashAttention-2 finds for its 256-wide head (its Q
-// is not kept in registers there either).
-template <int Dk>
+// two stages (kBc x Dk each). A block owns kBr = 128 query rows. Up to Dk = 128 a warp owns 32
+// of them, two m-tiles of 16 (kM), as in FlashAttention-2: every K and V fragment it reads from
+// shared memory feeds two mma instead of one, and 4 warps of at most 255 registers let two
+// blocks share a multiprocessor (bf16 Dk = 128: 96 KB of shared memory each). O then takes
+// kM * Dk / 2 registers a thread (128 at Dk = 128), so Q's fragments are read from shared memory
+// at every tile unless they fit beside it (Dk <= 64). Dk = 256 keeps warps of 16 rows (O alone
+// is 128 registers) and halves the key tile (32 keys: 128 KB), as FlashAttention-2 does for its
+// 256-wide head. The soft-capped kernel (kPlain false) keeps them too: tanhf's registers next
+// to two m-tiles would spill.
+template <int Dk, bool kPlain>
 struct MmaFwd {
-  static constexpr int kWarps = 8, kThreads = 32 * kWarps, kBr = 16 * kWarps, kBc = Dk <= 128 ? 64 : 32;
-  static constexpr bool kQInRegs = Dk <= 128;
+  static constexpr int kM = Dk <= 128 && kPlain ? 2 : 1, kWarps = 8 / kM, kThreads = 32 * kWarps;
+  static constexpr int kBr = 16 * kM * kWarps, kBc = Dk <= 128 ? 64 : 32;
+  static constexpr bool kQInRegs = Dk <= 64;
   static constexpr int kK = kBr * Dk, kV = kK + 2 * kBc * Dk, kStage = kBc * Dk;  // offsets; a stage adds kStage
   static constexpr int kBytes = 2 * (kBr * Dk + 4 * kBc * Dk);
   static_assert(kBytes <= 163 * 1024, "must fit an A100's shared memory");
@@ -114,18 +119,19 @@ __device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO]
     }
 }
 
-// Shapes: q, k, v, out (B, H, T, D) in T (bf16 or f16), D = dims.D <= Dk, the kernel width (tile
-// columns D..Dk-1 are zeros: attention_tiles.h); lse (B, H, T) f32; max_logit, max_range
-// (H) f32 read as bits, zeroed before the launch. Grid (B*H, ceil(T / 128)), 256 threads: block (bh, y) owns
-// query rows [128 qt, 128 qt + 128) of pair bh = b*H + h, qt counted from the end (the longest
-// query tiles start first). Warp w owns rows 16w..16w+15; lane (g, t) holds rows g and g + 8.
+// Shapes: q, k, v, out (B, H, T, D) in T, D = dims.D <= Dk, the kernel width (tile
+// columns D..Dk-1 are zeros: attention_tiles.h); lse (B, H, T) f32; max_logit, max_range (H) f32
+// read as bits, zeroed before the launch. Grid (B*H, ceil(T / 128)), kThreads threads: block
+// (bh, y) owns query rows [128 qt, 128 qt + 128) of pair bh = b*H + h, qt counted from the end
+// (the longest query tiles start first). Warp w owns rows 16 kM w .. 16 kM w + 16 kM - 1, m-tile
+// mt the 16 from 16 (kM w + mt); lane (g, t) holds rows g and g + 8 of each.
 template <typename T, int Dk, bool kPlain>
-__global__ void __launch_bounds__(MmaFwd<Dk>::kThreads, 1)
+__global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
     attention_mma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                  T* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ max_logit,
                                  unsigned* __restrict__ max_range, Dims dims) {
-  using F = MmaFwd<Dk>;
-  constexpr int kBr = F::kBr, kBc = F::kBc, kThreads = F::kThreads;
+  using F = MmaFwd<Dk, kPlain>;
+  constexpr int kBr = F::kBr, kBc = F::kBc, kThreads = F::kThreads, kM = F::kM, kRows = 16 * kM;
   constexpr int kS = kBc / 8, kO = Dk / 8, kQ = Dk / 16;  // n-blocks of S and O, k-steps of Q K^T
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
   T* const Qs = reinterpret_cast<T*>(smem);
@@ -135,11 +141,13 @@ __global__ void __launch_bounds__(MmaFwd<Dk>::kThreads, 1)
   const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kBr;
   const int64_t base = static_cast<int64_t>(bh) * T_len * D;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int r0 = 16 * warp, first = q0 + r0;  // the warp's first row: in the tile, in the sequence
-  const int rows[2] = {first + g, first + g + 8};
-  const bool has_rows = first < T_len;
+  const int r0 = kRows * warp, first = q0 + r0;  // the warp's first row: in the tile, in the sequence
+  int rows[kM][2];
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) rows[mt][0] = first + 16 * mt + g, rows[mt][1] = first + 16 * mt + g + 8;
   const TileRange keys = key_tiles_for_query_tile(qt, kBr, kBc, T_len, w);
-  const TileRange mine = has_rows ? key_tiles_for_query_tile(first / 16, 16, kBc, T_len, w) : TileRange{0, 0};
+  const TileRange mine =
+      first < T_len ? key_tiles_for_query_tile(first / kRows, kRows, kBc, T_len, w) : TileRange{0, 0};
 
   const TileStream<T, Dk, kBc, kThreads> kv_copy(D);
   auto load_kv = [&](int kt, int stage) {
@@ -147,23 +155,29 @@ __global__ void __launch_bounds__(MmaFwd<Dk>::kThreads, 1)
     kv_copy.load(Qs + F::kK + stage * F::kStage, k + base + k0 * D, T_len - static_cast<int>(k0), D);
     kv_copy.load(Qs + F::kV + stage * F::kStage, v + base + k0 * D, T_len - static_cast<int>(k0), D);
   };
-  const LaneRow<Dk> k_row((lane & 7) | (lane >> 4) << 3, (lane >> 3) & 1), v_row(lane & 15, lane >> 4);
+  // The lanes' ldmatrix rows: Q's A fragments and V's B columns name row lane & 15, chunk
+  // lane >> 4; K's B rows name row lane & 7 | (lane >> 4) << 3, chunk (lane >> 3) & 1.
+  const LaneRow<Dk> a_row(lane & 15, lane >> 4), k_row((lane & 7) | (lane >> 4) << 3, (lane >> 3) & 1);
   if (threadIdx.x == 0) block_logit = block_range = 0;
   load_tile_async<T, Dk, kBr, kThreads>(Qs, q + base + static_cast<int64_t>(q0) * D, T_len - q0, D);
   load_kv(keys.begin, 0);
   ptx::cp_async_commit();
 
-  uint32_t qf[F::kQInRegs ? kQ : 1][4];  // Q's A fragments, when held in registers
-  float o[kO][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's share of the row sum
-  float mn[2] = {INFINITY, INFINITY};                        // this lane's smallest allowed value
+  uint32_t qf[F::kQInRegs ? kM : 1][F::kQInRegs ? kQ : 1][4];  // Q's A fragments, when held in registers
+  float o[kM][kO][4] = {};
+  float m[kM][2], l[kM][2] = {}, mn[kM][2];  // l: this lane's share of the row sum
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+    m[mt][0] = m[mt][1] = -INFINITY, mn[mt][0] = mn[mt][1] = INFINITY;  // mn: this lane's smallest allowed value
   const float c = (kPlain ? dims.scale : 1.0f) * kLog2e;  // v -> log2 units of the softmax
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int stage = (kt - keys.begin) & 1, k0 = kt * kBc;
     ptx::cp_async_wait<0>();
     __syncthreads();  // tile kt is in for every thread, and every warp is done with tile kt - 1
-    if (F::kQInRegs && kt == keys.begin)
-      for (int kk = 0; kk < kQ; ++kk) load_a<Dk>(qf[kk], Qs, r0, 16 * kk, lane);
+    if constexpr (F::kQInRegs)
+      if (kt == keys.begin)
+        for (int mt = 0; mt < kM; ++mt)
+          for (int kk = 0; kk < kQ; ++kk) load_a(qf[mt][kk], Qs, a_row, r0 + 16 * mt, 16 * kk);
     if (kt + 1 < keys.end) {
       load_kv(kt + 1, stage ^ 1);
       ptx::cp_async_commit();
@@ -172,43 +186,58 @@ __global__ void __launch_bounds__(MmaFwd<Dk>::kThreads, 1)
     const T* Ks = Qs + F::kK + stage * F::kStage;
     const T* Vs = Qs + F::kV + stage * F::kStage;
 
-    float s[kS][4] = {};  // S = Q K^T: n-block n holds keys k0 + 8n ..
+    float s[kM][kS][4] = {};  // S = Q K^T: n-block n holds keys k0 + 8n ..
 #pragma unroll
     for (int kk = 0; kk < kQ; ++kk) {
-      uint32_t qa[4];
-      if constexpr (F::kQInRegs) {
+      uint32_t qa[kM][4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) qa[e] = qf[kk][e];
-      } else {
-        load_a<Dk>(qa, Qs, r0, 16 * kk, lane);
+      for (int mt = 0; mt < kM; ++mt) {
+        if constexpr (F::kQInRegs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) qa[mt][e] = qf[mt][kk][e];
+        } else {
+          load_a(qa[mt], Qs, a_row, r0 + 16 * mt, 16 * kk);
+        }
       }
 #pragma unroll
       for (int n = 0; n < kS; n += 2) {
         uint32_t b0[2], b1[2];
         load_b_rows(b0, b1, Ks, k_row, 8 * n, 16 * kk);
-        ptx::mma_m16n8k16<T>(s[n], qa, b0);
-        ptx::mma_m16n8k16<T>(s[n + 1], qa, b1);
+#pragma unroll
+        for (int mt = 0; mt < kM; ++mt) {  // one K fragment, kM products
+          ptx::mma_m16n8k16<T>(s[mt][n], qa[mt], b0);
+          ptx::mma_m16n8k16<T>(s[mt][n + 1], qa[mt], b1);
+        }
       }
     }
 
-    // Tile classes: every pair allowed for all 16 rows (most tiles of a long sequence) takes the
-    // path without a per-element test; a tile across the diagonal or a band edge masks.
-    const bool whole = first + 15 < T_len && k0 + kBc - 1 <= first && k0 >= band_start(first + 15, w);
-    if (whole)
-      online_softmax<false, kPlain>(s, o, m, l, mn, c, dims, rows, k0, t, w, T_len);
-    else
-      online_softmax<true, kPlain>(s, o, m, l, mn, c, dims, rows, k0, t, w, T_len);
+    // Tile classes, per m-tile: every pair allowed for all 16 rows (most tiles of a long
+    // sequence) takes the path without a per-element test; a tile across the diagonal or a band
+    // edge masks.
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      const int top = first + 16 * mt;
+      const bool whole = top + 15 < T_len && k0 + kBc - 1 <= top && k0 >= band_start(top + 15, w);
+      if (whole)
+        online_softmax<false, kPlain>(s[mt], o[mt], m[mt], l[mt], mn[mt], c, dims, rows[mt], k0, t, w, T_len);
+      else
+        online_softmax<true, kPlain>(s[mt], o[mt], m[mt], l[mt], mn[mt], c, dims, rows[mt], k0, t, w, T_len);
+    }
 
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk) {  // O += P V, P's k-step kk = S's n-blocks 2kk, 2kk + 1
-      uint32_t a[4];
-      acc_to_a<T>(a, s[2 * kk], s[2 * kk + 1]);
+      uint32_t a[kM][4];
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) acc_to_a<T>(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
 #pragma unroll
       for (int d = 0; d < kO; d += 2) {
         uint32_t b0[2], b1[2];
-        load_b_cols(b0, b1, Vs, v_row, 16 * kk, 8 * d);
-        ptx::mma_m16n8k16<T>(o[d], a, b0);
-        ptx::mma_m16n8k16<T>(o[d + 1], a, b1);
+        load_b_cols(b0, b1, Vs, a_row, 16 * kk, 8 * d);
+#pragma unroll
+        for (int mt = 0; mt < kM; ++mt) {  // one V fragment, kM products
+          ptx::mma_m16n8k16<T>(o[mt][d], a[mt], b0);
+          ptx::mma_m16n8k16<T>(o[mt][d + 1], a[mt], b1);
+        }
       }
     }
   }
@@ -221,25 +250,27 @@ __global__ void __launch_bounds__(MmaFwd<Dk>::kThreads, 1)
   __syncwarp();
   unsigned logit_bits = 0, range_bits = 0;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] = quad_sum(l[r]);
-    const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
+  for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
-    for (int d = 0; d < kO; ++d)
-      *reinterpret_cast<uint32_t*>(Qs + Swizzle<Dk>::offset(r0 + g + 8 * r, 8 * d + 2 * t)) =
-          pack2<T>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
-    if (rows[r] < T_len) {
-      const float vs = kPlain ? dims.scale : 1.0f;  // v -> logit
-      const float hi = m[r] * vs, lo = mn[r] * vs;  // lo: NaN if a NaN logit went by this lane
-      if (t == 0) lse[static_cast<int64_t>(bh) * T_len + rows[r]] = hi + logf(l[r]);
-      const bool nan = lo != lo, seen = mn[r] != INFINITY;  // seen: this lane held an allowed key
-      const float amax = nan ? NAN : seen ? fmaxf(fabsf(hi), fabsf(lo)) : fabsf(hi);
-      logit_bits = max(logit_bits, stat_bits(amax));
-      if (seen) range_bits = max(range_bits, stat_bits(nan ? NAN : hi - lo));
+    for (int r = 0; r < 2; ++r) {
+      const float sum = quad_sum(l[mt][r]);
+      const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+#pragma unroll
+      for (int d = 0; d < kO; ++d)
+        *reinterpret_cast<uint32_t*>(Qs + Swizzle<Dk>::offset(r0 + 16 * mt + g + 8 * r, 8 * d + 2 * t)) =
+            pack2<T>(o[mt][d][2 * r] * inv, o[mt][d][2 * r + 1] * inv);
+      if (rows[mt][r] < T_len) {
+        const float vs = kPlain ? dims.scale : 1.0f;          // v -> logit
+        const float hi = m[mt][r] * vs, lo = mn[mt][r] * vs;  // lo: NaN if a NaN logit went by this lane
+        if (t == 0) lse[static_cast<int64_t>(bh) * T_len + rows[mt][r]] = hi + logf(sum);
+        const bool nan = lo != lo, seen = mn[mt][r] != INFINITY;  // seen: this lane held an allowed key
+        const float amax = nan ? NAN : seen ? fmaxf(fabsf(hi), fabsf(lo)) : fabsf(hi);
+        logit_bits = max(logit_bits, stat_bits(amax));
+        if (seen) range_bits = max(range_bits, stat_bits(nan ? NAN : hi - lo));
+      }
     }
-  }
   __syncwarp();
-  for (int i = lane; i < 16 * (Dk / 8); i += 32) {
+  for (int i = lane; i < kRows * (Dk / 8); i += 32) {
     const int r = i / (Dk / 8), col = i % (Dk / 8) * 8;
     if (first + r < T_len && col < D)  // the padding columns (zeros) are not the output's
       *reinterpret_cast<uint4*>(out + base + static_cast<int64_t>(first + r) * D + col) =
@@ -258,20 +289,20 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
   const int dev = q.device().index;
   visit_half(kOp, q.dtype(), [&]<typename E>() {
     with_width<16>(kOp, D, [&]<int HD>() {
-      using F = MmaFwd<HD>;
-      const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + F::kBr - 1) / F::kBr));
-      auto launch = [&](auto kernel) {
-        launch_threads(kernel, grid, F::kThreads, F::kBytes, dev, static_cast<const E*>(q.raw_data()),
-                       static_cast<const E*>(k.raw_data()), static_cast<const E*>(v.raw_data()),
-                       static_cast<E*>(out.raw_data()), static_cast<float*>(lse.raw_data()),
-                       static_cast<unsigned*>(max_logit.raw_data()), static_cast<unsigned*>(max_range.raw_data()),
-                       dims);
+      auto launch = [&]<bool kPlain>() {
+        using F = MmaFwd<HD, kPlain>;
+        const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + F::kBr - 1) / F::kBr));
+        launch_threads(attention_mma_forward_kernel<E, HD, kPlain>, grid, F::kThreads, F::kBytes, dev,
+                       static_cast<const E*>(q.raw_data()), static_cast<const E*>(k.raw_data()),
+                       static_cast<const E*>(v.raw_data()), static_cast<E*>(out.raw_data()),
+                       static_cast<float*>(lse.raw_data()), static_cast<unsigned*>(max_logit.raw_data()),
+                       static_cast<unsigned*>(max_range.raw_data()), dims);
       };
       // The common case (no soft cap, positive scale) as its own kernel: score_value.
       if (dims.softcap == 0.0f && dims.scale > 0.0f)
-        launch(attention_mma_forward_kernel<E, HD, true>);
+        launch.template operator()<true>();
       else
-        launch(attention_mma_forward_kernel<E, HD, false>);
+        launch.template operator()<false>();
     });
   });
 }
