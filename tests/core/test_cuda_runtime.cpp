@@ -73,6 +73,19 @@ TEST_CASE("host <-> device copies round-trip every dtype") {
   }
 }
 
+TEST_CASE("device-to-host reads are exact on both sides of the pinned buffer's 4 KB") {
+  KEEL_REQUIRE_CUDA();
+  // Up to 4 KB a read goes through a pinned buffer reused by every read; past it, straight into
+  // the destination. Interleaved sizes: a read must never see a previous, longer one's bytes.
+  Generator gen(2);
+  for (int64_t n : {1, 2, 1023, 1024, 1025, 4096, 3, 1024}) {
+    Tensor h = randn({n}, gen, {DType::f32});
+    CHECK(h.to(Device::cuda(0)).to_vector<float>() == h.to_vector<float>());
+  }
+  Tensor id = full({1}, 50256.0, {DType::i64, Device::cuda(0)});  // a decode step's token id
+  CHECK(id.to_vector<int64_t>() == std::vector<int64_t>{50256});
+}
+
 TEST_CASE("device casts and strided copies match the CPU, on poisoned outputs") {
   KEEL_REQUIRE_CUDA();
   Generator gen(2);
