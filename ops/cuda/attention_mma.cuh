@@ -3,15 +3,16 @@
 // addresses that turn them into mma.sync fragments, and the register-level helpers. The
 // instructions themselves are core/cuda/ptx.cuh's; their fragment layouts are written there.
 //
-// The idea, in one paragraph. A warp owns 16 rows of the block's own tile and computes a 16 x N
-// product as N/8 accumulators of mma.sync m16n8k16, whose layout the PTX ISA documents: lane
-// (g, t) = (lane / 4, lane % 4) holds rows g and g + 8, columns 2t and 2t + 1 of each 8-column
-// block. So masking, soft-capping, the online softmax (row max and sum: the 4 lanes of a row
-// are one quad, two shuffles) and the statistics all happen in registers, and the accumulator
-// of one product is, converted to bf16/f16 pairs, the A operand of the next (P -> P V): S, P and
-// O never touch shared memory. Operands in shared memory are read with ldmatrix, whose row
-// addresses are swizzled (XOR of the 16-byte chunk index with the row) so that the 8 rows of
-// one 8x8 matrix fall in 8 different bank groups.
+// The idea, in one paragraph. A warp owns 16 rows of the block's own tile (an m-tile; a forward
+// warp may own two) and computes a 16 x N product per m-tile as N/8 accumulators of mma.sync
+// m16n8k16, whose layout the PTX ISA documents: lane (g, t) = (lane / 4, lane % 4) holds rows g
+// and g + 8, columns 2t and 2t + 1 of each 8-column block. So masking, soft-capping, the online
+// softmax (row max and sum: the 4 lanes of a row are one quad, two shuffles) and the statistics
+// all happen in registers, and the accumulator of one product is, converted to bf16/f16 pairs,
+// the A operand of the next (P -> P V): S, P and O never touch shared memory. Operands in shared
+// memory are read with ldmatrix, whose row addresses are swizzled (XOR of the 16-byte chunk index
+// with the row) so that the 8 rows of one 8x8 matrix fall in 8 different bank groups.
+// docs/attention-kernels.md walks through both kernels with diagrams of these layouts.
 #pragma once
 
 #include <cuda_bf16.h>

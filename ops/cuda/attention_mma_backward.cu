@@ -183,7 +183,8 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
         }
       }
       // Tile classes: every pair allowed for all 16 keys and the tile's queries (most tiles of a
-      // long sequence) takes the path without a per-element test.
+      // long sequence) takes the path without a per-element test: the queries inside the sequence,
+      // the last key at or before the first query, the first key inside the last query's band.
       const bool whole = q0 + kBr - 1 < T_len && first + 15 <= q0 && first >= band_start(q0 + kBr - 1, w);
       if (whole)
         probs_and_dlogits<false, kPlain>(s, dp, lse_s, dvec_s, c, dims, keys, q0, t, w, T_len);
@@ -233,6 +234,8 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
         }
       }
     }
+    // The flag counts the key tiles that have added to this query tile; those below kt that see
+    // it are exactly [first key tile of qt, kt), so kt's turn comes at that count.
     int* const flag = flags + (static_cast<int64_t>(bh) * F::kSplit + blockIdx.z) * nq + qt;
     if (threadIdx.x == 0) ptx::spin_wait_equal(flag, kt - key_tiles_for_query_tile(qt, kBr, kBc, T_len, w).begin);
     __syncthreads();  // the lower key tiles' shares of this query tile are all in

@@ -2,21 +2,22 @@
 // f16; attention_mma.cuh explains the register layout). Every head pattern: a head of window W
 // costs O(T * W).
 //
-// A block owns 128 query rows of one (b, h): 8 warps of 16 rows. Its Q tile is loaded once and kept
-// in registers as mma A fragments (at width 256, see MmaFwd). It then streams the 64-key tiles (32
-// at width 256) its rows can see (attn::key_tiles_for_query_tile), K and V double-buffered with
-// cp.async: tile j + 1 is in flight while tile j is computed, one __syncthreads per tile. Each warp
-// skips, without computing, the tiles that hold no allowed pair for its own 16 rows (a local head's
-// warp touches 2 of 64 keys; the causal diagonal's upper half is skipped too). The addresses of a
-// thread's copies and of a lane's ldmatrix rows are the same in every tile, so they are computed
-// once, before the loop (TileStream, LaneRow).
+// A block owns 128 query rows of one (b, h): 4 warps of 32 rows (two 16-row m-tiles each) up to
+// width 128 in the plain-logit kernel, else 8 warps of 16 rows (MmaFwd). Its Q tile is loaded once
+// into shared memory (and into registers as mma A fragments where they fit, see MmaFwd). It then
+// streams the 64-key tiles (32 at width 256) its rows can see (attn::key_tiles_for_query_tile), K
+// and V double-buffered with cp.async: tile j + 1 is in flight while tile j is computed, one
+// __syncthreads per tile. Each warp skips, without computing, the tiles that hold no allowed pair
+// for its own rows (a local head's warp touches 2 of 64 keys; the causal diagonal's upper half is
+// skipped too). The addresses of a thread's copies and of a lane's ldmatrix rows are the same in
+// every tile, so they are computed once, before the loop (TileStream, LaneRow).
 //
-// Per tile and warp, all in registers: S = Q K^T (16 x 64, f32), then the online softmax update
-// (online_softmax: row max m across the row's quad, O and the lane's share of l rescaled by
-// 2^(c (m_old - m_new)), P = 2^(c S - c m) converted to bf16/f16 A fragments), then O += P V.
+// Per tile, warp and m-tile, all in registers: S = Q K^T (16 x 64, f32), then the online softmax
+// update (online_softmax: row max m across the row's quad, O and the lane's share of l rescaled
+// by 2^(c (m_old - m_new)), P = 2^(c S - c m) converted to bf16/f16 A fragments), then O += P V.
 // attention_forward.cu describes the online softmax and why -inf rows take 0 as reference.
-// Three choices keep the per-element work at FlashAttention-2's five instructions (max, min,
-// FFMA, exp2, add):
+// Three choices keep the per-element work at five instructions, FlashAttention-2's max, FFMA,
+// exp2 and add plus the statistics' min:
 // - tile classes: a tile where every pair is allowed for all 16 rows (most tiles of a long
 //   sequence) runs a path without a per-element test; only tiles across the diagonal or a band
 //   edge test each pair;
@@ -172,6 +173,8 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
   const float c = (kPlain ? dims.scale : 1.0f) * kLog2e;  // v -> log2 units of the softmax
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int stage = (kt - keys.begin) & 1, k0 = kt * kBc;
+    // Tile kt's copies are the only group in flight (kt + 1's are issued only after the barrier,
+    // into the stage tile kt - 1 used), hence wait_group 0.
     ptx::cp_async_wait<0>();
     __syncthreads();  // tile kt is in for every thread, and every warp is done with tile kt - 1
     if constexpr (F::kQInRegs)
@@ -213,7 +216,8 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
 
     // Tile classes, per m-tile: every pair allowed for all 16 rows (most tiles of a long
     // sequence) takes the path without a per-element test; a tile across the diagonal or a band
-    // edge masks.
+    // edge masks. Whole: the rows are inside the sequence, the tile's last key is at or before the
+    // first row, and its first key is inside the last row's band (bands slide right with the row).
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt) {
       const int top = first + 16 * mt;
