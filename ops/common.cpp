@@ -1,6 +1,7 @@
 #include "ops/common.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace keel::detail {
 
@@ -90,6 +91,25 @@ void check_linear(const char* op, const Tensor& x, const Tensor& weight, const T
     throw ShapeError(op, "bias does not match the out-features: " + describe("bias", bias) + ", " +
                              describe("weight", weight),
                      "bias must be (out_features)");
+}
+
+void check_layernorm(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_floating_operands(op, {{"x", x}, {"weight", weight}}, {{"bias", bias}});
+  check_min_dim(op, {"x", x}, 1);
+  int64_t C = x.size(-1);
+  if (weight.dim() != 1 || weight.size(0) != C)
+    throw ShapeError(op, "weight must be (C) for x (..., C): " + describe("x", x) + ", " + describe("weight", weight));
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != C))
+    throw ShapeError(op, "bias must be (C) for x (..., C): " + describe("x", x) + ", " + describe("bias", bias));
+  if (!(eps >= 0) || !std::isfinite(eps))
+    throw ValueError(op, "eps must be a finite number >= 0, got " + std::to_string(eps));
+}
+
+// t (..., C) -> (N, C)
+Tensor rows_of(const Tensor& t) {
+  Tensor c = t.detach().contiguous();
+  int64_t C = t.dim() > 0 ? t.size(-1) : 1;
+  return c.as_strided({C > 0 ? c.numel() / C : 0, C}, {C, 1}, c.offset());
 }
 
 }  // namespace keel::detail

@@ -34,6 +34,12 @@ void check_min_dim(const char* op, const Arg& arg, int64_t min_ndim);   // at le
 // A fully connected layer's operands (linear, linear_gelu): x (..., K), weight (N, K) as in
 // PyTorch's nn.Linear, bias (N) or undefined.
 void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias);
+// A LayerNorm's operands (layernorm, add_layernorm): x (..., C), weight (C), bias (C) or
+// undefined, eps finite and >= 0.
+void check_layernorm(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+// t (..., C) -> (N, C): a packed, detached copy unless t already is contiguous (the row-wise
+// kernels' layout).
+Tensor rows_of(const Tensor& t);
 
 }  // namespace keel::detail
 

@@ -1,8 +1,6 @@
 // Front end of layernorm: argument checks, dispatch, autograd node.
 #include "ops/layernorm.h"
 
-#include <cmath>
-
 #include "core/autograd.h"
 #include "ops/common.h"
 #include "ops/cpu/layernorm.h"
@@ -13,12 +11,7 @@ namespace keel {
 
 namespace {
 
-// t (..., C) -> (N, C): a packed, detached copy unless t already is contiguous.
-Tensor rows_of(const Tensor& t) {
-  Tensor c = t.detach().contiguous();
-  int64_t C = t.dim() > 0 ? t.size(-1) : 1;
-  return c.as_strided({C > 0 ? c.numel() / C : 0, C}, {C, 1}, c.offset());
-}
+using detail::rows_of;
 
 struct LayerNormBackward : Node {
   Tensor x, weight, mean, rstd;  // x (N, C); weight (C) only when x needs grad; mean, rstd (N)
@@ -29,7 +22,7 @@ struct LayerNormBackward : Node {
     Tensor dx, dw, db;
     auto kernel = x.device().is_cuda() ? cuda::layernorm_backward : cpu::layernorm_backward;
     kernel(rows_of(grad), x, weight, mean, rstd, needs_input_grad(0), needs_input_grad(1), needs_input_grad(2), dx,
-           dw, db);
+           dw, db, Tensor());
     if (dx.defined()) dx = dx.as_strided(x_shape, contiguous_strides(x_shape), 0);
     return {dx, dw, db};
   }
@@ -44,17 +37,7 @@ struct LayerNormBackward : Node {
 // x (..., C), weight (C), bias (C) or undefined -> (..., C)
 Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   const char* op = "layernorm";
-  detail::check_floating_operands(op, {{"x", x}, {"weight", weight}}, {{"bias", bias}});
-  detail::check_min_dim(op, {"x", x}, 1);
-  int64_t C = x.size(-1);
-  if (weight.dim() != 1 || weight.size(0) != C)
-    throw ShapeError(op, "weight must be (C) for x (..., C): " + detail::describe("x", x) + ", " +
-                             detail::describe("weight", weight));
-  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != C))
-    throw ShapeError(op, "bias must be (C) for x (..., C): " + detail::describe("x", x) + ", " +
-                             detail::describe("bias", bias));
-  if (!(eps >= 0) || !std::isfinite(eps))
-    throw ValueError(op, "eps must be a finite number >= 0, got " + std::to_string(eps));
+  detail::check_layernorm(op, x, weight, bias, eps);
   profiler::Scope prof(op);
   if (prof) prof.cost(op_costs::layernorm(x, bias.defined(), x.device().is_cuda() ? DType::f32 : x.dtype()));
   Tensor x2 = rows_of(x), w = weight.detach().contiguous();

@@ -145,6 +145,19 @@ Cost layernorm_backward(const Tensor& x, DType stats_dtype, bool dx, bool dw, bo
   return c;
 }
 
+Cost add_layernorm(const Tensor& x, bool bias, DType stats_dtype) {
+  Cost c = layernorm(x, bias, stats_dtype);  // x -> y: h read, out written
+  c.flops += n_of(x);                        // the add
+  c.bytes += 2 * bytes_of(x);                // y read, h written
+  return c;
+}
+
+Cost add_layernorm_backward(const Tensor& h, DType stats_dtype, bool dx, bool dw, bool db, bool residual) {
+  Cost c = layernorm_backward(h, stats_dtype, dx, dw, db);
+  if (dx && residual) c.flops += n_of(h), c.bytes += bytes_of(h);
+  return c;
+}
+
 Cost gelu(const Tensor& x) { return elementwise({&x}, x.shape(), x.dtype(), kGeluFwd); }
 Cost gelu_backward(const Tensor& x) { return elementwise({&x, &x}, x.shape(), x.dtype(), kGeluBwd); }  // grad, x -> dx
 Cost softmax(const Tensor& x) { return elementwise({&x}, x.shape(), x.dtype(), kSoftmaxFwd); }

@@ -51,6 +51,12 @@ Cost attention_backward(const Tensor& q, const std::vector<int64_t>& window, DTy
 // x (N, C), mean and rstd (N) in stats_dtype
 Cost layernorm(const Tensor& x, bool bias, DType stats_dtype);
 Cost layernorm_backward(const Tensor& x, DType stats_dtype, bool dx, bool dw, bool db);
+// x + y then layernorm as one op, x and y (N, C): 1 + kLayerNormFwd FLOPs per element; x and
+// y read, h and the output written, once each, with layernorm's weight, bias and statistics.
+Cost add_layernorm(const Tensor& x, bool bias, DType stats_dtype);
+// h (N, C): layernorm_backward's cost on h, plus, with `residual`, the gradient of h from its
+// other uses read and added into dx (one FLOP per element).
+Cost add_layernorm_backward(const Tensor& h, DType stats_dtype, bool dx, bool dw, bool db, bool residual);
 Cost gelu(const Tensor& x);
 Cost gelu_backward(const Tensor& x);
 Cost softmax(const Tensor& x);

@@ -48,13 +48,16 @@ Tensor layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bi
   return y;
 }
 
-// grad, x (N, C), weight (C), mean, rstd (N) -> dx (N, C), dweight (C), dbias (C).
-// With xhat = (x - mean) * rstd and g = grad * weight:
-//   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),
+// grad, x (N, C), weight (C), mean, rstd (N), dx_add (N, C) or undefined -> dx (N, C), dweight (C),
+// dbias (C). With xhat = (x - mean) * rstd and g = grad * weight:
+//   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)) [+ dx_add],
 //   dweight = sum_rows(grad * xhat),  dbias = sum_rows(grad).
+// dx is rounded to T before dx_add is added (in double, then rounded again): exactly what the
+// autograd engine's accumulation of two gradients of one tensor computes (core/autograd.cpp), so
+// add_layernorm's gradients are bit-identical to those of x + y then layernorm.
 void layernorm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, bool need_x, bool need_weight, bool need_bias, Tensor& dx,
-                        Tensor& dweight, Tensor& dbias) {
+                        Tensor& dweight, Tensor& dbias, const Tensor& dx_add) {
   int64_t N = x.size(0), C = x.size(1);
   if (need_x) dx = empty({N, C}, {x.dtype()});
   bool need_params = need_weight || need_bias;
@@ -67,6 +70,7 @@ void layernorm_backward(const Tensor& grad, const Tensor& x, const Tensor& weigh
     const T* w = need_x ? weight.data<T>() : nullptr;  // weight only scales dx
     const T *pm = mean.data<T>(), *pr = rstd.data<T>();
     T* pdx = need_x ? dx.data<T>() : nullptr;
+    const T* pa = dx_add.defined() ? dx_add.data<T>() : nullptr;
 #pragma omp parallel if (parallel)
     {
       double* pw = need_params ? partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * C : nullptr;
@@ -91,6 +95,9 @@ void layernorm_backward(const Tensor& grad, const Tensor& x, const Tensor& weigh
         T* out = pdx + r * C;
         for (int64_t c = 0; c < C; ++c)
           out[c] = static_cast<T>(rs * (static_cast<double>(g[c]) * w[c] - sg - (row[c] - m) * rs * sgx));
+        if (pa)
+          for (int64_t c = 0; c < C; ++c)
+            out[c] = static_cast<T>(static_cast<double>(pa[r * C + c]) + static_cast<double>(out[c]));
       }
     }
     if (!need_params) return;

@@ -10,8 +10,8 @@
 // Backward: dx with one warp per row again; dweight and dbias are column sums over the rows,
 // done like the column reduction of reduce.cu: blocks of 32 columns x 8 row lanes over a chunk
 // of rows write f32 partials, a last small kernel adds the chunks in order (deterministic).
-#include "ops/cuda/common.cuh"
 #include "ops/cuda/layernorm.h"
+#include "ops/cuda/layernorm_row.cuh"
 
 namespace keel::cuda {
 
@@ -19,21 +19,6 @@ namespace {
 using namespace dev;
 
 constexpr int kRowsPerBlock = 8;  // warps per block, one row each
-
-// Calls f(c, x[c] as f32) for the lane's share of row x (C); kVec: 16-byte packs.
-template <typename T, bool kVec, typename F>
-__device__ __forceinline__ void for_row(const T* __restrict__ x, int64_t C, int lane, F&& f) {
-  if constexpr (kVec) {
-    constexpr int V = Pack<T>::N;
-    for (int64_t k = lane; k < C / V; k += 32) {
-      Pack<T> p = load_pack(x + k * V);
-#pragma unroll
-      for (int j = 0; j < V; ++j) f(k * V + j, to_f32(p.v[j]));
-    }
-  } else {
-    for (int64_t c = lane; c < C; c += 32) f(c, to_f32(x[c]));
-  }
-}
 
 // x (N, C), w (C), b (C) or null -> y (N, C), mean (N), rstd (N)
 template <typename T, bool kVec>
@@ -46,39 +31,17 @@ __global__ void layernorm_forward_kernel(const T* __restrict__ x, const T* __res
     const T* row = x + r * C;
     float s = 0.0f;
     for_row<T, kVec>(row, C, lane, [&](int64_t, float v) { s += v; });
-    const float m = warp_sum(s) / static_cast<float>(C);
-    float q = 0.0f;
-    for_row<T, kVec>(row, C, lane, [&](int64_t, float v) { q += (v - m) * (v - m); });
-    const float rs = 1.0f / sqrtf(warp_sum(q) / static_cast<float>(C) + eps);
-    if (lane == 0) mean[r] = m, rstd[r] = rs;
-    T* out = y + r * C;
-    if constexpr (kVec) {
-      constexpr int V = Pack<T>::N;
-      for (int64_t k = lane; k < C / V; k += 32) {
-        Pack<T> px = load_pack(row + k * V), pw = load_pack(w + k * V), pb, po;
-        if (b) pb = load_pack(b + k * V);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float n = (to_f32(px.v[j]) - m) * rs * to_f32(pw.v[j]);
-          po.v[j] = from_f32<T>(b ? n + to_f32(pb.v[j]) : n);
-        }
-        store_pack(out + k * V, po);
-      }
-    } else {
-      for (int64_t c = lane; c < C; c += 32) {
-        const float n = (to_f32(row[c]) - m) * rs * to_f32(w[c]);
-        out[c] = from_f32<T>(b ? n + to_f32(b[c]) : n);
-      }
-    }
+    normalize_row<T, kVec>(row, warp_sum(s) / static_cast<float>(C), w, b, y + r * C, mean + r, rstd + r, C, eps, lane);
   }
 }
 
-// g, x (N, C), w (C), mean, rstd (N) -> dx (N, C). With xhat = (x - mean) rstd, gw = g w:
-//   dx = rstd (gw - mean_c(gw) - xhat mean_c(gw xhat)).
+// g, x (N, C), w (C), mean, rstd (N), add (N, C) or null -> dx (N, C). With xhat = (x - mean)
+// rstd, gw = g w:  dx = rstd (gw - mean_c(gw) - xhat mean_c(gw xhat)) + add, the sum taken in
+// f32 before dx is rounded to T (add: add_layernorm's gradient of h from its other uses).
 template <typename T, bool kVec>
 __global__ void layernorm_dx_kernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w,
-                                    const float* __restrict__ mean, const float* __restrict__ rstd, T* __restrict__ dx,
-                                    int64_t N, int64_t C) {
+                                    const float* __restrict__ mean, const float* __restrict__ rstd,
+                                    const T* __restrict__ add, T* __restrict__ dx, int64_t N, int64_t C) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * kRowsPerBlock;
   for (int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5); r < N; r += warps) {
@@ -109,18 +72,21 @@ __global__ void layernorm_dx_kernel(const T* __restrict__ g, const T* __restrict
     if constexpr (kVec) {
       constexpr int V = Pack<T>::N;
       for (int64_t k = lane; k < C / V; k += 32) {
-        Pack<T> pg = load_pack(grow + k * V), px = load_pack(xrow + k * V), pw = load_pack(w + k * V), po;
+        Pack<T> pg = load_pack(grow + k * V), px = load_pack(xrow + k * V), pw = load_pack(w + k * V), pa, po;
+        if (add) pa = load_pack(add + r * C + k * V);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float xhat = (to_f32(px.v[j]) - m) * rs;
-          po.v[j] = from_f32<T>(rs * (to_f32(pg.v[j]) * to_f32(pw.v[j]) - sg - xhat * sgx));
+          const float d = rs * (to_f32(pg.v[j]) * to_f32(pw.v[j]) - sg - xhat * sgx);
+          po.v[j] = from_f32<T>(add ? d + to_f32(pa.v[j]) : d);
         }
         store_pack(out + k * V, po);
       }
     } else {
       for (int64_t c = lane; c < C; c += 32) {
         const float xhat = (to_f32(xrow[c]) - m) * rs;
-        out[c] = from_f32<T>(rs * (to_f32(grow[c]) * to_f32(w[c]) - sg - xhat * sgx));
+        const float d = rs * (to_f32(grow[c]) * to_f32(w[c]) - sg - xhat * sgx);
+        out[c] = from_f32<T>(add ? d + to_f32(add[r * C + c]) : d);
       }
     }
   }
@@ -201,10 +167,10 @@ Tensor layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bi
   return y;
 }
 
-// grad, x (N, C), weight (C), mean, rstd (N) -> dx (N, C), dweight (C), dbias (C)
+// grad, x (N, C), weight (C), mean, rstd (N), dx_add (N, C) or undefined -> dx (N, C), dweight (C), dbias (C)
 void layernorm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, bool need_x, bool need_weight, bool need_bias, Tensor& dx,
-                        Tensor& dweight, Tensor& dbias) {
+                        Tensor& dweight, Tensor& dbias, const Tensor& dx_add) {
   require_device(x, "layernorm backward");
   const int64_t N = x.size(0), C = x.size(1);
   const Device dev = x.device();
@@ -219,12 +185,16 @@ void layernorm_backward(const Tensor& grad, const Tensor& x, const Tensor& weigh
     if (need_x && N > 0) {
       const T* pw = ptr<const T>(weight);
       T* pd = ptr<T>(dx);
-      const bool vec = (C * sizeof(T)) % 16 == 0 && plan::vector_head(C, sizeof(T), {pg, px, pw, pd}) == 0;
+      const T* pa = dx_add.defined() ? ptr<const T>(dx_add) : nullptr;
+      const bool vec = (C * sizeof(T)) % 16 == 0 && plan::vector_head(C, sizeof(T), {pg, px, pw, pd}) == 0 &&
+                       (!pa || plan::vector_head(C, sizeof(T), {pa, pd}) == 0);
       const int blocks = row_blocks(N, w.device);
       if (vec)
-        launch_kernel(layernorm_dx_kernel<T, true>, blocks, 32 * kRowsPerBlock, 0, w.stream, pg, px, pw, pm, pr, pd, N, C);
+        launch_kernel(layernorm_dx_kernel<T, true>, blocks, 32 * kRowsPerBlock, 0, w.stream, pg, px, pw, pm, pr, pa, pd, N,
+                      C);
       else
-        launch_kernel(layernorm_dx_kernel<T, false>, blocks, 32 * kRowsPerBlock, 0, w.stream, pg, px, pw, pm, pr, pd, N, C);
+        launch_kernel(layernorm_dx_kernel<T, false>, blocks, 32 * kRowsPerBlock, 0, w.stream, pg, px, pw, pm, pr, pa, pd,
+                      N, C);
       KEEL_CHECK_LAUNCH();
     }
     if (!need_weight && !need_bias) return;

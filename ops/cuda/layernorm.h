@@ -15,9 +15,11 @@ namespace keel::cuda {
 Tensor layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& mean,
                          Tensor& rstd);
 // grad, x (N, C), weight (C), mean, rstd (N) -> dx (N, C), dweight (C), dbias (C), each only when
-// its need_* flag is set (weight may be undefined when need_x is false).
+// its need_* flag is set (weight may be undefined when need_x is false). dx_add (N, C), when
+// given, is added to dx as it is written: add_layernorm's gradient of h = x + y from h's other
+// uses (ops/add_layernorm.h), so the sum costs no pass of its own.
 void layernorm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, bool need_x, bool need_weight, bool need_bias, Tensor& dx,
-                        Tensor& dweight, Tensor& dbias);
+                        Tensor& dweight, Tensor& dbias, const Tensor& dx_add = {});
 
 }  // namespace keel::cuda

@@ -3,6 +3,7 @@
 // and a CUDA tensor reaching an op fails with one clear message. CMake compiles this file
 // instead of ops/cuda/*.cu when KEEL_CUDA is OFF; the signatures are those of ops/cuda/*.h.
 #include "core/error.h"
+#include "ops/cuda/add_layernorm.h"
 #include "ops/cuda/arith.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cross_entropy.h"
@@ -66,8 +67,12 @@ Tensor layernorm_forward(const Tensor&, const Tensor&, const Tensor&, double, Te
   no_cuda("layernorm");
 }
 void layernorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, bool, bool,
-                        Tensor&, Tensor&, Tensor&) {
+                        Tensor&, Tensor&, Tensor&, const Tensor&) {
   no_cuda("layernorm backward");
+}
+Tensor add_layernorm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&,
+                             Tensor&) {
+  no_cuda("add_layernorm");
 }
 
 Tensor matmul(const Tensor&, const Tensor&) { no_cuda("matmul"); }

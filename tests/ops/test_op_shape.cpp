@@ -9,6 +9,7 @@
 #include "core/cuda/runtime.h"
 #include "core/factory.h"
 #include "ops/attention_band.h"
+#include "ops/cpu/add_layernorm.h"
 #include "ops/cpu/arith.h"
 #include "ops/cpu/attention.h"
 #include "ops/cpu/cross_entropy.h"
@@ -22,6 +23,7 @@
 #include "ops/cpu/reduce.h"
 #include "ops/cpu/softmax.h"
 #include "ops/cross_entropy.h"
+#include "ops/cuda/add_layernorm.h"
 #include "ops/cuda/arith.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cross_entropy.h"
@@ -55,6 +57,7 @@ SAME_SIGNATURE(gelu_forward);
 SAME_SIGNATURE(gelu_backward);
 SAME_SIGNATURE(layernorm_forward);
 SAME_SIGNATURE(layernorm_backward);
+SAME_SIGNATURE(add_layernorm_forward);
 SAME_SIGNATURE(linear_gelu);
 SAME_SIGNATURE(matmul);
 SAME_SIGNATURE(matmul_grad_a);
