@@ -21,6 +21,10 @@ class Block : public Module {
   Attention attn;
   LayerNorm ln_2;
   MLP mlp;
+
+ private:
+  // x, a (B, T, C) -> x + a + mlp(ln_2(x + a)), the add and ln_2 as one op
+  Tensor residual_mlp(const Tensor& x, const Tensor& a) const;
 };
 
 }  // namespace keel::nn
