@@ -5,12 +5,12 @@
 #include <doctest/doctest.h>
 
 #include <array>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "checks.h"
 #include "gradcheck.h"
 #include "ops/add_layernorm.h"
 #include "ops/arith.h"
@@ -18,18 +18,13 @@
 #include "ops/reduce.h"
 
 using namespace keel;
+using keel::testing::bits;
 using keel::testing::gradcheck;
 using keel::testing::leaf;
+using keel::testing::message_has;
 
 namespace {
 
-// t (any) -> the bytes of its values in logical order: equal iff every element has the same bits.
-std::vector<unsigned char> bits(const Tensor& t) {
-  Tensor c = t.detach().contiguous();
-  std::vector<unsigned char> b(static_cast<size_t>(c.numel()) * dtype_size(c.dtype()));
-  if (!b.empty()) std::memcpy(b.data(), c.raw_data(), b.size());
-  return b;
-}
 
 // got, want (any): both undefined, or the same shape, dtype and bits.
 void check_same_bits(const Tensor& got, const Tensor& want) {
@@ -167,14 +162,6 @@ TEST_CASE("add_layernorm records a node per output, and none without a gradient"
 }
 
 TEST_CASE("add_layernorm rejects bad inputs with errors naming the op") {
-  auto message_has = [](auto&& fn, const char* what) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what()).find(what) != std::string::npos;
-    }
-    return false;
-  };
   CHECK_THROWS_AS(add_layernorm(zeros({2, 3}), zeros({3, 3}), ones({3}), Tensor()), ShapeError);
   CHECK(message_has([] { add_layernorm(zeros({2, 3}), zeros({1, 3}), ones({3}), Tensor()); }, "add_layernorm"));
   CHECK_THROWS_AS(add_layernorm(zeros({2, 3}), zeros({2, 3}), ones({4}), Tensor()), ShapeError);

@@ -4,13 +4,13 @@
 #include <doctest/doctest.h>
 
 #include <array>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "checks.h"
 #include "gradcheck.h"
 #include "ops/gelu.h"
 #include "ops/linear_gelu.h"
@@ -18,18 +18,13 @@
 #include "ops/shape.h"
 
 using namespace keel;
+using keel::testing::bits;
 using keel::testing::gradcheck;
 using keel::testing::leaf;
+using keel::testing::message_has;
 
 namespace {
 
-// t (any) -> the bytes of its values in logical order: equal iff every element has the same bits.
-std::vector<unsigned char> bits(const Tensor& t) {
-  Tensor c = t.detach().contiguous();
-  std::vector<unsigned char> b(static_cast<size_t>(c.numel()) * dtype_size(c.dtype()));
-  if (!b.empty()) std::memcpy(b.data(), c.raw_data(), b.size());
-  return b;
-}
 
 struct Grads {
   Tensor y, dx, dw, db;
@@ -133,14 +128,6 @@ TEST_CASE("linear_gelu without a gradient records nothing and keeps no pre-activ
 }
 
 TEST_CASE("linear_gelu rejects bad inputs with errors naming the op") {
-  auto message_has = [](auto&& fn, const char* what) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what()).find(what) != std::string::npos;
-    }
-    return false;
-  };
   CHECK_THROWS_AS(linear_gelu(zeros({2, 3}), zeros({4, 5})), ShapeError);
   CHECK(message_has([] { linear_gelu(zeros({2, 3}), zeros({4, 5})); }, "linear_gelu"));
   CHECK_THROWS_AS(linear_gelu(zeros({2, 3}), zeros({4, 3}), zeros({5})), ShapeError);

@@ -5,12 +5,14 @@
 #include <array>
 #include <cmath>
 
+#include "checks.h"
 #include "gradcheck.h"
 #include "ops/matmul.h"
 
 using namespace keel;
 using keel::testing::gradcheck;
 using keel::testing::leaf;
+using keel::testing::message_has;
 
 namespace {
 
@@ -255,14 +257,6 @@ TEST_CASE("products of few rows give the same bits on any thread count and for a
 }
 
 TEST_CASE("matmul and linear reject bad inputs with errors naming the op") {
-  auto message_has = [](auto&& fn, const char* what) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what()).find(what) != std::string::npos;
-    }
-    return false;
-  };
   Tensor a = zeros({2, 3}), b = zeros({4, 5});
   CHECK_THROWS_AS(matmul(a, b), ShapeError);
   CHECK(message_has([&] { matmul(a, b); }, "matmul"));
