@@ -115,53 +115,37 @@ struct LaneRow {
   int own;  // Swizzle<Cols>::offset(r, 8 b)
   __device__ LaneRow(int r, int b) : own(Swizzle<Cols>::offset(r, 8 * b)) {}
   __device__ int at(int R, int C) const { return (own ^ (8 * (C % kSpan))) + R * Cols + 8 * (C - C % kSpan); }
+  // The two ways an ldmatrix.x4 names its 32 rows: for an A fragment, or B columns read .trans
+  // (row lane & 15, chunk lane >> 4), and for B rows, or an A fragment read .trans (rows lane & 7
+  // of each 8-row half lane >> 4, chunk (lane >> 3) & 1).
+  __device__ static LaneRow a_rows(int lane) { return LaneRow(lane & 15, lane >> 4); }
+  __device__ static LaneRow b_rows(int lane) { return LaneRow((lane & 7) | (lane >> 4) << 3, (lane >> 3) & 1); }
 };
 
-// ---- fragments from swizzled tiles (one warp; `lane` = threadIdx.x % 32) ----
-// A (16 x 16): rows r0..r0+15, columns c0..c0+15 of a row-major tile (m = row, k = column).
-template <int Cols, typename T>
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int r0, int c0, int lane) {
-  ptx::ldmatrix_x4(a, tile + Swizzle<Cols>::offset(r0 + (lane & 15), c0 + ((lane >> 4) << 3)));
-}
-// B of one n-block from a tile whose rows are k: rows (k) r0..r0+15, columns (n) c0..c0+7
-// (lanes 16..31 name the same rows again: .x2 reads only lanes 0..15's addresses).
-template <int Cols, typename T>
-__device__ __forceinline__ void load_b_col(uint32_t (&b)[2], const T* tile, int r0, int c0, int lane) {
-  ptx::ldmatrix_x2_trans(b, tile + Swizzle<Cols>::offset(r0 + (lane & 15), c0));
-}
-// A (16 x 16) of the transpose of a tile: m = columns c0..c0+15, k = rows r0..r0+15.
-template <int Cols, typename T>
-__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const T* tile, int r0, int c0, int lane) {
-  ptx::ldmatrix_x4_trans(a, tile + Swizzle<Cols>::offset(r0 + (lane & 7) + ((lane >> 4) << 3), c0 + (lane & 8)));
-}
-// B of two n-blocks from a tile whose rows are n: b0 = rows (n) r0..r0+7, b1 = rows r0+8..r0+15,
-// each over columns (k) c0..c0+15.
-template <int Cols, typename T>
-__device__ __forceinline__ void load_b_rows(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* tile, int r0, int c0,
-                                            int lane) {
-  uint32_t r[4];
-  ptx::ldmatrix_x4(r, tile + Swizzle<Cols>::offset(r0 + (lane & 7) + ((lane >> 4) << 3), c0 + (lane & 8)));
-  b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
-}
-// B of two n-blocks from a tile whose rows are k: rows (k) r0..r0+15, b0 = columns (n) c0..c0+7,
-// b1 = columns c0+8..c0+15.
-template <int Cols, typename T>
-__device__ __forceinline__ void load_b_cols(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* tile, int r0, int c0,
-                                            int lane) {
-  uint32_t r[4];
-  ptx::ldmatrix_x4_trans(r, tile + Swizzle<Cols>::offset(r0 + (lane & 15), c0 + ((lane >> 4) << 3)));
-  b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
-}
-
-// load_a with the lane's rows precomputed: lr = LaneRow(lane & 15, lane >> 4); r0 a multiple of
-// 8, c0 of 16.
+// ---- fragments from swizzled tiles (one warp; lr: the lane's LaneRow, r0 a multiple of 8 and
+// c0 of 16 (16 elements = 2 chunks), so each address is lr's offset plus constants) ----
+// A (16 x 16): rows r0..r0+15, columns c0..c0+15 of a row-major tile (m = row, k = column);
+// lr = LaneRow::a_rows.
 template <int Cols, typename T>
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, const LaneRow<Cols>& lr, int r0, int c0) {
   ptx::ldmatrix_x4(a, tile + lr.at(r0, c0 / 8));
 }
-// load_b_rows and load_b_cols with the lane's rows precomputed: lr = LaneRow(lane & 7 | (lane >> 4)
-// << 3, (lane >> 3) & 1) for rows, LaneRow(lane & 15, lane >> 4) for columns; r0 a multiple of 8,
-// c0 of 16.
+// A (16 x 16) of the transpose of a tile: m = columns c0..c0+15, k = rows r0..r0+15;
+// lr = LaneRow::b_rows.
+template <int Cols, typename T>
+__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const T* tile, const LaneRow<Cols>& lr, int r0,
+                                             int c0) {
+  ptx::ldmatrix_x4_trans(a, tile + lr.at(r0, c0 / 8));
+}
+// B of one n-block from a tile whose rows are k: rows (k) r0..r0+15, columns (n) c0..c0+7
+// (lanes 16..31 name the same rows again: .x2 reads only lanes 0..15's addresses). For the
+// 8-column share of width 16 only, so its address is computed in full.
+template <int Cols, typename T>
+__device__ __forceinline__ void load_b_col(uint32_t (&b)[2], const T* tile, int r0, int c0, int lane) {
+  ptx::ldmatrix_x2_trans(b, tile + Swizzle<Cols>::offset(r0 + (lane & 15), c0));
+}
+// B of two n-blocks from a tile whose rows are n: b0 = rows (n) r0..r0+7, b1 = rows r0+8..r0+15,
+// each over columns (k) c0..c0+15; lr = LaneRow::b_rows.
 template <int Cols, typename T>
 __device__ __forceinline__ void load_b_rows(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* tile,
                                             const LaneRow<Cols>& lr, int r0, int c0) {
@@ -169,6 +153,8 @@ __device__ __forceinline__ void load_b_rows(uint32_t (&b0)[2], uint32_t (&b1)[2]
   ptx::ldmatrix_x4(r, tile + lr.at(r0, c0 / 8));
   b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
 }
+// B of two n-blocks from a tile whose rows are k: rows (k) r0..r0+15, b0 = columns (n) c0..c0+7,
+// b1 = columns c0+8..c0+15; lr = LaneRow::a_rows.
 template <int Cols, typename T>
 __device__ __forceinline__ void load_b_cols(uint32_t (&b0)[2], uint32_t (&b1)[2], const T* tile,
                                             const LaneRow<Cols>& lr, int r0, int c0) {
@@ -204,10 +190,6 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4],
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_min(float x) {
-  x = fminf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fminf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);

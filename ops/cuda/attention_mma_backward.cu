@@ -138,11 +138,11 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
   load_stage(queries.end - 1, 0);
   ptx::cp_async_commit();
 
-  // The lanes' ldmatrix rows (attention_mma.cuh): A fragments and V-style B columns name rows
-  // lane & 15, chunk lane >> 4; K-style B rows name rows lane & 7 | (lane >> 4) << 3. Adding
-  // c0 (0 or 128) to a tile keeps its swizzle: 16 chunks are whole periods.
-  const LaneRow<Dk> a_row(lane & 15, lane >> 4), b_row((lane & 7) | (lane >> 4) << 3, (lane >> 3) & 1);
-  const LaneRow<kBr> ds_row((lane & 7) | (lane >> 4) << 3, (lane >> 3) & 1);  // dS^T read transposed
+  // The lanes' ldmatrix rows (attention_mma.cuh): K's and V's A fragments and the B columns of
+  // dO, Q and K; the B rows of Q and dO; dS^T read transposed. Adding c0 (0 or 128) to a tile
+  // keeps its swizzle: 16 chunks are whole periods.
+  const auto a_row = LaneRow<Dk>::a_rows(lane), b_row = LaneRow<Dk>::b_rows(lane);
+  const auto ds_row = LaneRow<kBr>::b_rows(lane);
   float dk_acc[kO][4] = {}, dv_acc[kO][4] = {};
   const float c = (kPlain ? dims.scale : 1.0f) * kLog2e;  // v -> log2 units (probs_and_dlogits)
   int* handed = nullptr;  // the flag of the query tile whose dQ this block added last
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
     for (int kw = 0; kw < F::kWarps; ++kw) {
       if (!active[kw]) continue;  // its rows of dS^T were not written this tile
       uint32_t a[4];
-      ptx::ldmatrix_x4_trans(a, dSs + ds_row.at(16 * kw, m0 / 8));
+      load_a_trans(a, dSs, ds_row, 16 * kw, m0);
       if constexpr (kN == 1) {  // Dk = 16: a share of 8 columns, one n-block
         uint32_t b[2];
         load_b_col<Dk>(b, Ks, 16 * kw, d0, lane);

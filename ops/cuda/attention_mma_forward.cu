@@ -156,9 +156,8 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
     kv_copy.load(Qs + F::kK + stage * F::kStage, k + base + k0 * D, T_len - static_cast<int>(k0), D);
     kv_copy.load(Qs + F::kV + stage * F::kStage, v + base + k0 * D, T_len - static_cast<int>(k0), D);
   };
-  // The lanes' ldmatrix rows: Q's A fragments and V's B columns name row lane & 15, chunk
-  // lane >> 4; K's B rows name row lane & 7 | (lane >> 4) << 3, chunk (lane >> 3) & 1.
-  const LaneRow<Dk> a_row(lane & 15, lane >> 4), k_row((lane & 7) | (lane >> 4) << 3, (lane >> 3) & 1);
+  // The lanes' ldmatrix rows (attention_mma.cuh): Q's A fragments and V's B columns, K's B rows.
+  const auto a_row = LaneRow<Dk>::a_rows(lane), k_row = LaneRow<Dk>::b_rows(lane);
   if (threadIdx.x == 0) block_logit = block_range = 0;
   load_tile_async<T, Dk, kBr, kThreads>(Qs, q + base + static_cast<int64_t>(q0) * D, T_len - q0, D);
   load_kv(keys.begin, 0);
