@@ -16,6 +16,8 @@
 #include <random>
 #include <vector>
 
+#include "emu_typed_elements.h"
+
 namespace {
 
 // n elements of one CUDA type in host memory (device memory on the emulated GPU), NaN to start.
@@ -26,19 +28,8 @@ struct Buf {
     for (int64_t i = 0; i < n; ++i) put(i, NAN);
   }
   void* data() { return storage.data(); }
-  float at(int64_t i) const {
-    if (type == CUDA_R_16F) return __half2float(reinterpret_cast<const __half*>(storage.data())[i]);
-    if (type == CUDA_R_16BF) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(storage.data())[i]);
-    return storage[static_cast<size_t>(i)];
-  }
-  void put(int64_t i, float v) {
-    if (type == CUDA_R_16F)
-      reinterpret_cast<__half*>(storage.data())[i] = __float2half_rn(v);
-    else if (type == CUDA_R_16BF)
-      reinterpret_cast<__nv_bfloat16*>(storage.data())[i] = __float2bfloat16_rn(v);
-    else
-      storage[static_cast<size_t>(i)] = v;
-  }
+  float at(int64_t i) const { return keel::testing::typed_at(type, storage.data(), i); }
+  void put(int64_t i, float v) { keel::testing::typed_put(type, storage.data(), i, v); }
   Buf& randomize(int64_t n, uint32_t seed, float scale = 1.0f) {
     std::mt19937 gen(seed);
     std::uniform_real_distribution<float> u(-scale, scale);

@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "emu_typed_elements.h"
+
 namespace {
 
 // A batch of column-major (rows, cols) matrices of one CUDA type, `stride` elements apart, in
@@ -37,19 +39,8 @@ struct Matrix {
   }
   void* data() { return storage.data(); }
   int64_t index(int64_t b, int64_t i, int64_t j) const { return b * stride + i + j * ld; }
-  float at(int64_t i) const {
-    if (type == CUDA_R_16F) return __half2float(reinterpret_cast<const __half*>(storage.data())[i]);
-    if (type == CUDA_R_16BF) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(storage.data())[i]);
-    return storage[static_cast<size_t>(i)];
-  }
-  void put(int64_t i, float v) {
-    if (type == CUDA_R_16F)
-      reinterpret_cast<__half*>(storage.data())[i] = __float2half_rn(v);
-    else if (type == CUDA_R_16BF)
-      reinterpret_cast<__nv_bfloat16*>(storage.data())[i] = __float2bfloat16_rn(v);
-    else
-      storage[static_cast<size_t>(i)] = v;
-  }
+  float at(int64_t i) const { return keel::testing::typed_at(type, storage.data(), i); }
+  void put(int64_t i, float v) { keel::testing::typed_put(type, storage.data(), i, v); }
   float get(int64_t b, int64_t i, int64_t j) const { return at(index(b, i, j)); }
   void set(int64_t b, int64_t i, int64_t j, float v) { put(index(b, i, j), v); }
   Matrix& randomize(uint32_t seed) {
