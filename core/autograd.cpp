@@ -68,10 +68,12 @@ void accumulate_into(Tensor& dst, const Tensor& src) {
   if (dst.device() != src.device())
     throw DeviceError("accumulate_into", "gradient on " + src.device().str() + ", accumulator on " +
                                              dst.device().str());
-  Tensor s = src.dtype() == dst.dtype() ? src.contiguous() : src.detach().to(dst.dtype()).contiguous();
   if (!dst.is_contiguous())
     throw ValueError("accumulate_into", "the accumulator must be contiguous");
-  if (dst.device().is_cuda()) return cuda::add_inplace(dst, s);
+  // On a GPU the kernel widens the source as it reads it (a bf16 gradient into an f32 buffer):
+  // one pass, and the same bits as converting it first.
+  if (dst.device().is_cuda()) return cuda::add_inplace(dst, src.contiguous());
+  Tensor s = src.dtype() == dst.dtype() ? src.contiguous() : src.detach().to(dst.dtype()).contiguous();
   int64_t n = dst.numel();
   visit_dtype(dst.dtype(), [&]<typename T>() {
     T* d = dst.data<T>();
@@ -80,33 +82,32 @@ void accumulate_into(Tensor& dst, const Tensor& src) {
   });
 }
 
-// Reads dst and src, writes dst (a first gradient is a copy: read src, write grad). The one
-// op cost kept in core, since the engine itself does this work; the rest are in ops/op_costs.
-static profiler::Cost accumulate_cost(const Tensor& g) {
+// Gradient g into an accumulator of dtype `into`: reads both and writes the accumulator (a
+// first gradient is a copy: read g, write the gradient). The one op cost kept in core, since
+// the engine itself does this work; the rest are in ops/op_costs.
+static profiler::Cost accumulate_cost(const Tensor& g, DType into, bool first) {
   profiler::Cost c;
-  c.flops = double(g.numel());
-  c.bytes = 3.0 * double(g.numel()) * double(dtype_size(g.dtype()));
+  c.flops = first ? 0.0 : double(g.numel());
+  c.bytes = double(g.numel()) * (double(dtype_size(g.dtype())) + (first ? 1.0 : 2.0) * double(dtype_size(into)));
   c.shape = shape_str(g.shape());
   return c;
 }
 
 profiler::Cost AccumulateGrad::cost(const Tensor& g) const {
   auto leaf = leaf_.lock();
-  if (!leaf || !leaf->grad) {
-    profiler::Cost c;
-    c.bytes = 2.0 * double(g.numel()) * double(dtype_size(g.dtype()));
-    c.shape = shape_str(g.shape());
-    return c;
-  }
-  return accumulate_cost(g);
+  if (!leaf) return accumulate_cost(g, g.dtype(), true);
+  if (leaf->grad) return accumulate_cost(g, leaf->grad->dtype, false);
+  return accumulate_cost(g, leaf->grad_buffer ? leaf->grad_buffer->dtype : leaf->dtype, true);
 }
 
 std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
   auto leaf = leaf_.lock();
   if (!leaf) return {};
   if (!leaf->grad) {
-    // Own a private copy: grad_output may be shared with another node's gradient.
-    Tensor g = empty(grad_output.shape(), {leaf->dtype, grad_output.device()});
+    // Own a private copy: grad_output may be shared with another node's gradient. Into the
+    // leaf's buffer when it has one (converted to its dtype), else into new memory.
+    Tensor g = leaf->grad_buffer ? Tensor(leaf->grad_buffer)
+                                 : empty(grad_output.shape(), {leaf->dtype, grad_output.device()});
     copy_(g, grad_output);
     leaf->grad = g.impl_ptr();
   } else {
@@ -192,7 +193,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
         else {
           // A tensor used twice: sum the two contributions into a fresh buffer we own.
           profiler::Scope prof("accumulate_grad", profiler::Phase::backward);
-          if (prof) prof.cost(accumulate_cost(input_grads[i]));
+          if (prof) prof.cost(accumulate_cost(input_grads[i], it->second.dtype(), false));
           Tensor sum = it->second.clone();
           accumulate_into(sum, input_grads[i]);
           it->second = sum;

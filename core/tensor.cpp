@@ -175,6 +175,18 @@ void Tensor::set_grad(const Tensor& g) {
 
 void Tensor::zero_grad() { checked().grad.reset(); }
 
+void Tensor::set_grad_buffer(const Tensor& buffer) {
+  if (buffer.defined()) {
+    if (buffer.shape() != shape())
+      throw ShapeError("set_grad_buffer", "buffer shape " + shape_str(buffer.shape()) + " differs from tensor shape " +
+                                              shape_str(shape()));
+    if (!is_floating(buffer.dtype()) || !buffer.is_contiguous() || buffer.device() != device())
+      throw ValueError("set_grad_buffer", "the buffer must be a contiguous floating tensor on " + device().str() +
+                                              ", got " + dtype_name(buffer.dtype()) + " on " + buffer.device().str());
+  }
+  checked().grad_buffer = buffer.impl_ptr();
+}
+
 Tensor Tensor::detach() const { return as_strided(shape(), strides(), offset()); }
 
 void Tensor::backward(const Tensor& grad, bool retain_graph) const { run_backward(*this, grad, retain_graph); }

@@ -37,6 +37,9 @@ struct TensorImpl {
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<Node> grad_fn;
+  // Where a leaf's next gradient goes while `grad` is empty (Tensor::set_grad_buffer): memory
+  // kept from one step to the next, possibly of a wider dtype than the leaf.
+  std::shared_ptr<TensorImpl> grad_buffer;
 };
 
 class Tensor {
@@ -88,6 +91,12 @@ class Tensor {
   Tensor grad() const;  // undefined until a backward reaches this leaf
   void set_grad(const Tensor& g);
   void zero_grad();  // drops the gradient (the next backward starts from zero)
+  // Makes `buffer` (this leaf's shape, contiguous, floating, on its device; any floating dtype,
+  // e.g. f32 for a bf16 leaf) the memory of its gradient from now on: after zero_grad() the
+  // next backward's first gradient is written into it, converted, and becomes grad(); later
+  // ones add to it. grad() stays undefined until then, as without a buffer, but no step
+  // allocates a gradient or fills one with zeros. An undefined buffer removes it.
+  void set_grad_buffer(const Tensor& buffer);
   Tensor detach() const;  // same data, no history
   // Reverse-mode autodiff from this tensor. `grad` defaults to 1 for a one-element tensor;
   // a non-scalar needs an explicit gradient. The graph is freed unless retain_graph.

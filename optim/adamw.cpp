@@ -73,14 +73,29 @@ void AdamW::zero_grad() {
       p.zero_grad();
       continue;
     }
-    // autograd accumulates into an existing gradient in the gradient's dtype (core/autograd.cpp).
-    if (!s.grad32.defined()) s.grad32 = zeros(p.shape(), {DType::f32, p.device()});
-    else fill_(s.grad32, 0.0);
-    p.set_grad(s.grad32);
+    // The first backward writes its gradient into the buffer, widened to f32, and the others add
+    // to it there (core/autograd.cpp): nothing is zeroed or allocated per step.
+    if (!s.grad32.defined()) s.grad32 = empty(p.shape(), {DType::f32, p.device()});
+    p.set_grad_buffer(s.grad32);
+    p.zero_grad();
   }
 }
 
-void AdamW::step() {
+void AdamW::zero_unreached_gradients() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i].second;
+    Tensor& buffer = slots_[i].grad32;
+    if (buffer.defined() && !p.grad().defined()) {
+      fill_(buffer, 0.0);
+      p.set_grad(buffer);
+    }
+  }
+}
+
+void AdamW::step_scaled(double grad_scale) {
+  if (!(grad_scale > 0) || !std::isfinite(grad_scale))
+    throw ValueError("AdamW::step", "grad_scale must be a positive finite number, got " + std::to_string(grad_scale));
+  zero_unreached_gradients();
   ++steps_;
   // The CUDA parameters go in one multi-tensor step: a launch per ~48 tensors rather than one
   // each, with the per-tensor kernel's bits (optim/cuda/adamw.h).
@@ -91,6 +106,7 @@ void AdamW::step() {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     cuda::AdamWTensors item = prepare(name, p, g, slots_[i]);
+    item.s.grad_scale = grad_scale;
     if (item.param.numel() == 0) continue;
     if (item.param.device().is_cuda()) {
       const profiler::Cost c = op_costs::adamw(double(item.param.numel()), p.dtype(), item.grad.dtype(), item.master.defined());

@@ -5,8 +5,8 @@
 // - Moments m, v are f32 (f64 for f64 parameters, which only tests use).
 // - Mixed precision: a bf16/f16 parameter gets an f32 master copy; the update runs on the
 //   master and the parameter receives the rounded master. An f32/f64 parameter is its own master.
-//   Its gradient is f32 too (an f32 "master gradient"): zero_grad() gives it a zeroed f32
-//   buffer, and autograd adds every backward's bf16/f16 gradient into that buffer in f32. So
+//   Its gradient is f32 too (an f32 "master gradient"): zero_grad() gives it an f32 buffer, the
+//   first backward writes its bf16/f16 gradient into it, widened, and the next ones add in f32. So
 //   gradient accumulation over micro-batches, loss unscaling and clipping all run in f32, and
 //   grad-accum 8 equals one 8x batch within f32 rounding (a bf16 sum would drop every
 //   micro-batch's contribution below 1/256 of the running total).
@@ -43,17 +43,30 @@ class AdamW {
   explicit AdamW(NamedTensors params, AdamWOptions opt = {});
 
   // One update of every parameter that has a gradient; the others are left alone.
-  void step();
+  void step() { step_scaled(1.0); }
   void step(double lr) {  // the learning rate the schedule gives for this step
     set_lr(lr);
-    step();
+    step_scaled(1.0);
+  }
+  // The same with every gradient read times grad_scale, rounded as scale_ would leave it
+  // (AdamWScalars::grad_scale): step(lr, c) takes the very step that scale_all_(grads, c) and
+  // step(lr) take, without that pass over the gradients (which it leaves as they are).
+  void step(double lr, double grad_scale) {
+    set_lr(lr);
+    step_scaled(grad_scale);
   }
   void set_lr(double lr);  // ValueError when negative or not finite
   double lr() const { return opt_.lr; }
-  // Starts the next gradient from zero: f32/f64 parameters drop theirs, bf16/f16 ones get a
-  // zeroed f32 buffer (reused from step to step) to accumulate into. Call it before the first
-  // backward of every optimizer step; such a parameter then counts as having a gradient.
+  // Starts the next gradient from zero: every parameter drops its gradient, and a bf16/f16 one
+  // keeps an f32 buffer (made once, reused from step to step) that its next backward writes
+  // into and the following ones add to (Tensor::set_grad_buffer). Call it before the first
+  // backward of every optimizer step; such a parameter then counts as having a gradient: one
+  // that no backward reached has a zero gradient at step() (zero_unreached_gradients).
   void zero_grad();
+  // The bf16/f16 parameters that zero_grad() gave a buffer and no backward has reached since get
+  // that buffer, zeroed, as their gradient (step() does it first; a data-parallel optimizer
+  // before averaging over ranks, where another rank may have reached them).
+  void zero_unreached_gradients();
 
   int64_t step_count() const { return steps_; }  // calls to step()
   const AdamWOptions& options() const { return opt_; }
@@ -76,9 +89,10 @@ class AdamW {
   void load_state(const NamedTensors& state);
 
  private:
+  void step_scaled(double grad_scale);
   struct Slot {
     Tensor m, v, master;  // master undefined unless the parameter is bf16/f16
-    Tensor grad32;        // the f32 gradient buffer of a bf16/f16 parameter (after zero_grad)
+    Tensor grad32;        // the f32 gradient buffer of a bf16/f16 parameter (made by zero_grad)
     bool decay = false;
     int64_t steps = 0;
   };

@@ -25,16 +25,26 @@ struct AdamWScalars {
   double decay = 1.0;        // 1 - lr * wd
   double step_size = 0.0;    // lr / (1 - b1^t)
   double bc2_sqrt = 1.0;     // sqrt(1 - b2^t)
+  // Every gradient element times grad_scale as the step reads it, rounded to the gradient's
+  // dtype as optim::scale_ would leave it there: the clip's factor, applied without a pass of its
+  // own over the gradients (DataParallelOptimizer::step). The same for all of a step's tensors.
+  double grad_scale = 1.0;
 };
 
 // The same constants in the compute type C (f32 for f32/bf16/f16 parameters, f64 for f64).
+// grad_scale in both of scale_'s types: f32 for f32/bf16/f16 gradients, f64 for f64 ones. The
+// kernels always multiply: times 1 and back to the gradient's dtype gives every value back
+// exactly (NaN stays NaN), so there is no branch and the unscaled step keeps its bits.
 template <typename C>
 struct AdamWCoeffs {
   C beta1, one_minus_beta1, beta2, one_minus_beta2, eps, decay, step_size, bc2_sqrt;
+  float grad_scale32;
+  double grad_scale64;
   AdamWCoeffs() = default;  // for the multi-tensor kernel, which sets the per-tensor three itself
   explicit AdamWCoeffs(const AdamWScalars& s)
       : beta1(C(s.beta1)), one_minus_beta1(C(1.0 - s.beta1)), beta2(C(s.beta2)), one_minus_beta2(C(1.0 - s.beta2)),
-        eps(C(s.eps)), decay(C(s.decay)), step_size(C(s.step_size)), bc2_sqrt(C(s.bc2_sqrt)) {}
+        eps(C(s.eps)), decay(C(s.decay)), step_size(C(s.step_size)), bc2_sqrt(C(s.bc2_sqrt)),
+        grad_scale32(float(s.grad_scale)), grad_scale64(s.grad_scale) {}
 };
 
 // w (master weight), m, v updated in place from gradient g.

@@ -29,13 +29,18 @@ double grad_norm(const std::vector<Tensor>& params, StepReadback* readback) {
   return std::sqrt(readback->read()[StepReadback::kGradSumSq]);
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, StepReadback* readback) {
+double clip_coefficient(double norm, double max_norm) {
   if (!(max_norm > 0) || !std::isfinite(max_norm))
     throw ValueError("clip_grad_norm", "max_norm must be a positive finite number, got " + std::to_string(max_norm),
                      "pass e.g. 1.0, or skip clipping");
+  return std::isfinite(norm) && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, StepReadback* readback) {
+  clip_coefficient(0.0, max_norm);  // max_norm is checked before any work
   double norm = grad_norm(params, readback);
-  if (!std::isfinite(norm) || norm <= max_norm) return norm;
-  const double coef = max_norm / (norm + 1e-6);
+  const double coef = clip_coefficient(norm, max_norm);
+  if (coef == 1.0) return norm;
   profiler::Scope prof("clip_scale", profiler::Phase::optimizer);
   if (prof) {  // reads and writes every gradient
     profiler::Cost c;

@@ -25,4 +25,10 @@ inline double clip_grad_norm(const NamedTensors& params, double max_norm) {
 // The same norm without clipping (for logging when clipping is off).
 double grad_norm(const std::vector<Tensor>& params, StepReadback* readback = nullptr);
 
+// The factor clip_grad_norm scales every gradient by for a global norm `norm`: max_norm /
+// (norm + 1e-6) when the norm exceeds max_norm (> 0, finite: ValueError otherwise), else 1,
+// also for an inf or NaN norm. For a step that applies it as it reads the gradients
+// (AdamW::step(lr, grad_scale)) instead of in a pass of its own.
+double clip_coefficient(double norm, double max_norm);
+
 }  // namespace keel::optim

@@ -18,14 +18,28 @@ ReplicatedAdamW::~ReplicatedAdamW() = default;
 std::unique_ptr<GradReadyHookGuard> ReplicatedAdamW::backward_hook() { return sync_.hook(); }
 
 double ReplicatedAdamW::finish_gradients(LossScaler& scaler, double max_norm, StepReadback* readback) {
-  sync_.finish();  // every gradient is now the mean over ranks
+  adamw_.zero_unreached_gradients();  // zeros to average, as another rank may have reached them
+  sync_.finish();                     // every gradient is now the mean over ranks
   const std::vector<Tensor> params = adamw_.param_tensors();
   // Divided as unscale_ divides, without its finiteness pass (a read of the device): the norm
-  // below is inf or NaN exactly when some gradient is.
-  if (scaler.scale() != 1.0)
+  // below is inf or NaN exactly when some gradient is. One launch per 48 gradients on a GPU.
+  if (scaler.scale() != 1.0) {
+    std::vector<Tensor> grads;
     for (const Tensor& p : params)
-      if (Tensor g = p.grad(); g.defined()) scale_(g, 1.0 / scaler.scale());
-  return max_norm > 0 ? clip_grad_norm(params, max_norm, readback) : grad_norm(params, readback);
+      if (Tensor g = p.grad(); g.defined()) grads.push_back(g);
+    scale_all_(grads, 1.0 / scaler.scale());
+  }
+  // The clip's factor goes into step(): AdamW reads each gradient times it, rounded as
+  // scale_all_ would have written it, and no pass over the gradients scales them first.
+  if (max_norm > 0) clip_coefficient(0.0, max_norm);  // a bad max_norm fails before the reduction's work
+  const double norm = grad_norm(params, readback);
+  clip_ = max_norm > 0 ? clip_coefficient(norm, max_norm) : 1.0;
+  return norm;
+}
+
+void ReplicatedAdamW::step(double lr) {
+  adamw_.step(lr, clip_);
+  clip_ = 1.0;
 }
 
 std::unique_ptr<DataParallelOptimizer> make_data_parallel_adamw(std::shared_ptr<Communicator> comm,

@@ -40,7 +40,9 @@ class DataParallelOptimizer {
   // their reduction while the backward goes on. Null when the optimizer reduces afterwards.
   virtual std::unique_ptr<GradReadyHookGuard> backward_hook() = 0;
   // Collective. After the last backward: every gradient becomes the mean over ranks (or this
-  // rank's slice of it), divided by the loss scale, then clipped to max_norm (0 = no clipping).
+  // rank's slice of it), divided by the loss scale, then clipped to max_norm (0 = no clipping):
+  // ZeRO scales its slice; the replicated optimizer keeps the clip's factor for step(), which
+  // applies it as AdamW reads each gradient (the same bits, one pass over the gradients fewer).
   // Returns the global L2 norm before clipping, summed in f64: inf or NaN exactly when some
   // gradient element is (which a step must not apply, and which f16's loss scaler backs off on).
   // With a readback, the step's other scalars come to the host in the same copy as the norm:
@@ -69,7 +71,7 @@ class ReplicatedAdamW final : public DataParallelOptimizer {
   void zero_grad() override { adamw_.zero_grad(); }
   std::unique_ptr<GradReadyHookGuard> backward_hook() override;
   double finish_gradients(LossScaler& scaler, double max_norm, StepReadback* readback = nullptr) override;
-  void step(double lr) override { adamw_.step(lr); }
+  void step(double lr) override;  // AdamW with the clip's factor finish_gradients found
   NamedTensors gather_state(bool keep) const override { return keep ? adamw_.state() : NamedTensors{}; }
   void load_state(const NamedTensors& state) override { adamw_.load_state(state); }
   std::string summary() const override { return ""; }
@@ -77,6 +79,7 @@ class ReplicatedAdamW final : public DataParallelOptimizer {
  private:
   AdamW adamw_;
   GradBucketer sync_;
+  double clip_ = 1.0;  // the factor of the last finish_gradients' clip, applied by step()
 };
 
 // ZeRO stage 0 (ReplicatedAdamW) or 1 (ZeroAdamW); ConfigError for another stage.

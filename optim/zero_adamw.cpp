@@ -79,9 +79,11 @@ void ZeroAdamW::zero_grad() {
       p.zero_grad();
       continue;
     }
-    if (!grad32_[k].defined()) grad32_[k] = zeros(p.shape(), {DType::f32, p.device()});
-    else fill_(grad32_[k], 0.0);
-    p.set_grad(grad32_[k]);
+    // As AdamW::zero_grad: written by the first backward, nothing zeroed per step. A parameter
+    // no backward reached keeps an undefined gradient, which reduce_gradients counts as zero.
+    if (!grad32_[k].defined()) grad32_[k] = empty(p.shape(), {DType::f32, p.device()});
+    p.set_grad_buffer(grad32_[k]);
+    p.zero_grad();
   }
 }
 

@@ -43,8 +43,8 @@ class ZeroAdamW final : public DataParallelOptimizer {
             DType reduce_dtype = DType::f32, size_t chunk_bytes = size_t{25} << 20);
   ~ZeroAdamW() override;
 
-  // As AdamW::zero_grad: f32 parameters drop their gradient, bf16/f16 ones get a zeroed f32
-  // buffer to accumulate the micro-batches into.
+  // As AdamW::zero_grad: every parameter drops its gradient, bf16/f16 ones keep an f32 buffer
+  // that the micro-batches' gradients are written and added into.
   void zero_grad() override;
   // Collective. Every parameter's local gradient (undefined counts as zero) -> this rank's
   // slice of the mean over ranks, in f32. The parameters' own gradients are left as they were.

@@ -69,9 +69,10 @@ Totals profile_step(int64_t layers, int64_t B, int64_t T, const std::string& gpu
     readback.add_quotient(1, out.loss, 1.0);
     readback.merge_max(2, out.max_logit);
     readback.merge_max(2 + c.n_layer * c.n_head, out.max_range);
+    // The trainer's ReplicatedAdamW: the norm read back, the clip's factor applied by the step.
     profiler::PhaseGuard optimizer(profiler::Phase::optimizer);
-    optim::clip_grad_norm(model.parameters(), 1.0, &readback);
-    opt.step();
+    const double norm = optim::grad_norm(model.parameters(), &readback);
+    opt.step(opt.lr(), optim::clip_coefficient(norm, 1.0));
   };
   step();  // warm-up: allocator cache, cuBLAS handles
   profiler::Session session({dev, gpu});

@@ -93,9 +93,9 @@ __global__ void convert_kernel(D* __restrict__ dst, const S* __restrict__ src, i
     dst[i] = convert<D>(src[i]);
 }
 
-// dst (n) += src (n), contiguous.
-template <typename T>
-__global__ void add_inplace_kernel(T* dst, const T* src, int64_t n) {
+// dst (n) += src (n), contiguous; S = T, or a 16-bit source widened into an f32 dst.
+template <typename T, typename S>
+__global__ void add_inplace_kernel(T* dst, const S* src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = from_double<T>(to_double(dst[i]) + to_double(src[i]));
 }
@@ -168,17 +168,22 @@ void copy_strided(Tensor& dst, const Tensor& src) {
 
 void add_inplace(Tensor& dst, const Tensor& src) {
   check_same_device(dst, src, "add_inplace");
-  if (dst.dtype() != src.dtype() || !dst.is_contiguous() || !src.is_contiguous() || dst.numel() != src.numel())
-    throw ValueError("add_inplace", "needs two contiguous tensors of one dtype and size");
+  const bool widening = dst.dtype() == DType::f32 && (src.dtype() == DType::bf16 || src.dtype() == DType::f16);
+  if ((dst.dtype() != src.dtype() && !widening) || !dst.is_contiguous() || !src.is_contiguous() ||
+      dst.numel() != src.numel())
+    throw ValueError("add_inplace", "needs two contiguous tensors of one size and dtype (or bf16/f16 into f32)");
   int64_t n = dst.numel();
   if (n == 0) return;
   int dev = dst.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
-  visit_cuda_dtype(dst.dtype(), [&]<typename T>() {
-    launch_kernel(add_inplace_kernel<T>, blocks_for(n), kThreads, 0, detail::stream(dev),
-        static_cast<T*>(dst.raw_data()), static_cast<const T*>(src.raw_data()), n);
+  auto launch = [&]<typename T, typename S>() {
+    launch_kernel(add_inplace_kernel<T, S>, blocks_for(n), kThreads, 0, detail::stream(dev),
+                  static_cast<T*>(dst.raw_data()), static_cast<const S*>(src.raw_data()), n);
     KEEL_CHECK_LAUNCH();
-  });
+  };
+  if (src.dtype() == DType::bf16 && widening) return launch.template operator()<float, __nv_bfloat16>();
+  if (src.dtype() == DType::f16 && widening) return launch.template operator()<float, __half>();
+  visit_cuda_dtype(dst.dtype(), [&]<typename T>() { launch.template operator()<T, T>(); });
 }
 
 void fill(Tensor& t, double value) {

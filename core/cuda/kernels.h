@@ -12,7 +12,8 @@ namespace keel::cuda {
 // exact, narrowing keeps the low bits), anything else through double (half types via float).
 // Matching dtypes and contiguous layouts copy bytes.
 void copy_strided(Tensor& dst, const Tensor& src);
-// dst += src; both contiguous, same shape and floating dtype.
+// dst += src; both contiguous, same shape and floating dtype, or a bf16/f16 src into an f32 dst
+// (widened as it is read, as converting it first would: the gradient buffers of half parameters).
 void add_inplace(Tensor& dst, const Tensor& src);
 // Every element of contiguous t set to value.
 void fill(Tensor& t, double value);

@@ -11,10 +11,14 @@ namespace {
 template <typename P, typename G, typename C>
 void adamw_loop(P* param, const G* grad, C* m, C* v, float* master, int64_t n, const AdamWScalars& s) {
   const AdamWCoeffs<C> k(s);
+  using W = std::conditional_t<std::is_same_v<G, double>, double, float>;  // scale_'s type for G
+  const W ks = std::is_same_v<W, double> ? W(k.grad_scale64) : W(k.grad_scale32);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    // Widen through float for the 16-bit types (their only conversion), then to C.
-    C g = static_cast<C>(static_cast<std::conditional_t<std::is_same_v<G, double>, double, float>>(grad[i]));
+    // Widen through float for the 16-bit types (their only conversion), then to C; scaled first
+    // as scale_ would have left the gradient (optim/cpu/grad_math.cpp).
+    const G gi = static_cast<G>(static_cast<W>(grad[i]) * ks);
+    C g = static_cast<C>(static_cast<W>(gi));
     C w;
     if constexpr (std::is_same_v<C, float>) w = master ? master[i] : static_cast<float>(param[i]);
     else w = static_cast<C>(param[i]);

@@ -34,13 +34,16 @@ constexpr int kThreads = 256;
 template <typename P, typename G, typename C>
 __device__ void adamw_element(P* __restrict__ param, const G* __restrict__ grad, C* __restrict__ m,
                               C* __restrict__ v, float* __restrict__ master, int64_t i, const AdamWCoeffs<C>& k) {
+  G gi;  // times the clip's factor, as scale_kernel would have left it (optim/cuda/grad_math.cu)
+  if constexpr (std::is_same_v<G, double>) gi = grad[i] * k.grad_scale64;
+  else gi = from_f32<G>(to_f32(grad[i]) * k.grad_scale32);
   C g, w;
   if constexpr (std::is_same_v<C, double>) {
-    if constexpr (std::is_same_v<G, double>) g = grad[i];
-    else g = to_f32(grad[i]);
+    if constexpr (std::is_same_v<G, double>) g = gi;
+    else g = to_f32(gi);
     w = param[i];
   } else {
-    g = to_f32(grad[i]);
+    g = to_f32(gi);
     w = master ? master[i] : to_f32(param[i]);
   }
   C mi = m[i], vi = v[i];
@@ -148,8 +151,8 @@ void adamw_step_multi(std::vector<AdamWTensors>& items) {
     checked_master(it.param, it.grad, it.m, it.v, it.master);
     if (!it.param.device().is_cuda()) throw DeviceError("adamw_step", "expected CUDA tensors, got " + it.param.device().str());
     const AdamWScalars& s0 = items.front().s;
-    if (it.s.beta1 != s0.beta1 || it.s.beta2 != s0.beta2 || it.s.eps != s0.eps)
-      throw ValueError("adamw_step", "one step's parameters must share beta1, beta2 and eps");
+    if (it.s.beta1 != s0.beta1 || it.s.beta2 != s0.beta2 || it.s.eps != s0.eps || it.s.grad_scale != s0.grad_scale)
+      throw ValueError("adamw_step", "one step's parameters must share beta1, beta2, eps and grad_scale");
     if (it.param.numel() == 0) continue;
     groups[{it.param.device().index, int(it.param.dtype()), int(it.grad.dtype())}].push_back(&it);
   }

@@ -46,9 +46,9 @@ TEST_CASE("docs/optim.md: one training step") {
   // snippet-begin
 
   for (int64_t step = start_step; step < max_steps; ++step) {
-    // 1. Gradient accumulation: zero_grad() first (bf16/f16 parameters get zeroed f32 gradient
-    //    buffers), then micro-batches add into .grad (backward accumulates with +=, in the
-    //    buffer's f32). Each micro-loss is divided by `accum` so that the sum of the
+    // 1. Gradient accumulation: zero_grad() first (bf16/f16 parameters keep f32 gradient
+    //    buffers), then the first micro-batch writes .grad and the others add into it (+=, in
+    //    the buffer's f32). Each micro-loss is divided by `accum` so that the sum of the
     //    micro-gradients is the gradient of the mean loss over the whole batch.
     opt.zero_grad();
     for (int micro = 0; micro < accum; ++micro) {

@@ -32,6 +32,34 @@ TEST_CASE("a tensor used twice receives both contributions, and leaves accumulat
   CHECK_FALSE(x.grad().defined());
 }
 
+TEST_CASE("a gradient buffer: the first backward after zero_grad writes into it (converted), the next add") {
+  Tensor x = from_vector<float>({1.0f, 2.0f}, {2}).set_requires_grad(true);
+  Tensor buffer = from_vector<double>({7.0, -7.0}, {2});  // stale contents: never added to
+  x.set_grad_buffer(buffer);
+  CHECK_FALSE(x.grad().defined());  // a buffer is not a gradient
+  sum(mul(x, 3.0)).backward();
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().dtype() == DType::f64);
+  CHECK(x.grad().raw_data() == buffer.raw_data());
+  CHECK(buffer.to_vector<double>() == std::vector<double>{3.0, 3.0});
+  sum(mul(x, x)).backward();  // += 2x
+  CHECK(buffer.to_vector<double>() == std::vector<double>{5.0, 7.0});
+  x.zero_grad();  // drops the gradient, keeps the buffer
+  CHECK_FALSE(x.grad().defined());
+  sum(x).backward();
+  CHECK(x.grad().raw_data() == buffer.raw_data());
+  CHECK(buffer.to_vector<double>() == std::vector<double>{1.0, 1.0});
+  x.set_grad_buffer({});  // removed: the next gradient gets memory of its own, in x's dtype
+  x.zero_grad();
+  sum(x).backward();
+  CHECK(x.grad().dtype() == DType::f32);
+  CHECK(x.grad().raw_data() != buffer.raw_data());
+
+  CHECK_THROWS_AS(x.set_grad_buffer(zeros({3})), ShapeError);
+  CHECK_THROWS_AS(x.set_grad_buffer(zeros({2}, {DType::i32})), ValueError);
+  CHECK_THROWS_AS(x.set_grad_buffer(zeros({4}).as_strided({2}, {2}, 0)), ValueError);  // every other element
+}
+
 TEST_CASE("gradients through views of views reach the base leaf") {
   Tensor x = param({0, 1, 2, 3, 4, 5}, {6});
   Tensor v = slice(transpose(reshape(x, {2, 3}), 0, 1), 0, 1, 3);  // rows 1..2 of the transpose

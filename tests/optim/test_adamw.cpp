@@ -9,7 +9,9 @@
 #include "core/factory.h"
 #include "ops/arith.h"
 #include "ops/reduce.h"
+#include "checks.h"
 #include "optim/adamw.h"
+#include "optim/grad_math.h"
 
 using namespace keel;
 using namespace keel::optim;
@@ -246,16 +248,19 @@ TEST_CASE("bf16/f16 parameters accumulate gradients in f32 after zero_grad (grad
     CAPTURE(std::string(dtype_name(dt)));
     Tensor w = from_vector<float>({1.0f, -2.0f}, {2}).to(dt).set_requires_grad(true);
     AdamW opt({{"w", w}}, {.lr = 0.0, .weight_decay = 0.0});
-    for (int round = 0; round < 2; ++round) {  // the buffer is reused and re-zeroed
+    const void* buffer = nullptr;
+    for (int round = 0; round < 2; ++round) {  // the buffer is reused, and overwritten by the first backward
       opt.zero_grad();
-      REQUIRE(w.grad().defined());
-      CHECK(w.grad().dtype() == DType::f32);
-      CHECK(w.grad().to_vector<float>() == std::vector<float>{0, 0});
+      CHECK_FALSE(w.grad().defined());  // no gradient until a backward, as for f32 parameters
       for (int micro = 0; micro < 8; ++micro) {
         const double c = micro == 0 ? 1.0 : std::ldexp(1.0, -12);
         // d/dw sum(w * c) = c, which the cast's backward hands to w as a bf16/f16 gradient.
         sum(mul(w.to(DType::f32), c)).backward();
+        REQUIRE(w.grad().defined());
+        CHECK(w.grad().dtype() == DType::f32);
       }
+      if (round == 0) buffer = w.grad().raw_data();
+      CHECK(w.grad().raw_data() == buffer);
       const float want = static_cast<float>(1.0 + 7 * std::ldexp(1.0, -12));
       CHECK(w.grad().to_vector<float>() == std::vector<float>{want, want});
       opt.step();  // lr 0: consumes the f32 gradient without moving w
@@ -267,4 +272,60 @@ TEST_CASE("bf16/f16 parameters accumulate gradients in f32 after zero_grad (grad
   AdamW opt({{"x", x}});
   opt.zero_grad();
   CHECK_FALSE(x.grad().defined());
+}
+
+TEST_CASE("a bf16 parameter no backward reached after zero_grad steps with a zero gradient (weight decay only)") {
+  // The reached parameter's buffer holds last step's gradient; the unreached one's must not leak
+  // into this step: it steps as with a zero gradient, where only the decoupled decay moves it.
+  Tensor a = from_vector<float>({1.0f, 2.0f, 3.0f, 4.0f}, {2, 2}).to(DType::bf16).set_requires_grad(true);
+  Tensor b = from_vector<float>({1.0f, 2.0f, 3.0f, 4.0f}, {2, 2}).to(DType::bf16).set_requires_grad(true);
+  AdamW opt({{"a", a}, {"b", b}}, {.lr = 0.5, .weight_decay = 0.5});
+  opt.zero_grad();
+  sum(mul(add(a.to(DType::f32), b.to(DType::f32)), 3.0)).backward();  // both reached: gradient 3
+  opt.step();
+  opt.zero_grad();
+  sum(mul(a.to(DType::f32), 3.0)).backward();  // b unreached
+  CHECK_FALSE(b.grad().defined());
+  const std::vector<float> before = b.to(DType::f32).to_vector<float>();
+  opt.step();
+  REQUIRE(b.grad().defined());
+  CHECK(b.grad().to_vector<float>() == std::vector<float>(4, 0.0f));
+  // m and v decay, so the Adam term keeps the sign of step 1's gradient; without the zero it
+  // would also add a second full step of gradient 3. Decay then multiplies by 1 - lr wd.
+  const std::vector<float> after = b.to(DType::f32).to_vector<float>();
+  const float b1 = 0.9f, b2 = 0.999f;
+  for (size_t i = 0; i < 4; ++i) {
+    const double m = (1 - b1) * 3.0 * b1, v = (1 - b2) * 9.0 * b2;
+    const double mh = m / (1 - b1 * b1), vh = v / (1 - b2 * b2);
+    CAPTURE(i);
+    // The master moved in f32 and b is its bf16 rounding: compare within a bf16 ulp.
+    const double want = before[i] * (1 - 0.25) - 0.5 * mh / (std::sqrt(vh) + 1e-8);
+    CHECK(after[i] == doctest::Approx(want).epsilon(1e-2));
+  }
+}
+
+TEST_CASE("AdamW::step(lr, c) on the CPU is scale_all_(grads, c) then step(lr), bit for bit, every dtype pair") {
+  // (param dtype, grad dtype): f32 gradients for half parameters as in training, and the rest.
+  const std::pair<DType, DType> pairs[] = {{DType::f32, DType::f32}, {DType::bf16, DType::f32},
+                                           {DType::f16, DType::f32}, {DType::bf16, DType::bf16},
+                                           {DType::f16, DType::f16}, {DType::f64, DType::f64}};
+  for (auto [pd, gd] : pairs) {
+    CAPTURE(std::string(dtype_name(pd)) + "/" + dtype_name(gd));
+    Tensor x = tensor_of({0.5, -1.25, 2.0, 3.5, -0.75, 1.0}, {2, 3}, pd).set_requires_grad(true);
+    Tensor y = x.detach().clone().set_requires_grad(true);
+    AdamW a({{"x", x}}, {.lr = 1e-2, .weight_decay = 0.1}), b({{"y", y}}, {.lr = 1e-2, .weight_decay = 0.1});
+    for (int step = 1; step <= 3; ++step) {
+      // Values whose product with c rounds in f32 (and in bf16/f16 when the gradient is).
+      Tensor g = tensor_of({0.1 * step, -0.7, 1.3, 2.9, -0.33, 0.123}, {2, 3}, gd);
+      x.set_grad(g.clone());
+      y.set_grad(g);
+      const double c = 1.0 / (3.0 + step);
+      a.step(1e-2, c);
+      scale_all_({y.grad()}, c);
+      b.step(1e-2);
+      CHECK(testing::bits(x) == testing::bits(y));
+      CHECK(testing::bits(as_map(a.state()).at("x.m")) == testing::bits(as_map(b.state()).at("y.m")));
+      CHECK(testing::bits(as_map(a.state()).at("x.v")) == testing::bits(as_map(b.state()).at("y.v")));
+    }
+  }
 }

@@ -9,9 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "core/autograd.h"
 #include "core/cuda/counters.h"
 #include "core/factory.h"
 #include "cuda_test.h"
+#include "ops/arith.h"
+#include "ops/reduce.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/cuda/adamw.h"
@@ -96,12 +99,39 @@ TEST_CASE("an AdamW step makes a launch per 48 tensors of a dtype pair, and no h
   NamedTensors params;
   for (int i = 0; i < 148; ++i) params.emplace_back("p" + std::to_string(i), randn({i % 7 + 1, 5}, gen, {DType::bf16}).to(kGpu));
   AdamW opt(params, {});
-  opt.zero_grad();  // f32 gradients for the bf16 parameters, as in training
+  for (auto& [name, p] : params) p.set_grad(zeros(p.shape(), {DType::f32, kGpu}));  // f32, as in training
   const keel::cuda::Counters before = keel::cuda::counters();
   opt.step();
   const keel::cuda::Counters d = keel::cuda::counters() - before;
   CHECK(d.syncs == 0);
   CHECK(d.operations() <= (148 + 47) / 48 + 2);
+}
+
+TEST_CASE("zero_grad launches nothing, and a bf16 gradient reaches its f32 buffer in one launch, written then added") {
+  KEEL_REQUIRE_CUDA();
+  Generator gen(45);
+  Tensor w = randn({3, 5}, gen, {DType::bf16}).to(kGpu).set_requires_grad(true);
+  AdamW opt({{"w", w}}, {});
+  opt.zero_grad();  // makes the buffer (one allocation, no fill)
+  Tensor g1 = randn({3, 5}, gen, {DType::bf16}).to(kGpu), g2 = randn({3, 5}, gen, {DType::bf16}).to(kGpu);
+  auto backward_of = [&](const Tensor& g) {
+    Tensor y = mul(w, 1.0);  // dy/dw = 1: w's gradient is g, in bf16
+    y.backward(g);
+  };
+  for (int round = 0; round < 2; ++round) {
+    keel::cuda::Counters before = keel::cuda::counters();
+    opt.zero_grad();
+    CHECK((keel::cuda::counters() - before).operations() == 0);
+    CHECK_FALSE(w.grad().defined());
+    backward_of(g1);
+    REQUIRE(w.grad().defined());
+    CHECK(w.grad().dtype() == DType::f32);
+    CHECK(same_bits(w.grad(), g1.to(DType::f32)));  // written, not added to last round's sum
+    before = keel::cuda::counters();
+    AccumulateGrad(w.impl_ptr()).backward(g2);  // the engine's accumulation alone
+    CHECK((keel::cuda::counters() - before).operations() == 1);
+    CHECK(same_bits(w.grad(), add(g1.to(DType::f32), g2.to(DType::f32))));  // f32 sum of the widened values
+  }
 }
 
 TEST_CASE("the multi-tensor gradient scale is bit-identical to scale_ per tensor, in a launch per 48 tensors") {
@@ -131,4 +161,41 @@ TEST_CASE("the multi-tensor gradient scale is bit-identical to scale_ per tensor
   const keel::cuda::Counters dc = keel::cuda::counters() - c0;
   CHECK(dc.syncs == 1);
   CHECK(dc.launches <= 1 + 2 * 3 + 1 + 3);
+}
+
+TEST_CASE("AdamW::step(lr, c) takes the step of scale_all_(grads, c) then step(lr), bit for bit, every dtype") {
+  // The clip's factor applied as the step reads each gradient (no pass of its own) must round
+  // each gradient as the scale pass would have left it: f32 for f32/bf16/f16, f64 for f64.
+  KEEL_REQUIRE_CUDA();
+  NamedTensors fused = parameters(46), scaled = parameters(46);
+  const AdamWOptions opt{.lr = 3e-3, .weight_decay = 0.1};
+  AdamW a(fused, opt), b(scaled, opt);
+  Generator gen(47);
+  for (int step = 1; step <= 3; ++step) {
+    const double c = step == 2 ? 1.0 : 0.3 / step;  // 1: the unclipped step
+    std::vector<Tensor> grads;
+    for (size_t i = 0; i < fused.size(); ++i) {
+      Tensor g = gradient(fused[i].second, int(i), gen);
+      fused[i].second.set_grad(g.clone());
+      scaled[i].second.set_grad(g);
+      grads.push_back(g);
+    }
+    const keel::cuda::Counters before = keel::cuda::counters();
+    a.step(3e-3, c);
+    CHECK((keel::cuda::counters() - before).operations() <= 8);  // the multi-tensor launches alone
+    scale_all_(grads, c);
+    b.step(3e-3);
+  }
+  const NamedTensors sa = a.state(), sb = b.state();
+  for (size_t i = 0; i < fused.size(); ++i) {
+    CAPTURE(fused[i].first);
+    CHECK(same_bits(fused[i].second, scaled[i].second));
+  }
+  REQUIRE(sa.size() == sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    CAPTURE(sa[i].first);
+    CHECK(same_bits(sa[i].second, sb[i].second));
+  }
+  CHECK_THROWS_AS(a.step(3e-3, 0.0), ValueError);
+  CHECK_THROWS_AS(a.step(3e-3, std::nan("")), ValueError);
 }
