@@ -16,6 +16,11 @@ StepReadback::StepReadback(Device device, int64_t slots) {
   buffer_ = zeros({slots}, {DType::f64, device});
 }
 
+void StepReadback::reset() {
+  fill_(buffer_, 0.0);
+  fresh_ = false;
+}
+
 Tensor& StepReadback::buffer() {
   fresh_ = false;  // the caller may write through it
   return buffer_;

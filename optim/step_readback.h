@@ -42,6 +42,9 @@ class StepReadback {
   // double(v[i])) for i < N: the merge of the attention statistics (ops/nan_max.h), NaN winning.
   void merge_max(int64_t first, const Tensor& v);
 
+  // Every slot back to zero (one fill on a GPU), for a readback that serves step after step.
+  void reset();
+
   // The slots on the host: one device-to-host copy (a host sync on a GPU) the first time after
   // a change, none after that.
   const std::vector<double>& read();

@@ -23,14 +23,21 @@ DType parse_dtype(const std::string& name) {
 
 // b's B x T inputs and targets -> ids (B, T), targets (B, T): two views of one (2, B, T) upload,
 // since every copy from host memory makes the host wait for a GPU.
-std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device) {
+Tensor batch_tensor(const data::Batch& b, Device device) {
   std::vector<int32_t> both;
   both.reserve(b.inputs.size() + b.targets.size());
   both.insert(both.end(), b.inputs.begin(), b.inputs.end());
   both.insert(both.end(), b.targets.begin(), b.targets.end());
-  const Tensor t = from_vector(both, {2, b.batch_size, b.seq_len}).to(device);
-  const Shape bt{b.batch_size, b.seq_len};
+  return from_vector(both, {2, b.batch_size, b.seq_len}).to(device);
+}
+
+std::pair<Tensor, Tensor> split_batch(const Tensor& t) {
+  const Shape bt{t.size(1), t.size(2)};
   return {reshape(slice(t, 0, 0, 1), bt), reshape(slice(t, 0, 1, 2), bt)};
+}
+
+std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device) {
+  return split_batch(batch_tensor(b, device));
 }
 
 }  // namespace keel::app

@@ -20,5 +20,9 @@ DType parse_dtype(const std::string& name);
 // ids (B, T) and targets (B, T) of a loader batch, on the device. Padded targets are already
 // cross_entropy's ignore index (data::kIgnoreTarget).
 std::pair<Tensor, Tensor> batch_tensors(const data::Batch& b, Device device);
+// The same as one (2, B, T) i32 tensor, ids then targets (one copy to a device), and its halves
+// as (B, T) views.
+Tensor batch_tensor(const data::Batch& b, Device device);
+std::pair<Tensor, Tensor> split_batch(const Tensor& both);
 
 }  // namespace keel::app

@@ -15,6 +15,7 @@
 #include "apps/gpt2/train/distributed.h"
 #include "apps/gpt2/train/memory_check.h"
 #include "apps/gpt2/train/resume.h"
+#include "apps/gpt2/train/step_graph.h"
 #include "apps/gpt2/train/step_profiler.h"
 #include "apps/gpt2/train/step_signals.h"
 #include "apps/gpt2/train/stop_request.h"
@@ -54,6 +55,8 @@ class Trainer {
   void resume_from(const fs::path& ckpt);
   void start_log();
   StepResult train_step(double lr);
+  void micro_batch(const Tensor& batch, optim::StepReadback& rb, bool last);
+  void check_graph_fits() const;
   void log_step(const StepResult& s, double lr, double seconds);
   void validate_now();
   void checkpoint(int64_t next_step);
@@ -69,6 +72,7 @@ class Trainer {
   std::unique_ptr<nn::GPT2> model_;
   std::unique_ptr<optim::DataParallelOptimizer> opt_;  // replicated AdamW, or ZeRO-1's sharded one
   std::unique_ptr<optim::LossScaler> scaler_;
+  std::unique_ptr<StepGraph> graph_;  // --cuda-graph 1
   optim::CosineSchedule schedule_;
   std::shared_ptr<const data::TokenSplit> train_split_, val_split_;
   std::unique_ptr<data::TrainLoader> loader_;
@@ -84,6 +88,12 @@ class Trainer {
   double flops_per_token_ = 0, peak_ = 0, elapsed_ = 0;
   SpikeDetector spikes_{cfg_.spike_factor};  // on the losses of recent steps
   TrainResult result_;
+  // The step's scalars on the device until the gradient norm is read (optim/step_readback.h):
+  // the norm's slot, the loss, then max_logit and max_range (L * H each).
+  int64_t heads() const { return mcfg_.n_layer * mcfg_.n_head; }
+  static constexpr int64_t kLoss = 1, kMaxLogit = 2;
+  int64_t max_range_slot() const { return kMaxLogit + heads(); }
+  int64_t readback_slots() const { return kMaxLogit + 2 * heads(); }
 };
 
 // Device, ranks, data and loader, the model's configuration, and the run directory: a fresh run
@@ -138,6 +148,27 @@ void Trainer::open_run() {
                       "continue it with --resume, or choose another --run-dir");
   }
   check_same_on_all_ranks(*dist_.comm, "configuration", launch_identity_of(cfg_).dump());
+  check_graph_fits();
+}
+
+// What --cuda-graph needs of the run (apps/gpt2/train/step_graph.h), refused before any work.
+void Trainer::check_graph_fits() const {
+  if (!cfg_.cuda_graph) return;
+  auto refuse = [](const std::string& why, const std::string& hint) {
+    throw ConfigError("train", "--cuda-graph 1 " + why, hint);
+  };
+  if (!device_.is_cuda()) refuse("needs a CUDA device, the run is on " + device_.str(), "drop --cuda-graph on the CPU");
+  if (dist_.world() > 1)
+    refuse("runs on one GPU: data parallelism reduces the gradients on the host during the backward",
+           "drop --cuda-graph, or train on one GPU");
+  if (cfg_.grad_accum > 1)
+    refuse("takes one micro-batch per step, this run has --grad-accum " + std::to_string(cfg_.grad_accum),
+           "use --grad-accum 1 (a larger --batch-size if it fits), or drop --cuda-graph");
+  if (mcfg_.dropout > 0)
+    refuse("would freeze dropout's mask, which the host's generator draws anew every step",
+           "use --dropout 0, or drop --cuda-graph");
+  if (cfg_.profile > 0)
+    refuse("replays a step as one launch, which the profiler cannot split into ops", "profile without --cuda-graph");
 }
 
 // The run's own files, written only once everything they describe has loaded and agrees (the
@@ -176,6 +207,7 @@ void Trainer::build_optimizer() {
   opt_ = optim::make_data_parallel_adamw(dist_.comm, model_->named_parameters(), adamw, cfg_.zero,
                                          parse_dtype(cfg_.reduce_dtype), size_t(cfg_.bucket_mb * (1 << 20)));
   scaler_ = std::make_unique<optim::LossScaler>(dtype_);
+  if (cfg_.cuda_graph) graph_ = std::make_unique<StepGraph>(model_->parameters(), device_, readback_slots());
   schedule_ = {cfg_.lr, cfg_.min_lr, std::min(cfg_.warmup_steps, cfg_.max_steps), cfg_.max_steps};
   schedule_.validate();
   flops_per_token_ = train_flops_per_token(mcfg_, T_);
@@ -290,41 +322,55 @@ void Trainer::event(const std::string& kind, const std::string& message, int64_t
   log_->write(r);
 }
 
+// One micro-batch: batch (2, B, T), ids then targets (placement.h), on the run's device.
+void Trainer::micro_batch(const Tensor& batch, optim::StepReadback& rb, bool last) {
+  const auto [ids, targets] = split_batch(batch);
+  nn::GPT2Output out = model_->forward(ids, targets, nn::StatsOn::device);
+  // Scaling each loss by 1/accum makes the sum of the micro-batches' gradients the gradient of
+  // the mean loss (and by the loss scale for f16, in f32). During the last backward, finished
+  // gradients start their reduction over the ranks.
+  {
+    auto hook = last ? opt_->backward_hook() : nullptr;
+    scaler_->scale_loss(out.loss, 1.0 / double(cfg_.grad_accum)).backward();
+  }
+  // The mean loss as `loss += item / accum` in f64, the statistics merged NaN-first (MaxLogit).
+  rb.add_quotient(kLoss, out.loss, double(cfg_.grad_accum));
+  rb.merge_max(kMaxLogit, out.max_logit);
+  rb.merge_max(max_range_slot(), out.max_range);
+}
+
 StepResult Trainer::train_step(double lr) {
   StepResult s;
   s.stats.max_logit = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
   s.stats.max_range = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
-  // The step's scalars stay on the device until the gradient norm is read: one host wait per step
-  // (optim/step_readback.h). Slots: the norm's, the loss, then max_logit and max_range (L * H each).
-  const int64_t heads = mcfg_.n_layer * mcfg_.n_head, kLoss = 1, kMaxLogit = 2, kMaxRange = kMaxLogit + heads;
-  optim::StepReadback readback(device_, kMaxRange + heads);
+  // The step's scalars stay on the device until the gradient norm is read: one host wait per step.
+  std::optional<optim::StepReadback> eager;
+  optim::StepReadback& readback = graph_ ? graph_->readback() : eager.emplace(device_, readback_slots());
   opt_->zero_grad();  // bf16/f16 parameters get f32 gradient buffers: the micro-batches add up in f32
-  for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
-    auto [ids, targets] = [&] {
+  if (graph_) {
+    readback.reset();
+    const Tensor batch = [&] {
       profiler::Scope prof("batch_to_device", profiler::Phase::host);
-      return batch_tensors(loader_->next(), device_);
+      return batch_tensor(loader_->next(), Device::cpu());  // copied into the graph's buffer
     }();
-    nn::GPT2Output out = model_->forward(ids, targets, nn::StatsOn::device);
-    // Scaling each loss by 1/accum makes the sum of the micro-batches' gradients the gradient of
-    // the mean loss (and by the loss scale for f16, in f32). During the last backward, finished
-    // gradients start their reduction over the ranks.
-    {
-      auto hook = micro + 1 == cfg_.grad_accum ? opt_->backward_hook() : nullptr;
-      scaler_->scale_loss(out.loss, 1.0 / double(cfg_.grad_accum)).backward();
+    graph_->run(batch, scaler_->scale(), [&](const Tensor& b, optim::StepReadback& rb) { micro_batch(b, rb, false); });
+  } else {
+    for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
+      const Tensor batch = [&] {
+        profiler::Scope prof("batch_to_device", profiler::Phase::host);
+        return batch_tensor(loader_->next(), device_);
+      }();
+      micro_batch(batch, readback, micro + 1 == cfg_.grad_accum);
     }
-    // The mean loss as `loss += item / accum` in f64, the statistics merged NaN-first (MaxLogit).
-    readback.add_quotient(kLoss, out.loss, double(cfg_.grad_accum));
-    readback.merge_max(kMaxLogit, out.max_logit);
-    readback.merge_max(kMaxRange, out.max_range);
   }
   const profiler::PhaseGuard optimizer_phase(profiler::Phase::optimizer);
   s.grad_norm = opt_->finish_gradients(*scaler_, cfg_.grad_clip, &readback);
   {
     const std::vector<double>& host = readback.read();  // read by finish_gradients: no second copy
     s.loss = host[kLoss];
-    auto stat = [&](int64_t first) { return std::vector<float>(host.begin() + first, host.begin() + first + heads); };
+    auto stat = [&](int64_t first) { return std::vector<float>(host.begin() + first, host.begin() + first + heads()); };
     s.stats.max_logit.merge(stat(kMaxLogit));
-    s.stats.max_range.merge(stat(kMaxRange));
+    s.stats.max_range.merge(stat(max_range_slot()));
   }
   s.loss = mean_over_ranks(*dist_.comm, s.loss);
   max_over_ranks(*dist_.comm, s.stats.max_logit);
