@@ -1,5 +1,6 @@
 #include "apps/gpt2/train/step_graph.h"
 
+#include <string>
 #include <utility>
 
 #include "core/copy.h"
@@ -16,6 +17,24 @@ int device_index(Device device) {
   return device.index;
 }
 }  // namespace
+
+void check_graph_fits(const TrainConfig& cfg, Device device, int world, double dropout) {
+  auto refuse = [](const std::string& why, const std::string& hint) {
+    throw ConfigError("train", "--cuda-graph 1 " + why, hint);
+  };
+  if (!device.is_cuda()) refuse("needs a CUDA device, the run is on " + device.str(), "drop --cuda-graph on the CPU");
+  if (world > 1)
+    refuse("runs on one GPU: data parallelism reduces the gradients on the host during the backward",
+           "drop --cuda-graph, or train on one GPU");
+  if (cfg.grad_accum > 1)
+    refuse("takes one micro-batch per step, this run has --grad-accum " + std::to_string(cfg.grad_accum),
+           "use --grad-accum 1 (a larger --batch-size if it fits), or drop --cuda-graph");
+  if (dropout > 0)
+    refuse("would freeze dropout's mask, which the host's generator draws anew every step",
+           "use --dropout 0, or drop --cuda-graph");
+  if (cfg.profile > 0)
+    refuse("replays a step as one launch, which the profiler cannot split into ops", "profile without --cuda-graph");
+}
 
 StepGraph::StepGraph(std::vector<Tensor> params, Device device, int64_t slots)
     : params_(std::move(params)), device_(device), graph_(device_index(device)), rb_(device, slots) {}

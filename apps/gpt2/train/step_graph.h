@@ -23,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "apps/gpt2/train/train_config.h"
 #include "core/cuda/graph.h"
 #include "core/tensor.h"
 #include "optim/step_readback.h"
@@ -59,5 +60,9 @@ class StepGraph {
   std::vector<Tensor> grads_;   // the gradients the graph writes, by parameter (undefined: none)
   int64_t captures_ = 0;
 };
+
+// What --cuda-graph 1 needs of a run on `device` with `world` ranks and that dropout: a
+// ConfigError naming what it cannot replay and the way out, before any work.
+void check_graph_fits(const TrainConfig& cfg, Device device, int world, double dropout);
 
 }  // namespace keel::app

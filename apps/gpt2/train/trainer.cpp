@@ -56,7 +56,6 @@ class Trainer {
   void start_log();
   StepResult train_step(double lr);
   void micro_batch(const Tensor& batch, optim::StepReadback& rb, bool last);
-  void check_graph_fits() const;
   void log_step(const StepResult& s, double lr, double seconds);
   void validate_now();
   void checkpoint(int64_t next_step);
@@ -148,27 +147,7 @@ void Trainer::open_run() {
                       "continue it with --resume, or choose another --run-dir");
   }
   check_same_on_all_ranks(*dist_.comm, "configuration", launch_identity_of(cfg_).dump());
-  check_graph_fits();
-}
-
-// What --cuda-graph needs of the run (apps/gpt2/train/step_graph.h), refused before any work.
-void Trainer::check_graph_fits() const {
-  if (!cfg_.cuda_graph) return;
-  auto refuse = [](const std::string& why, const std::string& hint) {
-    throw ConfigError("train", "--cuda-graph 1 " + why, hint);
-  };
-  if (!device_.is_cuda()) refuse("needs a CUDA device, the run is on " + device_.str(), "drop --cuda-graph on the CPU");
-  if (dist_.world() > 1)
-    refuse("runs on one GPU: data parallelism reduces the gradients on the host during the backward",
-           "drop --cuda-graph, or train on one GPU");
-  if (cfg_.grad_accum > 1)
-    refuse("takes one micro-batch per step, this run has --grad-accum " + std::to_string(cfg_.grad_accum),
-           "use --grad-accum 1 (a larger --batch-size if it fits), or drop --cuda-graph");
-  if (mcfg_.dropout > 0)
-    refuse("would freeze dropout's mask, which the host's generator draws anew every step",
-           "use --dropout 0, or drop --cuda-graph");
-  if (cfg_.profile > 0)
-    refuse("replays a step as one launch, which the profiler cannot split into ops", "profile without --cuda-graph");
+  if (cfg_.cuda_graph) check_graph_fits(cfg_, device_, dist_.world(), mcfg_.dropout);
 }
 
 // The run's own files, written only once everything they describe has loaded and agrees (the
