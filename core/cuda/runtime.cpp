@@ -109,9 +109,61 @@ void synchronize(int index) {
   raise_device_check(index);
 }
 
+namespace {
+// Uploads up to 1 MB (a training batch, a prompt's ids) go through one of two pinned slots per
+// device and are not waited for: the caller's buffer is copied into the slot at once, so it may
+// be freed on return, and the DMA from the slot is ordered on the stream like a kernel. A slot
+// is reused once the event after its last copy has passed, which it almost always has (the copy
+// two uploads back); when it has not, that wait is the host synchronisation counted. A copy
+// from pageable memory would instead wait for everything queued before it, so the upload of a
+// step's batch stalled the host until the previous step's optimizer had finished on the GPU.
+constexpr size_t kStageBytes = size_t{1} << 20;
+constexpr int kMaxStageDevices = 64;
+struct UploadStage {
+  void* slot[2] = {};
+  cudaEvent_t done[2] = {};
+  int next = 0;
+};
+std::mutex g_stage_mu[kMaxStageDevices];
+UploadStage g_stage[kMaxStageDevices];  // never freed, as the pinned read buffers below
+
+// A slot of device's stage that no copy in flight reads, allocated on first use.
+void* free_upload_slot(int device, cudaEvent_t* done) {
+  UploadStage& st = g_stage[device];
+  const int i = st.next;
+  st.next ^= 1;
+  if (!st.slot[i]) {
+    KEEL_CHECK_CUDA(cudaHostAlloc(&st.slot[i], kStageBytes, cudaHostAllocPortable));
+    int current = 0;
+    KEEL_CHECK_CUDA(cudaGetDevice(&current));
+    KEEL_CHECK_CUDA(cudaSetDevice(device));  // an event belongs to the device current at its creation
+    const cudaError_t made = cudaEventCreateWithFlags(&st.done[i], cudaEventDisableTiming);
+    KEEL_CHECK_CUDA(cudaSetDevice(current));
+    KEEL_CHECK_CUDA(made);
+  } else if (const cudaError_t q = cudaEventQuery(st.done[i]); q == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // "not ready" is a status, not an error for the next launch check
+    detail::count_sync();
+    KEEL_CHECK_CUDA(cudaEventSynchronize(st.done[i]));
+  } else {
+    KEEL_CHECK_CUDA(q);
+  }
+  *done = st.done[i];
+  return st.slot[i];
+}
+}  // namespace
+
 void memcpy_host_to_device(void* dst, const void* src, size_t nbytes, int device) {
   refuse_while_capturing(device, "copy to the device");
   cudaStream_t s = detail::stream(device);
+  if (nbytes <= kStageBytes && device < kMaxStageDevices) {
+    std::lock_guard<std::mutex> lock(g_stage_mu[device]);
+    cudaEvent_t done = nullptr;
+    void* slot = free_upload_slot(device, &done);
+    std::memcpy(slot, src, nbytes);
+    KEEL_CHECK_CUDA(cudaMemcpyAsync(dst, slot, nbytes, cudaMemcpyHostToDevice, s));
+    KEEL_CHECK_CUDA(cudaEventRecord(done, s));
+    return;
+  }
   detail::count_sync();
   KEEL_CHECK_CUDA(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s));
   KEEL_CHECK_CUDA(cudaStreamSynchronize(s));  // the host buffer may be freed right after we return

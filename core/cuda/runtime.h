@@ -29,9 +29,12 @@ size_t free_memory(int index);
 void check_device(int index, const char* op);
 void synchronize(int index);
 
-// Host <-> device copies, ordered on the device's compute stream; they return when the data
-// has arrived (device-to-host waits for the kernels queued before it; up to 4 KB it lands in a
-// pinned buffer of the device's first, the shortest way back for a token id).
+// Host <-> device copies, ordered on the device's compute stream. Device-to-host returns when
+// the data has arrived (it waits for the kernels queued before it; up to 4 KB it lands in a
+// pinned buffer of the device's first, the shortest way back for a token id). Host-to-device up
+// to 1 MB returns at once: the source is copied into pinned memory, whose DMA runs in stream
+// order, so a step's batch upload does not wait for the previous step's work; larger ones
+// return when the data has arrived.
 void memcpy_host_to_device(void* dst, const void* src, size_t nbytes, int device);
 void memcpy_device_to_host(void* dst, const void* src, size_t nbytes, int device);
 void memcpy_peer(void* dst, int dst_device, const void* src, int src_device, size_t nbytes);

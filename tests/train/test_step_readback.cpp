@@ -67,11 +67,12 @@ TEST_CASE("a GPU training step reads its loss, statistics and gradient norm in o
     CHECK(r["name"] != "loss_to_host");
     CHECK(r["name"] != "copy_to_host");  // the statistics stay on the device
   }
-  // Twice the layers (and parameter tensors), the same waits per step: besides the readback, one
-  // per micro-batch, its upload. The embeddings check and group their ids on the device and the
-  // cross-entropy counts its targets there (issue 31): before, 11 waits here, 4 from the embeddings.
+  // Twice the layers (and parameter tensors), the same waits per step: the readback alone. The
+  // micro-batches' uploads go through pinned memory and are not waited for (core/cuda/runtime.h;
+  // before, one wait each), the embeddings check and group their ids on the device and the
+  // cross-entropy counts its targets there: before all that, 11 waits here.
   CHECK(p2["step"]["counts"]["syncs"] == p4["step"]["counts"]["syncs"]);
-  CHECK(p2["step"]["counts"]["syncs"].get<double>() == 1 + 1 * 2);
+  CHECK(p2["step"]["counts"]["syncs"].get<double>() == 1);
   CHECK(syncs(p2, "") == p2["step"]["counts"]["syncs"].get<double>());  // every wait belongs to an op
 }
 
