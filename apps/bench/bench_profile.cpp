@@ -18,6 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "apps/gpt2/run/placement.h"
+#include "apps/gpt2/train/step_graph.h"
+#include "core/cuda/counters.h"
 #include "core/cuda/runtime.h"
 #include "core/factory.h"
 #include "core/profiler.h"
@@ -89,6 +92,42 @@ Totals profile_step(int64_t layers, int64_t B, int64_t T, const std::string& gpu
   return t;
 }
 
+// The stream operations and host syncs of the same step under `gpt2 train --cuda-graph 1`
+// (apps/gpt2/train/step_graph.h), counted on a step that replays: the batch's upload, the
+// readback's zeroing, the graph, the gradient norm with its read, AdamW with the clip's factor.
+cuda::Counters graph_step(int64_t layers, int64_t B, int64_t T) {
+  nn::GPT2Config c;
+  c.n_layer = layers;
+  nn::GPT2 model(c, 1);
+  const Device dev = Device::cuda(0);
+  model.to(dev);
+  model.to(DType::bf16);
+  optim::AdamW opt(model.named_parameters());
+  std::vector<int32_t> ids(static_cast<size_t>(2 * B * T));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % 50257);
+  const Tensor batch = from_vector(ids, {2, B, T});  // ids then targets, on the host
+  app::StepGraph graph(model.parameters(), dev, 2 + 2 * c.n_layer * c.n_head);
+  auto body = [&](const Tensor& b, optim::StepReadback& rb) {
+    const auto [x, y] = app::split_batch(b);
+    nn::GPT2Output out = model.forward(x, y, nn::StatsOn::device);
+    out.loss.backward();
+    rb.add_quotient(1, out.loss, 1.0);
+    rb.merge_max(2, out.max_logit);
+    rb.merge_max(2 + c.n_layer * c.n_head, out.max_range);
+  };
+  auto step = [&] {
+    opt.zero_grad();
+    graph.readback().reset();
+    graph.run(batch, 1.0, body);
+    const double norm = optim::grad_norm(model.parameters(), &graph.readback());
+    opt.step(opt.lr(), optim::clip_coefficient(norm, 1.0));
+  };
+  step();  // the eager warm-up and the capture
+  const cuda::Counters before = cuda::counters();
+  step();
+  return cuda::counters() - before;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -125,5 +164,14 @@ int main(int argc, char** argv) {
              host_us / 1000, host_us > step_us ? "launch-bound" : "device-bound");
   fmt::print("predicted {} step time of gpt2-124m at B {} x T {}: {:.3f} ms (one layer {:.3f} ms)\n", gpu, B, T,
              step_us / 1000, (two.predicted_us - one.predicted_us) / 1000);
+  // The same device work with the forward and backward replayed as one graph: the host's part
+  // shrinks to the operations around it.
+  // Counted on the 2-layer model: a replayed step's operations do not grow with depth, but for
+  // AdamW's and the norm's multi-tensor launches (one per 48 tensors: a few more at 12 layers).
+  const cuda::Counters g = graph_step(2, B, T);
+  const double graph_host_us = double(g.operations()) * profiler::gpu_model(gpu).host_op_us;
+  fmt::print("with --cuda-graph 1: {} stream operations per step at 2 layers ({} host syncs), issued in ~{:.3f} ms: "
+             "the {} step becomes {}\n",
+             g.operations(), g.syncs, graph_host_us / 1000, gpu, graph_host_us > step_us ? "launch-bound" : "device-bound");
   return 0;
 }

@@ -160,6 +160,7 @@ void memcpy_host_to_device(void* dst, const void* src, size_t nbytes, int device
     cudaEvent_t done = nullptr;
     void* slot = free_upload_slot(device, &done);
     std::memcpy(slot, src, nbytes);
+    detail::count_copy();  // enqueued, not waited for
     KEEL_CHECK_CUDA(cudaMemcpyAsync(dst, slot, nbytes, cudaMemcpyHostToDevice, s));
     KEEL_CHECK_CUDA(cudaEventRecord(done, s));
     return;
