@@ -51,31 +51,56 @@ std::string group_of(const profiler::Row& r) {
   return "element-wise (layernorm, gelu, add, embedding, ...)";
 }
 
-Totals profile_step(int64_t layers, int64_t B, int64_t T, const std::string& gpu) {
-  nn::GPT2Config c;  // gpt2-124m
-  c.n_layer = layers;
-  nn::GPT2 model(c, 1);
-  const Device dev = Device::cuda(0);
-  model.to(dev);
-  model.to(DType::bf16);
-  optim::AdamW opt(model.named_parameters());
-  std::vector<int32_t> ids(static_cast<size_t>(B * T));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % 50257);
-  const Tensor x = from_vector(ids, {B, T}).to(dev), y = from_vector(ids, {B, T}).to(dev);
-  auto step = [&] {
-    opt.zero_grad();
-    // As the trainer does: the loss and statistics kept on the device, read with the gradient
-    // norm in the step's one read-back.
-    optim::StepReadback readback(dev, 2 + 2 * c.n_layer * c.n_head);
+// gpt2-124m's widths with `layers` layers, bf16 on the first GPU, its AdamW, and a step as the
+// trainer takes it (apps/gpt2/train/trainer.cpp).
+struct Bench {
+  nn::GPT2Config c;
+  Device dev = Device::cuda(0);
+  nn::GPT2 model;
+  optim::AdamW opt;
+  std::vector<int32_t> ids;  // (2, B, T): inputs, then the same as targets
+
+  Bench(int64_t layers, int64_t B, int64_t T)
+      : c(with_layers(layers)), model(c, 1), opt(on_gpu(model).named_parameters()), ids(size_t(2 * B * T)) {
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i % size_t(B * T) * 7919 + 13) % 50257);
+  }
+  static nn::GPT2Config with_layers(int64_t layers) {
+    nn::GPT2Config g;  // gpt2-124m
+    g.n_layer = layers;
+    return g;
+  }
+  nn::GPT2& on_gpu(nn::GPT2& m) const {
+    m.to(dev);
+    m.to(DType::bf16);
+    return m;
+  }
+  int64_t slots() const { return 2 + 2 * c.n_layer * c.n_head; }
+  // The micro-batch: the loss and statistics kept on the device, for the step's one read-back.
+  void micro_batch(const Tensor& batch, optim::StepReadback& rb) {
+    const auto [x, y] = app::split_batch(batch);
     nn::GPT2Output out = model.forward(x, y, nn::StatsOn::device);
     out.loss.backward();
-    readback.add_quotient(1, out.loss, 1.0);
-    readback.merge_max(2, out.max_logit);
-    readback.merge_max(2 + c.n_layer * c.n_head, out.max_range);
-    // The trainer's ReplicatedAdamW: the norm read back, the clip's factor applied by the step.
+    rb.add_quotient(1, out.loss, 1.0);
+    rb.merge_max(2, out.max_logit);
+    rb.merge_max(slots() - c.n_layer * c.n_head, out.max_range);
+  }
+  // The trainer's ReplicatedAdamW: the norm read back, the clip's factor applied by the step.
+  void optimizer_step(optim::StepReadback& rb) {
     profiler::PhaseGuard optimizer(profiler::Phase::optimizer);
-    const double norm = optim::grad_norm(model.parameters(), &readback);
+    const double norm = optim::grad_norm(model.parameters(), &rb);
     opt.step(opt.lr(), optim::clip_coefficient(norm, 1.0));
+  }
+};
+
+Totals profile_step(int64_t layers, int64_t B, int64_t T, const std::string& gpu) {
+  Bench b(layers, B, T);
+  const Tensor batch = from_vector(b.ids, {2, B, T}).to(b.dev);
+  const Device dev = b.dev;
+  auto step = [&] {
+    b.opt.zero_grad();
+    optim::StepReadback readback(dev, b.slots());
+    b.micro_batch(batch, readback);
+    b.optimizer_step(readback);
   };
   step();  // warm-up: allocator cache, cuBLAS handles
   profiler::Session session({dev, gpu});
@@ -96,31 +121,14 @@ Totals profile_step(int64_t layers, int64_t B, int64_t T, const std::string& gpu
 // (apps/gpt2/train/step_graph.h), counted on a step that replays: the batch's upload, the
 // readback's zeroing, the graph, the gradient norm with its read, AdamW with the clip's factor.
 cuda::Counters graph_step(int64_t layers, int64_t B, int64_t T) {
-  nn::GPT2Config c;
-  c.n_layer = layers;
-  nn::GPT2 model(c, 1);
-  const Device dev = Device::cuda(0);
-  model.to(dev);
-  model.to(DType::bf16);
-  optim::AdamW opt(model.named_parameters());
-  std::vector<int32_t> ids(static_cast<size_t>(2 * B * T));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % 50257);
-  const Tensor batch = from_vector(ids, {2, B, T});  // ids then targets, on the host
-  app::StepGraph graph(model.parameters(), dev, 2 + 2 * c.n_layer * c.n_head);
-  auto body = [&](const Tensor& b, optim::StepReadback& rb) {
-    const auto [x, y] = app::split_batch(b);
-    nn::GPT2Output out = model.forward(x, y, nn::StatsOn::device);
-    out.loss.backward();
-    rb.add_quotient(1, out.loss, 1.0);
-    rb.merge_max(2, out.max_logit);
-    rb.merge_max(2 + c.n_layer * c.n_head, out.max_range);
-  };
+  Bench b(layers, B, T);
+  const Tensor batch = from_vector(b.ids, {2, B, T});  // on the host: uploaded every step
+  app::StepGraph graph(b.model.parameters(), b.dev, b.slots());
   auto step = [&] {
-    opt.zero_grad();
+    b.opt.zero_grad();
     graph.readback().reset();
-    graph.run(batch, 1.0, body);
-    const double norm = optim::grad_norm(model.parameters(), &graph.readback());
-    opt.step(opt.lr(), optim::clip_coefficient(norm, 1.0));
+    graph.run(batch, 1.0, [&](const Tensor& in, optim::StepReadback& rb) { b.micro_batch(in, rb); });
+    b.optimizer_step(graph.readback());
   };
   step();  // the eager warm-up and the capture
   const cuda::Counters before = cuda::counters();
