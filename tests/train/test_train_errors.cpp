@@ -56,6 +56,15 @@ TEST_CASE("missing data and CPU half precision are refused") {
   expect_error<ConfigError>(c, "");
 }
 
+TEST_CASE("--cuda-graph 1 on the CPU, or other than 0 and 1, is refused") {
+  TrainConfig c = testing::tiny_config("graph_cpu");
+  c.cuda_graph = 1;  // tiny_config trains on the CPU
+  expect_error<ConfigError>(c, "--cuda-graph 1 needs a CUDA device");
+  c = testing::tiny_config("graph_two");
+  c.cuda_graph = 2;
+  expect_error<ConfigError>(c, "cuda-graph");
+}
+
 TEST_CASE("an unknown ZeRO stage or reduce dtype is refused before anything is written") {
   TrainConfig c = testing::tiny_config("zero2");
   c.zero = 2;
