@@ -31,7 +31,7 @@ double ReplicatedAdamW::finish_gradients(LossScaler& scaler, double max_norm, St
   }
   // The clip's factor goes into step(): AdamW reads each gradient times it, rounded as
   // scale_all_ would have written it, and no pass over the gradients scales them first.
-  if (max_norm > 0) clip_coefficient(0.0, max_norm);  // a bad max_norm fails before the reduction's work
+  if (max_norm > 0) clip_coefficient(0.0, max_norm);  // a bad max_norm fails before the norm's work
   const double norm = grad_norm(params, readback);
   clip_ = max_norm > 0 ? clip_coefficient(norm, max_norm) : 1.0;
   return norm;
