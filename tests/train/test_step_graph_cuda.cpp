@@ -1,7 +1,8 @@
 // `gpt2 train --cuda-graph 1` (apps/gpt2/train/step_graph.h): the same run as without it, bit for
 // bit (weights, optimizer state, every logged number), for f32, bf16 and f16 (whose loss scale
-// moves and so captures again), with a forward and backward that cost one launch a step; and the
-// configurations a graph cannot serve refused before any work. Skipped without a GPU.
+// moves and so captures again) and with gradient accumulation, with a forward and backward that
+// cost one launch a step; and the configurations a graph cannot serve refused before any work.
+// Skipped without a GPU.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -54,20 +55,26 @@ void check_same(const NamedTensors& a, const NamedTensors& b) {
 
 }  // namespace
 
-TEST_CASE("train --cuda-graph 1 is the run without it, bit for bit: f32, bf16, and f16 with its loss scale") {
+TEST_CASE("train --cuda-graph 1 is the run without it, bit for bit: f32, bf16, f16 with its loss scale, grad-accum") {
   KEEL_REQUIRE_CUDA();
-  for (const char* dtype : {"f32", "bf16", "f16"}) {
-    CAPTURE(std::string(dtype));
-    app::TrainConfig c = testing::tiny_config(std::string("graph_eager_") + dtype);
+  struct Case {
+    const char* dtype;
+    int64_t accum;
+  } cases[] = {{"f32", 1}, {"bf16", 1}, {"f16", 1}, {"bf16", 3}};
+  for (const Case& k : cases) {
+    const std::string dtype = k.dtype, name = dtype + "_" + std::to_string(k.accum);
+    CAPTURE(name);
+    app::TrainConfig c = testing::tiny_config("graph_eager_" + name);
     c.model.n_head = 2;  // head dim 32
     c.device = "cuda";
     c.dtype = dtype;
+    c.grad_accum = k.accum;  // the replay runs every micro-batch, the gradients adding up in f32
     c.max_steps = 4;
     c.val_every = 2;  // an evaluation between replays
     c.ckpt_every = 4;
     const Outcome eager = run(c);
     c.cuda_graph = 1;
-    c.run_dir = testing::scratch_dir(std::string("graph_") + dtype).string();
+    c.run_dir = testing::scratch_dir("graph_" + name).string();
     const Outcome graph = run(c);
     check_same(graph.model, eager.model);
     check_same(graph.optimizer, eager.optimizer);
@@ -137,7 +144,6 @@ TEST_CASE("train --cuda-graph 1 refuses what a graph cannot replay, naming the f
     const char* says;
   } cases[] = {
       {"cpu", [](app::TrainConfig& c) { c.device = "cpu"; }, "needs a CUDA device"},
-      {"accum", [](app::TrainConfig& c) { c.grad_accum = 2; }, "--grad-accum 2"},
       {"dropout", [](app::TrainConfig& c) { c.model.dropout = 0.1; }, "dropout"},
       {"profile", [](app::TrainConfig& c) { c.profile = 1; }, "profile"},
   };

@@ -26,9 +26,6 @@ void check_graph_fits(const TrainConfig& cfg, Device device, int world, double d
   if (world > 1)
     refuse("runs on one GPU: data parallelism reduces the gradients on the host during the backward",
            "drop --cuda-graph, or train on one GPU");
-  if (cfg.grad_accum > 1)
-    refuse("takes one micro-batch per step, this run has --grad-accum " + std::to_string(cfg.grad_accum),
-           "use --grad-accum 1 (a larger --batch-size if it fits), or drop --cuda-graph");
   if (dropout > 0)
     refuse("would freeze dropout's mask, which the host's generator draws anew every step",
            "use --dropout 0, or drop --cuda-graph");

@@ -4,7 +4,9 @@
 // calls per step, each costing the host several microseconds while the GPU finishes it in about
 // one (docs/gpu-benchmarks.md, "Predicted step"). Captured once (core/cuda/graph.h), the forward
 // and backward replay with one launch. What the graph needs, and how the step gives it:
-//  - fixed addresses: the batch is copied into a buffer of the graph's own before each replay;
+//  - fixed addresses: the step's batch (all its micro-batches: with --grad-accum the replay runs
+//    them all, the gradients adding up as in the eager loop) is copied into a buffer of the
+//    graph's own before each replay;
 //    the bf16/f16 parameters' gradients are their f32 buffers (AdamW::zero_grad), and the other
 //    parameters' gradients, allocated in the capture from the graph's memory pool, are kept here
 //    and bound to the parameters again after every replay; the step's scalars go into one
@@ -32,7 +34,8 @@ namespace keel::app {
 
 class StepGraph {
  public:
-  // The micro-batch's work on the graph's batch buffer: forward, backward, scalars into rb.
+  // The step's work on the graph's batch buffer: each micro-batch's forward, backward, and
+  // scalars into rb.
   using Body = std::function<void(const Tensor& batch, optim::StepReadback& rb)>;
 
   // params: the leaves whose gradients the body produces; device: CUDA (DeviceError otherwise);

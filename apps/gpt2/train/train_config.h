@@ -71,7 +71,7 @@ struct TrainConfig {
   int64_t profile = 0, profile_warmup = 1;
   std::string profile_gpu = "H100";
   // 1: replay each step's forward and backward as one CUDA graph (apps/gpt2/train/step_graph.h;
-  // one GPU, --grad-accum 1, no dropout, no profile). Changes no result, only the launch cost.
+  // one GPU, no dropout, no profile). Changes no result, only the launch cost.
   int64_t cuda_graph = 0;
 
   // --- data parallelism (docs/distributed.md) ---

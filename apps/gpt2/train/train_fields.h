@@ -75,7 +75,7 @@ void for_each_field(TrainConfig& c, F&& f) {
   f("profile_warmup", c.profile_warmup, "steps to run before profiling");
   f("profile_gpu", c.profile_gpu, "GPU the emulated device's profile predicts times for: H100 | H200");
   f("cuda_graph", c.cuda_graph,
-    "1: replay each step's forward and backward as one CUDA graph (one GPU, --grad-accum 1, --dropout 0; "
+    "1: replay each step's forwards and backwards as one CUDA graph (one GPU, --dropout 0; "
     "the same results, far fewer launches)");
   f("dist_backend", c.dist_backend, "data-parallel backend: auto | local | mpi | nccl (auto: mpi on CPUs, nccl on GPUs)");
   f("bucket_mb", c.bucket_mb, "data parallelism: gradient all-reduce bucket size in MB");

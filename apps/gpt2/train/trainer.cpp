@@ -25,6 +25,7 @@
 #include "data/loader.h"
 #include "nn/hf.h"
 #include "ops/arith.h"
+#include "ops/shape.h"
 #include "optim/data_parallel.h"
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
@@ -328,11 +329,18 @@ StepResult Trainer::train_step(double lr) {
   opt_->zero_grad();  // bf16/f16 parameters get f32 gradient buffers: the micro-batches add up in f32
   if (graph_) {
     readback.reset();
-    const Tensor batch = [&] {
+    // The step's micro-batches as one (2 * accum, B, T) tensor: one copy into the graph's buffer,
+    // and the replay runs them all, each on its slice, as the loop below does.
+    const Tensor batches = [&] {
       profiler::Scope prof("batch_to_device", profiler::Phase::host);
-      return batch_tensor(loader_->next(), Device::cpu());  // copied into the graph's buffer
+      std::vector<Tensor> micro;
+      for (int64_t i = 0; i < cfg_.grad_accum; ++i) micro.push_back(batch_tensor(loader_->next(), Device::cpu()));
+      return micro.size() == 1 ? micro[0] : concat(micro, 0);
     }();
-    graph_->run(batch, scaler_->scale(), [&](const Tensor& b, optim::StepReadback& rb) { micro_batch(b, rb, false); });
+    graph_->run(batches, scaler_->scale(), [&](const Tensor& b, optim::StepReadback& rb) {
+      // One rank (check_graph_fits), so the backward hook would have nothing to reduce.
+      for (int64_t i = 0; i < cfg_.grad_accum; ++i) micro_batch(slice(b, 0, 2 * i, 2 * i + 2), rb, false);
+    });
   } else {
     for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
       const Tensor batch = [&] {
