@@ -15,7 +15,6 @@ namespace keel::optim {
 
 namespace {
 
-bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
 DType moment_dtype(DType param) { return param == DType::f64 ? DType::f64 : DType::f32; }
 
 void check_option(bool ok, const std::string& what, double value, const char* hint) {
@@ -64,21 +63,17 @@ void AdamW::set_lr(double lr) {
   opt_.lr = lr;
 }
 
+void clear_gradient(Tensor& param, Tensor& grad32) {
+  if (is_half(param.dtype())) {
+    if (!grad32.defined()) grad32 = empty(param.shape(), {DType::f32, param.device()});
+    param.set_grad_buffer(grad32);
+  }
+  param.zero_grad();
+}
+
 void AdamW::zero_grad() {
   profiler::Scope prof("zero_grad", profiler::Phase::optimizer);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i].second;
-    Slot& s = slots_[i];
-    if (!is_half(p.dtype())) {
-      p.zero_grad();
-      continue;
-    }
-    // The first backward writes its gradient into the buffer, widened to f32, and the others add
-    // to it there (core/autograd.cpp): nothing is zeroed or allocated per step.
-    if (!s.grad32.defined()) s.grad32 = empty(p.shape(), {DType::f32, p.device()});
-    p.set_grad_buffer(s.grad32);
-    p.zero_grad();
-  }
+  for (size_t i = 0; i < params_.size(); ++i) clear_gradient(params_[i].second, slots_[i].grad32);
 }
 
 void AdamW::zero_unreached_gradients() {

@@ -36,6 +36,15 @@ struct AdamWOptions {
   void validate() const;  // ConfigError on lr < 0, betas outside [0, 1), eps < 0, weight_decay < 0
 };
 
+// bf16 and f16: the dtypes whose parameters get an f32 master copy and an f32 gradient buffer.
+inline bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+// What zero_grad() does to one parameter, for AdamW and ZeroAdamW alike: its gradient becomes
+// undefined, and a bf16/f16 parameter gets grad32 (made here on first use, then kept from step
+// to step) as the buffer its next backward writes into, widened, and the following ones add to
+// (Tensor::set_grad_buffer): nothing is zeroed or allocated per step.
+void clear_gradient(Tensor& param, Tensor& grad32);
+
 class AdamW {
  public:
   // params: distinct, named, contiguous floating tensors (any device). Throws ConfigError on an

@@ -13,7 +13,6 @@
 namespace keel::optim {
 
 namespace {
-bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
 
 // AdamW decays parameters with dim >= 2 (matrices) and not vectors. A segment of a matrix is
 // therefore viewed as a 1 x len matrix and a segment of a vector as a vector, so that the inner
@@ -72,19 +71,9 @@ ZeroAdamW::ZeroAdamW(std::shared_ptr<Communicator> comm, NamedTensors params, Ad
 
 ZeroAdamW::~ZeroAdamW() = default;
 
+// A parameter no backward reached keeps an undefined gradient, which reduce_gradients counts as zero.
 void ZeroAdamW::zero_grad() {
-  for (size_t k = 0; k < params_.size(); ++k) {
-    Tensor& p = params_[k].second;
-    if (!is_half(p.dtype())) {
-      p.zero_grad();
-      continue;
-    }
-    // As AdamW::zero_grad: written by the first backward, nothing zeroed per step. A parameter
-    // no backward reached keeps an undefined gradient, which reduce_gradients counts as zero.
-    if (!grad32_[k].defined()) grad32_[k] = empty(p.shape(), {DType::f32, p.device()});
-    p.set_grad_buffer(grad32_[k]);
-    p.zero_grad();
-  }
+  for (size_t k = 0; k < params_.size(); ++k) clear_gradient(params_[k].second, grad32_[k]);
 }
 
 template <typename Of>
