@@ -9,14 +9,19 @@
 
 namespace keel::optim {
 
-double grad_norm(const std::vector<Tensor>& params, StepReadback* readback) {
-  // Squares summed in f64 per tensor, then across tensors in list order: deterministic, and on
-  // a GPU one read of the device for all tensors (with the step's other scalars when given).
-  profiler::Scope prof("grad_norm", profiler::Phase::optimizer);
+std::vector<Tensor> gradients_of(const std::vector<Tensor>& params) {
   std::vector<Tensor> grads;
   grads.reserve(params.size());
   for (const Tensor& p : params)
     if (Tensor g = p.grad(); g.defined()) grads.push_back(g);
+  return grads;
+}
+
+double grad_norm(const std::vector<Tensor>& params, StepReadback* readback) {
+  // Squares summed in f64 per tensor, then across tensors in list order: deterministic, and on
+  // a GPU one read of the device for all tensors (with the step's other scalars when given).
+  profiler::Scope prof("grad_norm", profiler::Phase::optimizer);
+  const std::vector<Tensor> grads = gradients_of(params);
   if (prof) {  // reads every gradient once, a multiply-add per element
     profiler::Cost c;
     for (const Tensor& g : grads) c.flops += 2.0 * double(g.numel()), c.bytes += op_costs::bytes_of(g);
@@ -29,15 +34,19 @@ double grad_norm(const std::vector<Tensor>& params, StepReadback* readback) {
   return std::sqrt(readback->read()[StepReadback::kGradSumSq]);
 }
 
-double clip_coefficient(double norm, double max_norm) {
+void check_max_norm(double max_norm) {
   if (!(max_norm > 0) || !std::isfinite(max_norm))
     throw ValueError("clip_grad_norm", "max_norm must be a positive finite number, got " + std::to_string(max_norm),
                      "pass e.g. 1.0, or skip clipping");
+}
+
+double clip_coefficient(double norm, double max_norm) {
+  check_max_norm(max_norm);
   return std::isfinite(norm) && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, StepReadback* readback) {
-  clip_coefficient(0.0, max_norm);  // max_norm is checked before any work
+  check_max_norm(max_norm);  // before any work
   double norm = grad_norm(params, readback);
   const double coef = clip_coefficient(norm, max_norm);
   if (coef == 1.0) return norm;
@@ -48,11 +57,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, StepRe
       if (Tensor g = p.grad(); g.defined()) c.flops += double(g.numel()), c.bytes += 2 * op_costs::bytes_of(g);
     prof.cost(c);
   }
-  std::vector<Tensor> grads;
-  grads.reserve(params.size());
-  for (const Tensor& p : params)
-    if (Tensor g = p.grad(); g.defined()) grads.push_back(g);
-  scale_all_(grads, coef);
+  scale_all_(gradients_of(params), coef);
   return norm;
 }
 

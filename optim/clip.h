@@ -30,5 +30,11 @@ double grad_norm(const std::vector<Tensor>& params, StepReadback* readback = nul
 // also for an inf or NaN norm. For a step that applies it as it reads the gradients
 // (AdamW::step(lr, grad_scale)) instead of in a pass of its own.
 double clip_coefficient(double norm, double max_norm);
+// The ValueError clip_coefficient throws for a max_norm that is not positive and finite, raised
+// before a norm is computed.
+void check_max_norm(double max_norm);
+
+// The defined gradients of params, in list order.
+std::vector<Tensor> gradients_of(const std::vector<Tensor>& params);
 
 }  // namespace keel::optim

@@ -23,15 +23,10 @@ double ReplicatedAdamW::finish_gradients(LossScaler& scaler, double max_norm, St
   const std::vector<Tensor> params = adamw_.param_tensors();
   // Divided as unscale_ divides, without its finiteness pass (a read of the device): the norm
   // below is inf or NaN exactly when some gradient is. One launch per 48 gradients on a GPU.
-  if (scaler.scale() != 1.0) {
-    std::vector<Tensor> grads;
-    for (const Tensor& p : params)
-      if (Tensor g = p.grad(); g.defined()) grads.push_back(g);
-    scale_all_(grads, 1.0 / scaler.scale());
-  }
+  if (scaler.scale() != 1.0) scale_all_(gradients_of(params), 1.0 / scaler.scale());
   // The clip's factor goes into step(): AdamW reads each gradient times it, rounded as
   // scale_all_ would have written it, and no pass over the gradients scales them first.
-  if (max_norm > 0) clip_coefficient(0.0, max_norm);  // a bad max_norm fails before the norm's work
+  if (max_norm > 0) check_max_norm(max_norm);  // a bad max_norm fails before the norm's work
   const double norm = grad_norm(params, readback);
   clip_ = max_norm > 0 ? clip_coefficient(norm, max_norm) : 1.0;
   return norm;
