@@ -1,0 +1,90 @@
+// The Trainer behind train() (apps/gpt2/train/trainer.h), shared by its two files:
+// trainer.cpp, the loop (a step, its logging, validation) and trainer_setup.cpp, what a run
+// sets up, saves and restores (the run directory, model, optimizer, checkpoints, resume).
+// Internal to the training code: a program trains through train().
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/gpt2/run/metrics.h"
+#include "apps/gpt2/train/distributed.h"
+#include "apps/gpt2/train/resume.h"
+#include "apps/gpt2/train/step_graph.h"
+#include "apps/gpt2/train/step_signals.h"
+#include "apps/gpt2/train/trainer.h"
+#include "data/loader.h"
+#include "nn/gpt2.h"
+#include "optim/data_parallel.h"
+#include "optim/loss_scaler.h"
+#include "optim/schedule.h"
+#include "optim/step_readback.h"
+
+namespace keel::app {
+
+// What one optimizer step left for the log: its loss, norm, statistics, and whether it was applied.
+struct StepResult {
+  double loss = 0, grad_norm = 0;
+  bool finite = true, skipped = false;
+  StepStats stats;  // the attention statistics, merged over micro-batches and ranks
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainConfig& cfg) : cfg_(cfg) {}
+  TrainResult run();
+
+ private:
+  void open_run();
+  void write_run_files();
+  void build_model();
+  void build_optimizer();
+  void resume_from(const std::filesystem::path& ckpt);
+  void start_log();
+  StepResult train_step(double lr);
+  void micro_batch(const Tensor& batch, optim::StepReadback& rb, bool last);
+  void log_step(const StepResult& s, double lr, double seconds);
+  void validate_now();
+  void checkpoint(int64_t next_step);
+  nlohmann::json trainer_state(int64_t next_step) const;
+  void event(const std::string& kind, const std::string& message, int64_t step = -1);
+
+  TrainConfig cfg_;
+  Device device_;
+  DType dtype_ = DType::f32;
+  std::filesystem::path run_dir_;
+  nn::GPT2Config mcfg_;
+  int64_t T_ = 0;
+  std::unique_ptr<nn::GPT2> model_;
+  std::unique_ptr<optim::DataParallelOptimizer> opt_;  // replicated AdamW, or ZeRO-1's sharded one
+  std::unique_ptr<optim::LossScaler> scaler_;
+  std::unique_ptr<StepGraph> graph_;  // --cuda-graph 1
+  optim::CosineSchedule schedule_;
+  std::shared_ptr<const data::TokenSplit> train_split_, val_split_;
+  std::unique_ptr<data::TrainLoader> loader_;
+  std::unique_ptr<MetricsLog> log_;  // rank 0 only: one writer of metrics, reports, checkpoints
+  Distributed dist_;
+  // With --resume: the checkpoint to start from, and the run as its config.json recorded it
+  // before this launch rewrote it.
+  std::optional<std::filesystem::path> latest_;
+  SavedRun saved_;
+  uint64_t dropout_seed_ = 0;  // the seed of the dropout stream that rank 0 of this run starts from
+  int64_t step_ = 0;  // the next optimizer step to take
+  bool finished_ = false;  // --resume of a run that already took its --max-steps
+  double flops_per_token_ = 0, peak_ = 0, elapsed_ = 0;
+  SpikeDetector spikes_{cfg_.spike_factor};  // on the losses of recent steps
+  TrainResult result_;
+  // The step's scalars on the device until the gradient norm is read (optim/step_readback.h):
+  // the norm's slot, the loss, then max_logit and max_range (L * H each).
+  int64_t heads() const { return mcfg_.n_layer * mcfg_.n_head; }
+  static constexpr int64_t kLoss = 1, kMaxLogit = 2;
+  int64_t max_range_slot() const { return kMaxLogit + heads(); }
+  int64_t readback_slots() const { return kMaxLogit + 2 * heads(); }
+};
+
+}  // namespace keel::app
