@@ -2,14 +2,16 @@
 // exact counts on the emulated GPU (core/profiler_predict.h for the model and its limits). On a
 // real GPU the same program prints measured times beside the predictions.
 //
-// The emulator runs kernels on the host, so a whole gpt2-124m step at B 16 x T 1024 is out of
-// its reach in CI. What it runs: the full widths (C 768, 12 heads of 64, vocabulary 50257,
-// bf16, tied lm_head) at a reduced B x T (default 1 x 32, about 30 s), with 1 and then 2 layers. Every layer
-// does the same work, so one layer's cost is the difference of the two profiles, and 12 layers
-// are the 1-layer step plus 11 more layers: exact in depth for counts, FLOPs, bytes and the
-// prediction. B x T is not extrapolated: the printed step is gpt2-124m's at this B x T.
+// The emulator runs kernels on the host, so computing a whole gpt2-124m step at B 16 x T 1024
+// is out of its reach. What it runs: the full widths (C 768, 12 heads of 64, vocabulary 50257,
+// bf16, tied lm_head) at a given B x T (default 1 x 32, about 30 s), with 1 and then 2 layers.
+// Every layer does the same work, so one layer's cost is the difference of the two profiles, and
+// 12 layers are the 1-layer step plus 11 more layers: exact in depth for counts, FLOPs, bytes and
+// the prediction. With --count-only the emulator skips the kernels' and products' work
+// (cuda::set_emulated_count_only) and the same counts and prediction come out in seconds at any
+// B x T, the training runs' 16 x 1024 included: nothing in them depends on the values.
 //
-//   bench_profile [--gpu H100|H200] [--batch B] [--seq T] [--layers L]
+//   bench_profile [--gpu H100|H200] [--batch B] [--seq T] [--layers L] [--count-only]
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -146,11 +148,19 @@ int main(int argc, char** argv) {
   app.add_option("--batch", B, "sequences per step");
   app.add_option("--seq", T, "sequence length");
   app.add_option("--layers", L, "layers of the model predicted (gpt2-124m: 12)");
+  bool count_only = false;
+  app.add_flag("--count-only", count_only,
+               "emulated GPU: run no kernel and no product, only count (any B x T in seconds; the same prediction)");
   CLI11_PARSE(app, argc, argv);
   if (cuda::device_count() == 0) {
     fmt::print("bench_profile: no CUDA device (real or emulated); nothing to profile\n");
     return 0;
   }
+  if (count_only && !cuda::is_emulated()) {
+    fmt::print(stderr, "bench_profile: --count-only needs the emulated GPU (preset emu); a real GPU runs the step\n");
+    return 2;
+  }
+  if (count_only) cuda::set_emulated_count_only(true);
   const auto t0 = std::chrono::steady_clock::now();
   const Totals one = profile_step(1, B, T, gpu), two = profile_step(2, B, T, gpu);
   const double k = double(L - 1);

@@ -9,6 +9,9 @@
 #include "core/cuda/counters.h"
 #include "core/cuda/device_check.h"
 #include "core/cuda/graph.h"
+#if defined(KEEL_CUDA_EMULATED)
+#include "core/cuda/emu/block.h"
+#endif
 
 // Header-only NVTX v3 (the toolkit's): no library to link; a range costs a call into the tool
 // only when one (Nsight) is attached.
@@ -72,6 +75,17 @@ int device_count() {
 }
 
 bool is_available() { return device_count() > 0; }
+
+#if defined(KEEL_CUDA_EMULATED)
+bool is_emulated() { return true; }
+void set_emulated_count_only(bool on) { emu::set_count_only(on); }
+#else
+bool is_emulated() { return false; }
+void set_emulated_count_only(bool) {
+  throw DeviceError("set_emulated_count_only", "a real GPU runs every kernel; only the emulated one can skip them",
+                    "use a build of preset emu");
+}
+#endif
 
 void check_device(int index, const char* op) {
   int n = device_count();

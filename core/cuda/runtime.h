@@ -13,6 +13,15 @@ bool built_with_cuda();
 int device_count();
 bool is_available();
 
+// True when the CUDA device is the emulated GPU (preset emu): kernels run on the host.
+bool is_emulated();
+// The emulated GPU only: while on, kernels and cuBLAS/cuBLASLt products do no work, and
+// everything else happens as usual (launch checks, counters, allocations, copies, graphs). A
+// program then issues its operations at sizes the emulator could never compute, in seconds, with
+// its values meaningless: what the profiler's counts and predictions need (apps/bench/bench_profile).
+// DeviceError anywhere else.
+void set_emulated_count_only(bool on);
+
 struct DeviceInfo {
   std::string name;
   size_t total_memory = 0;

@@ -38,6 +38,12 @@ namespace keel::emu {
 // error raised in any thread, after abandoning the block.
 void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, void (*body)(const void* ctx), const void* ctx);
 
+// Count-only mode (cuda::set_emulated_count_only): while on, run_grid checks nothing more and
+// runs no thread, and the cuBLAS / cuBLASLt products compute nothing, so a program's launches,
+// allocations and copies happen at sizes the emulator could never compute, its values meaningless.
+void set_count_only(bool on);
+bool count_only();
+
 // This block's dynamic shared memory (the launch's third argument), aligned to `align`.
 unsigned char* dynamic_shared(size_t align);
 

@@ -25,6 +25,7 @@
 #include <set>
 #include <vector>
 
+#include "core/cuda/emu/block.h"
 #include "core/cuda/emu/cublas_gemm.h"
 #include "core/cuda/emu/graph.h"
 
@@ -167,7 +168,7 @@ float gelu_tanh(float v) {
 // tiles of D in parallel over column blocks. alpha == 0 or k == 0 reads neither A nor B (as the
 // reference BLAS), and beta == 0 never reads C, so NaN there cannot leak into D.
 void gemm(const GemmArgs& g) {
-  if (g.m <= 0 || g.n <= 0 || g.batch <= 0) return;
+  if (g.m <= 0 || g.n <= 0 || g.batch <= 0 || keel::emu::count_only()) return;
   const bool product = g.k > 0 && g.alpha != 0.0f;
   std::vector<float> pa, pb;
   const int64_t panels = (g.m + MR - 1) / MR, blocks = (g.n + NR - 1) / NR;
