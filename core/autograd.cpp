@@ -1,6 +1,7 @@
 #include "core/autograd.h"
 
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/copy.h"
 #include "core/cuda/kernels.h"
@@ -166,6 +167,10 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
 
   // Kahn's algorithm: a node runs once every consumer has delivered its gradient.
   std::unordered_map<Node*, Tensor> grads;
+  // The nodes whose pending gradient the engine may add into in place: one it made (a sum), or
+  // one a fresh_gradients() node returned. Any other may be shared (a view's backward passes
+  // its gradient through), so a second gradient for it goes into a copy.
+  std::unordered_set<Node*> owned;
   grads[start.get()] = grad;
   std::vector<Node*> ready{start.get()};
   while (!ready.empty()) {
@@ -173,6 +178,25 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
     ready.pop_back();
     Tensor g = std::move(grads[n]);
     grads.erase(n);
+    owned.erase(n);
+    // A node that adds its gradient into its input's pending one (SliceBackward) does so when
+    // the engine owns that gradient; its input then has nothing new to sum.
+    if (Node* next = n->next.size() == 1 ? n->next[0].get() : nullptr; next && owned.count(next)) {
+      bool added;
+      {
+        profiler::Scope prof(n->name(), profiler::Phase::backward);
+        if (prof) prof.cost(n->add_into_cost(g));
+        added = n->add_into(g, grads[next]);
+      }
+      if (added) {
+        if (--dependencies[next] == 0) ready.push_back(next);
+        if (!retain_graph) {
+          n->release();
+          n->released = true;
+        }
+        continue;
+      }
+    }
     std::vector<Tensor> input_grads;
     {
       // Every op's backward is profiled here, in one place, under its node's name.
@@ -188,15 +212,19 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
       if (!next) continue;
       if (i < input_grads.size() && input_grads[i].defined()) {
         auto it = grads.find(next);
-        if (it == grads.end() || !it->second.defined())
+        if (it == grads.end() || !it->second.defined()) {
           grads[next] = input_grads[i];
-        else {
-          // A tensor used twice: sum the two contributions into a fresh buffer we own.
+          if (n->fresh_gradients()) owned.insert(next);
+        } else {
+          // A tensor used twice: sum the two contributions, into the pending gradient when the
+          // engine owns it, else into a copy it then owns.
           profiler::Scope prof("accumulate_grad", profiler::Phase::backward);
           if (prof) prof.cost(accumulate_cost(input_grads[i], it->second.dtype(), false));
-          Tensor sum = it->second.clone();
-          accumulate_into(sum, input_grads[i]);
-          it->second = sum;
+          if (!owned.count(next)) {
+            it->second = it->second.clone();
+            owned.insert(next);
+          }
+          accumulate_into(it->second, input_grads[i]);
         }
       }
       if (--dependencies[next] == 0) ready.push_back(next);

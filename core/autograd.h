@@ -45,6 +45,18 @@ class Node {
   // while the profiler records, before backward runs.
   virtual profiler::Cost cost(const Tensor& /*grad_output*/) const { return {}; }
 
+  // For a node of one input: add this backward's gradient into `into`, the input's gradient that
+  // other consumers already delivered (a contiguous tensor the engine owns), and return true,
+  // instead of returning a new tensor of the input's shape for the engine to sum. SliceBackward
+  // does, adding into its window: the pieces of a split (q, k and v of one projection) then
+  // fill one gradient, where each would make a zero tensor of the whole input and the engine
+  // add them up. add_into_cost is what that costs, for the profiler.
+  virtual bool add_into(const Tensor& /*grad_output*/, Tensor& /*into*/) { return false; }
+  virtual profiler::Cost add_into_cost(const Tensor& /*grad_output*/) const { return {}; }
+  // True when backward() returns new tensors that nothing else holds, which the engine may add
+  // the input's other gradients into in place.
+  virtual bool fresh_gradients() const { return false; }
+
   bool needs_input_grad(size_t i) const { return i < next.size() && next[i] != nullptr; }
 
   std::vector<std::shared_ptr<Node>> next;  // one per input; null = that input needs no grad

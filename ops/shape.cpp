@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/copy.h"
+#include "ops/arith.h"
 #include "ops/common.h"
 
 namespace keel {
@@ -46,15 +47,41 @@ struct PermuteBackward : Node {
   std::vector<Tensor> backward(const Tensor& g) override { return {permute(g, inverse)}; }
 };
 
+// g (the slice's shape) -> a gradient of the input's shape, zero outside the slice's window.
+// When the input's gradient is already pending (another piece of a split delivered it), the
+// engine has add_into add g into its window instead: the pieces of one split share one gradient.
 struct SliceBackward : Node {
   Shape in_shape;
   int64_t dim, start, step;
   const char* name() const override { return "SliceBackward"; }
+  Tensor window_of(Tensor& t, const Tensor& g) const {
+    return slice(t, dim, start, start + step * (g.size(dim) - 1) + 1, step);
+  }
   std::vector<Tensor> backward(const Tensor& g) override {
     Tensor gx = zeros(in_shape, {g.dtype(), g.device()});
-    Tensor window = slice(gx, dim, start, start + step * (g.size(dim) - 1) + 1, step);
+    Tensor window = window_of(gx, g);
     copy_(window, g);
     return {gx};
+  }
+  bool fresh_gradients() const override { return true; }
+  bool add_into(const Tensor& g, Tensor& into) override {
+    if (into.shape() != in_shape || into.dtype() != g.dtype()) return false;
+    Tensor window = window_of(into, g);
+    copy_(window, add(window, g));  // window += g: windows of a split do not overlap, a slice's may
+    return true;
+  }
+  profiler::Cost cost(const Tensor& g) const override {  // the zeros, then the window's copy
+    profiler::Cost c;
+    c.bytes = double(numel_of(in_shape) * dtype_size(g.dtype()) + 2 * g.numel() * dtype_size(g.dtype()));
+    c.shape = shape_str(g.shape());
+    return c;
+  }
+  profiler::Cost add_into_cost(const Tensor& g) const override {  // add (2 reads, a write), then the copy
+    profiler::Cost c;
+    c.flops = double(g.numel());
+    c.bytes = double(5 * g.numel() * dtype_size(g.dtype()));
+    c.shape = shape_str(g.shape());
+    return c;
   }
 };
 

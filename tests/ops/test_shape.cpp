@@ -1,6 +1,11 @@
 // Shape operations: views share storage, gradients flow through views of views.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/profiler.h"
 #include "gradcheck.h"
 #include "ops/arith.h"
 #include "ops/reduce.h"
@@ -91,4 +96,65 @@ TEST_CASE("shape ops reject bad input") {
   CHECK_THROWS_AS(concat({zeros({0}), empty({0}, {DType::f32, Device::cuda(0)})}, 0), DeviceError);
   CHECK_THROWS_AS(split(a, std::vector<int64_t>{1, 1}, 1), ShapeError);
   CHECK_THROWS_AS(slice(a, 0, 0, 1, 0), ValueError);
+}
+
+namespace {
+// The names of the backward's profiled ops, in order.
+std::vector<std::string> backward_ops(Tensor loss) {
+  profiler::Session session({});
+  session.step_begin();
+  loss.backward();
+  session.step_end();
+  std::vector<std::string> names;
+  for (const profiler::Event& e : session.finish().events_list) names.push_back(e.name);
+  return names;
+}
+}  // namespace
+
+TEST_CASE("the pieces of a split fill one gradient: no summing pass, and the gradient of every use") {
+  // (2, 6) split into three (2, 2) pieces, weighted 1, 2, 3: the engine adds the later pieces
+  // into the first one's gradient, so nothing sums whole-input tensors. The split tensor is an
+  // op's output, as qkv is (a leaf gets an accumulator per use, and no pending gradient).
+  Tensor x0 = reshape(arange(12).to(DType::f32), {2, 6});
+  x0.set_requires_grad(true);
+  Tensor x = x0 * 1.0;
+  auto p = split(x, int64_t(2), 1);
+  const std::vector<std::string> ops = backward_ops(sum(p[0]) + sum(p[1] * 2.0) + sum(p[2] * 3.0));
+  CHECK(x0.grad().to_vector<float>() == std::vector<float>{1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3});
+  CHECK(std::count(ops.begin(), ops.end(), std::string("accumulate_grad")) == 0);
+  CHECK(std::count(ops.begin(), ops.end(), std::string("SliceBackward")) == 3);
+
+  // Overlapping slices add where they overlap; a piece no loss reaches leaves zeros.
+  Tensor y0 = reshape(arange(8).to(DType::f32), {1, 8});
+  y0.set_requires_grad(true);
+  Tensor y = y0 * 1.0;
+  (sum(slice(y, 1, 0, 5)) + sum(slice(y, 1, 3, 7) * 10.0)).backward();
+  CHECK(y0.grad().to_vector<float>() == std::vector<float>{1, 1, 1, 11, 11, 10, 10, 0});
+  Tensor z0 = reshape(arange(6).to(DType::f32), {3, 2});
+  z0.set_requires_grad(true);
+  auto q = split(z0 * 1.0, int64_t(1), 0);
+  (sum(q[0]) + sum(q[2] * 4.0)).backward();  // q[1] unused
+  CHECK(z0.grad().to_vector<float>() == std::vector<float>{1, 1, 0, 0, 4, 4});
+
+  // A tensor whose first gradient is shared is copied before anything is added to it: add's
+  // backward hands the same tensor to both its inputs, and u must keep its own gradient.
+  Tensor w0 = reshape(arange(4).to(DType::f32), {2, 2}), u0 = reshape(arange(4).to(DType::f32), {2, 2});
+  w0.set_requires_grad(true);
+  u0.set_requires_grad(true);
+  Tensor w = w0 * 1.0, u = u0 * 1.0;
+  // (The engine runs the last term's backward first: w + u hands its gradient on before the slices.)
+  (sum(u * 3.0) + sum(slice(w, 1, 0, 1)) + sum(slice(w, 1, 1, 2) * 2.0) + sum((w + u) * 5.0)).backward();
+  CHECK(w0.grad().to_vector<float>() == std::vector<float>{6, 7, 6, 7});
+  CHECK(u0.grad().to_vector<float>() == std::vector<float>{8, 8, 8, 8});
+}
+
+TEST_CASE("gradients through splits and overlapping slices match finite differences") {
+  Generator gen(4);
+  Tensor x = leaf({2, 3, 6}, gen);
+  CHECK(gradcheck(
+      [](const std::vector<Tensor>& v) {
+        auto p = split(v[0], int64_t(2), 2);
+        return concat({p[2] * p[0], p[1] * 3.0, slice(v[0], 2, 1, 5)}, 2);  // p[0] twice, an overlap
+      },
+      {x}));
 }
