@@ -11,10 +11,15 @@
 // (cuda::set_emulated_count_only) and the same counts and prediction come out in seconds at any
 // B x T, the training runs' 16 x 1024 included: nothing in them depends on the values.
 //
+// --preset paper (with --attention mhsa or ls) profiles the paper's model the same way, for the
+// LS-against-MHSA step at its training size.
+//
 //   bench_profile [--gpu H100|H200] [--batch B] [--seq T] [--layers L] [--count-only]
+//                 [--preset gpt2-124m|paper|tiny] [--attention mhsa|ls|qk_norm|softcap]
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <string>
@@ -24,9 +29,11 @@
 #include "apps/gpt2/train/step_graph.h"
 #include "core/cuda/counters.h"
 #include "core/cuda/runtime.h"
+#include "core/error.h"
 #include "core/factory.h"
 #include "core/profiler.h"
 #include "core/profiler_predict.h"
+#include "nn/config.h"
 #include "nn/gpt2.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
@@ -53,8 +60,8 @@ std::string group_of(const profiler::Row& r) {
   return "element-wise (layernorm, gelu, add, embedding, ...)";
 }
 
-// gpt2-124m's widths with `layers` layers, bf16 on the first GPU, its AdamW, and a step as the
-// trainer takes it (apps/gpt2/train/trainer.cpp).
+// The model's widths (gpt2-124m's by default) with `layers` layers, bf16 on the first GPU, its
+// AdamW, and a step as the trainer takes it (apps/gpt2/train/trainer.cpp).
 struct Bench {
   nn::GPT2Config c;
   Device dev = Device::cuda(0);
@@ -62,12 +69,11 @@ struct Bench {
   optim::AdamW opt;
   std::vector<int32_t> ids;  // (2, B, T): inputs, then the same as targets
 
-  Bench(int64_t layers, int64_t B, int64_t T)
-      : c(with_layers(layers)), model(c, 1), opt(on_gpu(model).named_parameters()), ids(size_t(2 * B * T)) {
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i % size_t(B * T) * 7919 + 13) % 50257);
+  Bench(const nn::GPT2Config& base, int64_t layers, int64_t B, int64_t T)
+      : c(with_layers(base, layers)), model(c, 1), opt(on_gpu(model).named_parameters()), ids(size_t(2 * B * T)) {
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i % size_t(B * T) * 7919 + 13) % c.vocab_size);
   }
-  static nn::GPT2Config with_layers(int64_t layers) {
-    nn::GPT2Config g;  // gpt2-124m
+  static nn::GPT2Config with_layers(nn::GPT2Config g, int64_t layers) {
     g.n_layer = layers;
     return g;
   }
@@ -94,8 +100,8 @@ struct Bench {
   }
 };
 
-Totals profile_step(int64_t layers, int64_t B, int64_t T, const std::string& gpu) {
-  Bench b(layers, B, T);
+Totals profile_step(const nn::GPT2Config& base, int64_t layers, int64_t B, int64_t T, const std::string& gpu) {
+  Bench b(base, layers, B, T);
   const Tensor batch = from_vector(b.ids, {2, B, T}).to(b.dev);
   const Device dev = b.dev;
   auto step = [&] {
@@ -122,8 +128,8 @@ Totals profile_step(int64_t layers, int64_t B, int64_t T, const std::string& gpu
 // The stream operations and host syncs of the same step under `gpt2 train --cuda-graph 1`
 // (apps/gpt2/train/step_graph.h), counted on a step that replays: the batch's upload, the
 // readback's zeroing, the graph, the gradient norm with its read, AdamW with the clip's factor.
-cuda::Counters graph_step(int64_t layers, int64_t B, int64_t T) {
-  Bench b(layers, B, T);
+cuda::Counters graph_step(const nn::GPT2Config& base, int64_t layers, int64_t B, int64_t T) {
+  Bench b(base, layers, B, T);
   const Tensor batch = from_vector(b.ids, {2, B, T});  // on the host: uploaded every step
   app::StepGraph graph(b.model.parameters(), b.dev, b.slots());
   auto step = [&] {
@@ -138,36 +144,28 @@ cuda::Counters graph_step(int64_t layers, int64_t B, int64_t T) {
   return cuda::counters() - before;
 }
 
-}  // namespace
+struct Args {
+  std::string gpu = "H100", preset = "gpt2-124m", attention;
+  int64_t B = 1, T = 32, L = 0;  // L 0: the preset's depth
+};
 
-int main(int argc, char** argv) {
-  CLI::App app{"bench_profile: GPT-2 124M's predicted step time on a GPU, from the emulated GPU's exact counts"};
-  std::string gpu = "H100";
-  int64_t B = 1, T = 32, L = 12;
-  app.add_option("--gpu", gpu, "the GPU to predict for: H100 | H200");
-  app.add_option("--batch", B, "sequences per step");
-  app.add_option("--seq", T, "sequence length");
-  app.add_option("--layers", L, "layers of the model predicted (gpt2-124m: 12)");
-  bool count_only = false;
-  app.add_flag("--count-only", count_only,
-               "emulated GPU: run no kernel and no product, only count (any B x T in seconds; the same prediction)");
-  CLI11_PARSE(app, argc, argv);
-  if (cuda::device_count() == 0) {
-    fmt::print("bench_profile: no CUDA device (real or emulated); nothing to profile\n");
-    return 0;
-  }
-  if (count_only && !cuda::is_emulated()) {
-    fmt::print(stderr, "bench_profile: --count-only needs the emulated GPU (preset emu); a real GPU runs the step\n");
-    return 2;
-  }
-  if (count_only) cuda::set_emulated_count_only(true);
+int run(const Args& a) {
+  nn::GPT2Config base = nn::GPT2Config::preset(a.preset);
+  if (!a.attention.empty()) base.attention = nn::parse_attention_kind(a.attention);
+  base.fill_ls_shape();  // LS on a preset without its shape: the paper's (every head but one local, w 50)
+  const int64_t B = a.B, T = a.T, L = a.L > 0 ? a.L : base.n_layer;
+  nn::GPT2Config full = Bench::with_layers(base, L);
+  full.block_size = std::max(full.block_size, T);
+  full.validate();  // a bad --attention or --seq fails here, with the field named
+  base.block_size = full.block_size;
+  const std::string model = a.preset + " (" + full.summary() + ", bf16)";
+  const std::string& gpu = a.gpu;
   const auto t0 = std::chrono::steady_clock::now();
-  const Totals one = profile_step(1, B, T, gpu), two = profile_step(2, B, T, gpu);
+  const Totals one = profile_step(base, 1, B, T, gpu), two = profile_step(base, 2, B, T, gpu);
   const double k = double(L - 1);
-  auto at_depth = [&](double a, double b) { return a + k * (b - a); };
-  fmt::print("gpt2-124m ({} layers, C 768, 12 heads of 64, vocab 50257, bf16), B {} x T {}, from 1- and 2-layer "
-             "profiles on {} ({:.0f} s):\n",
-             L, B, T, cuda::device_info(0).name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  auto at_depth = [&](double x, double y) { return x + k * (y - x); };
+  fmt::print("{}, B {} x T {}, from 1- and 2-layer profiles on {} ({:.0f} s):\n", model, B, T,
+             cuda::device_info(0).name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   fmt::print("  per step: {:.3g} GFLOP, {:.3g} GB moved, {:.0f} stream operations, {:.0f} host syncs\n",
              at_depth(one.flops, two.flops) / 1e9, at_depth(one.bytes, two.bytes) / 1e9,
              at_depth(one.operations, two.operations), at_depth(one.syncs, two.syncs));
@@ -180,16 +178,48 @@ int main(int argc, char** argv) {
   const double host_us = at_depth(one.operations, two.operations) * profiler::gpu_model(gpu).host_op_us;
   fmt::print("  host issuing the operations at ~{} us each: {:.3f} ms: {}\n", profiler::gpu_model(gpu).host_op_us,
              host_us / 1000, host_us > step_us ? "launch-bound" : "device-bound");
-  fmt::print("predicted {} step time of gpt2-124m at B {} x T {}: {:.3f} ms (one layer {:.3f} ms)\n", gpu, B, T,
-             step_us / 1000, (two.predicted_us - one.predicted_us) / 1000);
+  fmt::print("predicted {} step time of {} at B {} x T {}: {:.3f} ms, {:.0f} tokens/s (one layer {:.3f} ms)\n", gpu,
+             a.preset, B, T, step_us / 1000, double(B * T) / (step_us * 1e-6), (two.predicted_us - one.predicted_us) / 1000);
   // The same device work with the forward and backward replayed as one graph: the host's part
   // shrinks to the operations around it.
   // Counted on the 2-layer model: a replayed step's operations do not grow with depth, but for
   // AdamW's and the norm's multi-tensor launches (one per 48 tensors: a few more at 12 layers).
-  const cuda::Counters g = graph_step(2, B, T);
+  const cuda::Counters g = graph_step(base, 2, B, T);
   const double graph_host_us = double(g.operations()) * profiler::gpu_model(gpu).host_op_us;
   fmt::print("with --cuda-graph 1: {} stream operations per step at 2 layers ({} host syncs), issued in ~{:.3f} ms: "
              "the {} step becomes {}\n",
              g.operations(), g.syncs, graph_host_us / 1000, gpu, graph_host_us > step_us ? "launch-bound" : "device-bound");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_profile: a GPT-2's predicted training step on a GPU, from the emulated GPU's exact counts"};
+  Args a;
+  app.add_option("--gpu", a.gpu, "the GPU to predict for: H100 | H200");
+  app.add_option("--batch", a.B, "sequences per step");
+  app.add_option("--seq", a.T, "sequence length");
+  app.add_option("--layers", a.L, "layers of the model predicted (default: the preset's; gpt2-124m: 12)");
+  app.add_option("--preset", a.preset, "the model: gpt2-124m | paper | tiny");
+  app.add_option("--attention", a.attention, "the attention variant (default: the preset's): " + nn::attention_kind_names(" | "));
+  bool count_only = false;
+  app.add_flag("--count-only", count_only,
+               "emulated GPU: run no kernel and no product, only count (any B x T in seconds; the same prediction)");
+  CLI11_PARSE(app, argc, argv);
+  if (cuda::device_count() == 0) {
+    fmt::print("bench_profile: no CUDA device (real or emulated); nothing to profile\n");
+    return 0;
+  }
+  if (count_only && !cuda::is_emulated()) {
+    fmt::print(stderr, "bench_profile: --count-only needs the emulated GPU (preset emu); a real GPU runs the step\n");
+    return 2;
+  }
+  try {
+    if (count_only) cuda::set_emulated_count_only(true);
+    return run(a);
+  } catch (const Error& e) {
+    fmt::print(stderr, "bench_profile: {}\n", e.what());
+    return 2;
+  }
 }
