@@ -186,6 +186,22 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4],
   a[2] = pack2<T>(hi[0], hi[1]), a[3] = pack2<T>(hi[2], hi[3]);
 }
 
+// The soft-capped logit, cap tanh(scale dot / cap), for the half kernels' capped variant (kPlain
+// false). tanhf is an accurate software routine that branches on |x| (about 20 instructions and a
+// test per element, which would cost every tile the mask-free path); here tanh y = 1 - 2 / (1 +
+// e^2y) is one ex2 (e^2y = 2^(k dot), k = 2 log2 e scale / cap, computed once) and one approximate
+// reciprocal (MUFU.RCP), FlashAttention-2's choice of a fast tanh made accurate: the error is
+// below 1e-6 absolute in tanh (ex2's 2^-22, a reciprocal's ulp), far under bf16/f16 rounding.
+// Dots of +-inf give +-1 (2^inf = inf, 1 / inf = 0), a NaN stays NaN. The f32 kernels keep tanhf.
+struct SoftCap {
+  float cap, k;
+  __device__ explicit SoftCap(const Dims& d)
+      : cap(d.softcap), k(d.softcap > 0 ? 2.0f * kLog2e * d.scale / d.softcap : 0.0f) {}
+  __device__ __forceinline__ float tanh_of(float dot) const {  // tanh(scale dot / cap)
+    return fmaf(-2.0f, __fdividef(1.0f, 1.0f + ptx::ex2(k * dot)), 1.0f);
+  }
+};
+
 // Reductions over the 4 lanes (one quad) that hold one row of an accumulator.
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
@@ -207,5 +223,12 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
                            Tensor& lse, Tensor& max_logit, Tensor& max_range);
 void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const Tensor& dout,
                             const Tensor& dvec, const attn::Dims& dims, Tensor& dq, Tensor& dk, Tensor& dv);
+
+// The plain kernels (no soft cap) take the running max of raw dot products, so they need scale >
+// 0. A negative scale runs them on -q instead: scale q.k = |scale| (-q).k bit for bit (negation
+// is exact), so the logits, outputs and statistics are those of q, and dK = |scale| dS^T (-q) =
+// scale dS^T q; only dQ = scale dS K keeps the sign, which the backward applies in its final
+// pass. Returns q, or -q with dims.scale made |scale|.
+Tensor with_positive_scale(const Tensor& q, attn::Dims& dims);
 
 }  // namespace keel::cuda

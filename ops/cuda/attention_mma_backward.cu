@@ -59,22 +59,26 @@ struct MmaBwd {
 // q0 + 8n + 2t + (e & 1)), in registers: s holds S^T = K Q^T and leaves as P^T; dp holds dP^T and
 // leaves as dS^T. lse2 and dvec are the tile's rows in shared memory, lse2 already times log2 e,
 // so P = 2^(c v - lse2) is one FFMA and an ex2, v the raw dot product with c = scale log2 e when
-// kPlain (no soft cap, positive scale), else the logit with c = log2 e. kMasked gives the pairs
-// outside the band P = 0 (a select, never a NaN); a tile where every pair is allowed skips the test.
+// kPlain (no soft cap, scale > 0: with_positive_scale), else the soft-capped logit cap th (th =
+// tanh(scale dot / cap), SoftCap) with c = log2 e, whose dS takes the cap's derivative 1 - th^2
+// (dlogit in attention_common.cuh). kMasked gives the pairs outside the band P = 0 (a select,
+// never a NaN); a tile where every pair is allowed skips the test.
 template <bool kMasked, bool kPlain, int kS>
 __device__ __forceinline__ void probs_and_dlogits(float (&s)[kS][4], float (&dp)[kS][4], const float* lse2,
-                                                  const float* dvec, float c, const Dims& dims,
+                                                  const float* dvec, float c, const SoftCap& cap,
                                                   const int (&keys)[2], int q0, int t, int w, int T_len) {
 #pragma unroll
   for (int n = 0; n < kS; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = 8 * n + 2 * t + (e & 1);  // the query, in the tile
-      const float x = kPlain ? s[n][e] : logit(s[n][e], dims);
+      const float th = kPlain ? 0.0f : cap.tanh_of(s[n][e]);
+      const float x = kPlain ? s[n][e] : cap.cap * th;
       float p = ptx::ex2(fmaf(c, x, -lse2[j]));
       if constexpr (kMasked) p = allowed(q0 + j, keys[e >> 1], w, T_len) ? p : 0.0f;
       s[n][e] = p;
-      dp[n][e] = kPlain ? p * (dp[n][e] - dvec[j]) : dlogit(p, dp[n][e], dvec[j], x, dims);
+      const float ds = p * (dp[n][e] - dvec[j]);
+      dp[n][e] = kPlain ? ds : ds * fmaf(-th, th, 1.0f);
     }
 }
 
@@ -145,6 +149,7 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
   const auto ds_row = LaneRow<kBr>::b_rows(lane);
   float dk_acc[kO][4] = {}, dv_acc[kO][4] = {};
   const float c = (kPlain ? dims.scale : 1.0f) * kLog2e;  // v -> log2 units (probs_and_dlogits)
+  const SoftCap cap(dims);
   int* handed = nullptr;  // the flag of the query tile whose dQ this block added last
   for (int qt = queries.end - 1; qt >= queries.begin; --qt) {
     const int stage = (queries.end - 1 - qt) & 1, q0 = qt * kBr;
@@ -187,9 +192,9 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
       // the last key at or before the first query, the first key inside the last query's band.
       const bool whole = q0 + kBr - 1 < T_len && first + 15 <= q0 && first >= band_start(q0 + kBr - 1, w);
       if (whole)
-        probs_and_dlogits<false, kPlain>(s, dp, lse_s, dvec_s, c, dims, keys, q0, t, w, T_len);
+        probs_and_dlogits<false, kPlain>(s, dp, lse_s, dvec_s, c, cap, keys, q0, t, w, T_len);
       else
-        probs_and_dlogits<true, kPlain>(s, dp, lse_s, dvec_s, c, dims, keys, q0, t, w, T_len);
+        probs_and_dlogits<true, kPlain>(s, dp, lse_s, dvec_s, c, cap, keys, q0, t, w, T_len);
 #pragma unroll
       for (int kk = 0; kk < kBr / 16; ++kk) {  // dV_w += P^T dO, dK_w += dS^T Q (k = queries)
         uint32_t ap[4], as[4];
@@ -291,9 +296,12 @@ __global__ void dq_convert_kernel(const float* __restrict__ dq_accum, T* __restr
 
 }  // namespace
 
-void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const Tensor& dout,
-                            const Tensor& dvec, const attn::Dims& dims, Tensor& dq, Tensor& dk, Tensor& dv) {
+void attention_mma_backward(const Tensor& q_in, const Tensor& k, const Tensor& v, const Tensor& lse,
+                            const Tensor& dout, const Tensor& dvec, const attn::Dims& dims_in, Tensor& dq, Tensor& dk,
+                            Tensor& dv) {
   constexpr const char* kOp = "attention (CUDA backward, mma)";
+  attn::Dims dims = dims_in;
+  const Tensor q = with_positive_scale(q_in, dims);  // dq's sign: dims_in.scale in the final pass
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int dev = q.device().index;
   const cudaStream_t stream = detail::stream(dev);
@@ -316,13 +324,14 @@ void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, c
                        static_cast<int*>(flags.raw_data()), static_cast<E*>(dk.raw_data()),
                        static_cast<E*>(dv.raw_data()), dims);
       };
-      if (dims.softcap == 0.0f && dims.scale > 0.0f)  // the usual logit: probs_and_dlogits
+      if (dims.softcap == 0.0f)  // the usual logit: probs_and_dlogits
         launch(attention_mma_backward_kernel<E, HD, true>);
       else
         launch(attention_mma_backward_kernel<E, HD, false>);
       const int64_t n8 = dq.numel() / 8;
       launch_threads(dq_convert_kernel<E>, dim3(static_cast<unsigned>((n8 + 255) / 256)), 256, 0, dev,
-                     static_cast<const float*>(dq_accum.raw_data()), static_cast<E*>(dq.raw_data()), n8, dims.scale);
+                     static_cast<const float*>(dq_accum.raw_data()), static_cast<E*>(dq.raw_data()), n8,
+                     dims_in.scale);
     });
   });
 }

@@ -21,9 +21,10 @@
 // - tile classes: a tile where every pair is allowed for all 16 rows (most tiles of a long
 //   sequence) runs a path without a per-element test; only tiles across the diagonal or a band
 //   edge test each pair;
-// - kPlain, the kernel for the usual logit (no soft cap, positive scale): it works on raw dot
-//   products and folds scale * log2 e into the exponent's one FFMA; soft-capped (or negatively
-//   scaled) logits get their own kernel, which computes each logit first;
+// - kPlain, the kernel for the usual logit (no soft cap): it works on raw dot products and folds
+//   scale * log2 e into the exponent's one FFMA (a negative scale runs it on -q:
+//   with_positive_scale); soft-capped logits get their own kernel, which computes each logit
+//   first, with a branch-free tanh (SoftCap);
 // - exp2 (ex2.approx, one instruction) instead of exp, which costs a multiply more.
 //
 // Statistics, per head, over allowed pairs (ops/attention.h): max |logit| and max_range, the
@@ -32,7 +33,9 @@
 // max(|m|, |mn_l|) and m - mn_l reach the row's max |logit| and its range in the lane that holds
 // the minimum, so no shuffle is needed. NaN-propagating: the minimum is min.NaN, so a lane that
 // saw a NaN logit holds a NaN minimum and reports NaN, at no extra instruction.
+#include "core/factory.h"
 #include "ops/cuda/attention_mma.cuh"
+#include "ops/cuda/arith.h"
 
 namespace keel::cuda {
 
@@ -49,11 +52,10 @@ using namespace attn::mma;
 // kM * Dk / 2 registers a thread (128 at Dk = 128), so Q's fragments are read from shared memory
 // at every tile unless they fit beside it (Dk <= 64). Dk = 256 keeps warps of 16 rows (O alone
 // is 128 registers) and halves the key tile (32 keys: 128 KB), as FlashAttention-2 does for its
-// 256-wide head. The soft-capped kernel (kPlain false) keeps them too: tanhf's registers next
-// to two m-tiles would spill.
+// 256-wide head.
 template <int Dk, bool kPlain>
 struct MmaFwd {
-  static constexpr int kM = Dk <= 128 && kPlain ? 2 : 1, kWarps = 8 / kM, kThreads = 32 * kWarps;
+  static constexpr int kM = Dk <= 128 ? 2 : 1, kWarps = 8 / kM, kThreads = 32 * kWarps;
   static constexpr int kBr = 16 * kM * kWarps, kBc = Dk <= 128 ? 64 : 32;
   static constexpr bool kQInRegs = Dk <= 64;
   static constexpr int kK = kBr * Dk, kV = kK + 2 * kBc * Dk, kStage = kBc * Dk;  // offsets; a stage adds kStage
@@ -63,12 +65,11 @@ struct MmaFwd {
 
 // The value a lane keeps per score, in the units the online softmax works in: the raw dot
 // product when the logit is just scale * dot with scale > 0 (kPlain: the max of dots is the max
-// of logits, and scale * log2 e folds into the exponent's one FFMA), else the logit itself
-// (soft-capped, or a negative scale).
+// of logits, and scale * log2 e folds into the exponent's one FFMA), else the soft-capped logit.
 template <bool kPlain>
-__device__ __forceinline__ float score_value(float dot, const Dims& dims) {
+__device__ __forceinline__ float score_value(float dot, const SoftCap& cap) {
   if constexpr (kPlain) return dot;
-  else return logit(dot, dims);
+  else return cap.cap * cap.tanh_of(dot);
 }
 
 // One key tile's online-softmax update for the warp's 16 rows (lane (g, t): rows[0], rows[1]),
@@ -80,7 +81,7 @@ __device__ __forceinline__ float score_value(float dot, const Dims& dims) {
 // where every pair is allowed, has no per-element test or branch.
 template <bool kMasked, bool kPlain, int kS, int kO>
 __device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO][4], float (&m)[2], float (&l)[2],
-                                               float (&mn)[2], float c, const Dims& dims, const int (&rows)[2],
+                                               float (&mn)[2], float c, const SoftCap& cap, const int (&rows)[2],
                                                int k0, int t, int w, int T_len) {
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -88,7 +89,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO]
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = e >> 1;
-      float x = score_value<kPlain>(s[n][e], dims);
+      float x = score_value<kPlain>(s[n][e], cap);
       if constexpr (kMasked) {
         const bool ok = allowed(rows[r], k0 + 8 * n + 2 * t + (e & 1), w, T_len);
         mn[r] = ptx::min_nan(mn[r], ok ? x : INFINITY);
@@ -170,6 +171,7 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
   for (int mt = 0; mt < kM; ++mt)
     m[mt][0] = m[mt][1] = -INFINITY, mn[mt][0] = mn[mt][1] = INFINITY;  // mn: this lane's smallest allowed value
   const float c = (kPlain ? dims.scale : 1.0f) * kLog2e;  // v -> log2 units of the softmax
+  const SoftCap cap(dims);
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int stage = (kt - keys.begin) & 1, k0 = kt * kBc;
     // Tile kt's copies are the only group in flight (kt + 1's are issued only after the barrier,
@@ -222,9 +224,9 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
       const int top = first + 16 * mt;
       const bool whole = top + 15 < T_len && k0 + kBc - 1 <= top && k0 >= band_start(top + 15, w);
       if (whole)
-        online_softmax<false, kPlain>(s[mt], o[mt], m[mt], l[mt], mn[mt], c, dims, rows[mt], k0, t, w, T_len);
+        online_softmax<false, kPlain>(s[mt], o[mt], m[mt], l[mt], mn[mt], c, cap, rows[mt], k0, t, w, T_len);
       else
-        online_softmax<true, kPlain>(s[mt], o[mt], m[mt], l[mt], mn[mt], c, dims, rows[mt], k0, t, w, T_len);
+        online_softmax<true, kPlain>(s[mt], o[mt], m[mt], l[mt], mn[mt], c, cap, rows[mt], k0, t, w, T_len);
     }
 
 #pragma unroll
@@ -285,9 +287,19 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
 
 }  // namespace
 
-void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const attn::Dims& dims, Tensor& out,
-                           Tensor& lse, Tensor& max_logit, Tensor& max_range) {
+Tensor with_positive_scale(const Tensor& q, attn::Dims& dims) {
+  if (dims.softcap > 0.0f || dims.scale > 0.0f) return q;
+  dims.scale = -dims.scale;
+  Tensor neg = empty_like(q);
+  unary(UnaryOp::neg, q, neg);
+  return neg;
+}
+
+void attention_mma_forward(const Tensor& q_in, const Tensor& k, const Tensor& v, const attn::Dims& dims_in,
+                           Tensor& out, Tensor& lse, Tensor& max_logit, Tensor& max_range) {
   constexpr const char* kOp = "attention (CUDA forward, mma)";
+  attn::Dims dims = dims_in;
+  const Tensor q = with_positive_scale(q_in, dims);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int dev = q.device().index;
   visit_half(kOp, q.dtype(), [&]<typename E>() {
@@ -301,8 +313,8 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
                        static_cast<float*>(lse.raw_data()), static_cast<unsigned*>(max_logit.raw_data()),
                        static_cast<unsigned*>(max_range.raw_data()), dims);
       };
-      // The common case (no soft cap, positive scale) as its own kernel: score_value.
-      if (dims.softcap == 0.0f && dims.scale > 0.0f)
+      // The common case (no soft cap) as its own kernel: score_value.
+      if (dims.softcap == 0.0f)
         launch.template operator()<true>();
       else
         launch.template operator()<false>();
