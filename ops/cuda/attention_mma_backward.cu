@@ -244,15 +244,15 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
     int* const flag = flags + (static_cast<int64_t>(bh) * F::kSplit + blockIdx.z) * nq + qt;
     if (threadIdx.x == 0) ptx::spin_wait_equal(flag, kt - key_tiles_for_query_tile(qt, kBr, kBc, T_len, w).begin);
     __syncthreads();  // the lower key tiles' shares of this query tile are all in
+    // Row g, columns 2t, 2t + 1 of each n-block of the share (rows g + 8: 8 D further), one
+    // address: fewer live registers than an offset per add, which at D = 256 was a 32-byte spill.
+    float* const dq_row = dq_accum + base + static_cast<int64_t>(q0 + m0 + g) * D + d0 + 2 * t;
 #pragma unroll
     for (int d = 0; d < kN; ++d) {
       if (d0 + 8 * d >= D) break;  // padding columns from here on (D is a multiple of 8: whole n-blocks)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = q0 + m0 + g + 8 * (e >> 1);
-        if (i < T_len)
-          atomicAdd(dq_accum + base + static_cast<int64_t>(i) * D + d0 + 8 * d + 2 * t + (e & 1), dq[d][e]);
-      }
+      for (int e = 0; e < 4; ++e)
+        if (q0 + m0 + g + 8 * (e >> 1) < T_len) atomicAdd(dq_row + 8 * (e >> 1) * D + 8 * d + (e & 1), dq[d][e]);
     }
     handed = flag;
   }
