@@ -69,17 +69,28 @@ void accumulate_into(Tensor& dst, const Tensor& src) {
   if (dst.device() != src.device())
     throw DeviceError("accumulate_into", "gradient on " + src.device().str() + ", accumulator on " +
                                              dst.device().str());
-  if (!dst.is_contiguous())
-    throw ValueError("accumulate_into", "the accumulator must be contiguous");
+  if (!dst.is_contiguous() && dst.dtype() != src.dtype())
+    throw ValueError("accumulate_into", "a strided accumulator (a window) takes a gradient of its own dtype, got " +
+                                            std::string(dtype_name(src.dtype())) + " into " +
+                                            dtype_name(dst.dtype()));
   // On a GPU the kernel widens the source as it reads it (a bf16 gradient into an f32 buffer):
-  // one pass, and the same bits as converting it first.
-  if (dst.device().is_cuda()) return cuda::add_inplace(dst, src.contiguous());
+  // one pass, and the same bits as converting it first. A strided dst (a window of a larger
+  // gradient: SliceBackward::add_into) is added in place, in one pass too.
+  if (dst.device().is_cuda()) {
+    if (dst.is_contiguous()) return cuda::add_inplace(dst, src.contiguous());
+    return cuda::add_inplace(dst, src);
+  }
   Tensor s = src.dtype() == dst.dtype() ? src.contiguous() : src.detach().to(dst.dtype()).contiguous();
-  int64_t n = dst.numel();
   visit_dtype(dst.dtype(), [&]<typename T>() {
-    T* d = dst.data<T>();
     const T* p = s.data<T>();
-    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<double>(d[i]) + static_cast<double>(p[i]));
+    auto add = [&](T& d, int64_t i) { d = static_cast<T>(static_cast<double>(d) + static_cast<double>(p[i])); };
+    if (dst.is_contiguous()) {
+      T* d = dst.data<T>();
+      for (int64_t i = 0, n = dst.numel(); i < n; ++i) add(d[i], i);
+    } else {
+      T* base = static_cast<T*>(dst.storage()->data());
+      for_each_offset(dst.shape(), dst.strides(), dst.offset(), [&](int64_t i, int64_t off) { add(base[off], i); });
+    }
   });
 }
 

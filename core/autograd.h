@@ -116,7 +116,8 @@ class GradReadyHookGuard {
 // The engine behind Tensor::backward.
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 
-// dst += src, elementwise, same shape and device (dtypes may differ; dst's is kept). The one
+// dst += src, elementwise, same shape and device (dtypes may differ; dst's is kept), in one
+// pass. dst may be a strided view (a window of a larger gradient) when the dtypes match. The one
 // piece of arithmetic the engine itself needs; CPU here, a CUDA kernel in core/cuda/.
 void accumulate_into(Tensor& dst, const Tensor& src);
 

@@ -100,6 +100,15 @@ __global__ void add_inplace_kernel(T* dst, const S* src, int64_t n) {
     dst[i] = from_double<T>(to_double(dst[i]) + to_double(src[i]));
 }
 
+// dst (n) += src (n), each laid out by its Layout (a window of a larger gradient, say), S = T.
+template <typename T>
+__global__ void add_strided_kernel(T* dst, Layout dl, const T* src, Layout sl, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    T& d = dst[element_offset(dl, i)];
+    d = from_double<T>(to_double(d) + to_double(src[element_offset(sl, i)]));
+  }
+}
+
 // dst (n) <- value, contiguous.
 template <typename T>
 __global__ void fill_kernel(T* dst, T value, int64_t n) {
@@ -169,13 +178,24 @@ void copy_strided(Tensor& dst, const Tensor& src) {
 void add_inplace(Tensor& dst, const Tensor& src) {
   check_same_device(dst, src, "add_inplace");
   const bool widening = dst.dtype() == DType::f32 && (src.dtype() == DType::bf16 || src.dtype() == DType::f16);
-  if ((dst.dtype() != src.dtype() && !widening) || !dst.is_contiguous() || !src.is_contiguous() ||
-      dst.numel() != src.numel())
-    throw ValueError("add_inplace", "needs two contiguous tensors of one size and dtype (or bf16/f16 into f32)");
+  if ((dst.dtype() != src.dtype() && !widening) || dst.shape() != src.shape() ||
+      (widening && !(dst.is_contiguous() && src.is_contiguous())))
+    throw ValueError("add_inplace",
+                     "needs two tensors of one shape and dtype (or contiguous bf16/f16 into contiguous f32)");
   int64_t n = dst.numel();
   if (n == 0) return;
   int dev = dst.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
+  if (!dst.is_contiguous() || !src.is_contiguous()) {  // a window of a larger tensor: one strided pass
+    const Layout dl = dst.is_contiguous() ? flat_layout(n, dst.offset()) : layout_of(dst, "add_inplace");
+    const Layout sl = src.is_contiguous() ? flat_layout(n, src.offset()) : layout_of(src, "add_inplace");
+    visit_cuda_dtype(dst.dtype(), [&]<typename T>() {
+      launch_kernel(add_strided_kernel<T>, blocks_for(n), kThreads, 0, detail::stream(dev),
+                    static_cast<T*>(dst.storage()->data()), dl, static_cast<const T*>(src.storage()->data()), sl, n);
+      KEEL_CHECK_LAUNCH();
+    });
+    return;
+  }
   auto launch = [&]<typename T, typename S>() {
     launch_kernel(add_inplace_kernel<T, S>, blocks_for(n), kThreads, 0, detail::stream(dev),
                   static_cast<T*>(dst.raw_data()), static_cast<const S*>(src.raw_data()), n);

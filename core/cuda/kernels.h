@@ -12,8 +12,9 @@ namespace keel::cuda {
 // exact, narrowing keeps the low bits), anything else through double (half types via float).
 // Matching dtypes and contiguous layouts copy bytes.
 void copy_strided(Tensor& dst, const Tensor& src);
-// dst += src; both contiguous, same shape and floating dtype, or a bf16/f16 src into an f32 dst
-// (widened as it is read, as converting it first would: the gradient buffers of half parameters).
+// dst += src, same shape: one floating dtype and any strides (dst a window of a larger tensor,
+// say), or a contiguous bf16/f16 src into a contiguous f32 dst (widened as it is read, as
+// converting it first would: the gradient buffers of half parameters).
 void add_inplace(Tensor& dst, const Tensor& src);
 // Every element of contiguous t set to value.
 void fill(Tensor& t, double value);

@@ -10,6 +10,7 @@
 #include "core/autograd.h"
 #include "core/copy.h"
 #include "core/cuda/caching_allocator.h"
+#include "core/cuda/counters.h"
 #include "core/factory.h"
 #include "cuda_test.h"
 
@@ -154,6 +155,23 @@ TEST_CASE("fill and += on the device, the engine accumulates device gradients") 
   Tensor b = full({1000}, 2.0, {DType::f32, Device::cuda(0)});
   accumulate_into(a, b);
   for (float v : a.to_vector<float>()) CHECK(v == 3.5f);
+  // Into a strided window (SliceBackward::add_into), in place and in one launch, from a strided
+  // source, bf16: the same bits as the CPU's add.
+  for (const Device dev : {Device::cpu(), Device::cuda(0)}) {
+    Tensor acc = full({4, 5, 24}, 0.25, {DType::bf16, dev});
+    Tensor window = acc.as_strided({4, 5, 8}, {120, 24, 1}, 8);
+    std::vector<float> gv(160);
+    for (size_t i = 0; i < gv.size(); ++i) gv[i] = 0.1f * float(i);
+    const Tensor g = from_vector(gv, {4, 8, 5}).to(DType::bf16).to(dev);
+    const Tensor gt = g.as_strided({4, 5, 8}, {40, 1, 5}, 0);  // g's last two dims swapped
+    const cuda::Counters before = cuda::counters();
+    accumulate_into(window, gt);
+    if (dev.is_cuda()) CHECK((cuda::counters() - before).operations() == 1);
+    static std::vector<float> cpu;
+    const std::vector<float> got = acc.to(DType::f32).to_vector<float>();
+    if (dev.is_cpu()) cpu = got;
+    else CHECK(got == cpu);
+  }
   // A leaf on the CPU used twice through device copies: its gradient is summed on the way back.
   Tensor x = ones({4}, {DType::f32, Device::cpu(), true});
   Tensor y1 = x.to(Device::cuda(0)), y2 = x.to(Device::cuda(0));

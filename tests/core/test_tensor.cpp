@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/autograd.h"
 #include "core/copy.h"
+#include "core/error.h"
 #include "core/factory.h"
 
 using namespace keel;
@@ -147,4 +149,22 @@ TEST_CASE("strided copies with packed rows: heads transposed, a slice of a cache
           CHECK(got == (s >= 2 && s < 5 ? v[((b * 3 + (s - 2)) * 4 + h) * 9 + d] : -1.0f));
         }
   CHECK(xt.to(DType::f64).to_vector<double>() == std::vector<double>(want.begin(), want.end()));  // dtypes differ
+}
+
+// What SliceBackward::add_into relies on: window += g, in place, one pass, nothing else touched.
+TEST_CASE("accumulate_into adds into a strided window of a larger tensor, in place") {
+  Tensor acc = full({2, 3, 6}, 1.0);                          // (B, T, 3C) with C = 2: q, k, v side by side
+  Tensor window = acc.as_strided({2, 3, 2}, {18, 6, 1}, 2);  // the k columns
+  Tensor g = from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 3, 2});
+  const Tensor gt = g.as_strided({2, 3, 2}, {6, 1, 3}, 0);   // a strided source too
+  accumulate_into(window, g);
+  accumulate_into(window, gt);
+  const std::vector<float> a = acc.to_vector<float>(), gv = g.to_vector<float>(), gtv = gt.contiguous().to_vector<float>();
+  for (int b = 0; b < 2; ++b)
+    for (int t = 0; t < 3; ++t)
+      for (int c = 0; c < 6; ++c) {
+        const int i = (b * 3 + t) * 2 + (c - 2);  // index into g (row-major over the window)
+        CHECK(a[(b * 3 + t) * 6 + c] == (c >= 2 && c < 4 ? 1.0f + gv[i] + gtv[i] : 1.0f));
+      }
+  CHECK_THROWS_AS(accumulate_into(window, g.to(DType::f64)), ValueError);  // a window keeps one dtype
 }
