@@ -164,8 +164,9 @@ int run(const Args& a) {
   const Totals one = profile_step(base, 1, B, T, gpu), two = profile_step(base, 2, B, T, gpu);
   const double k = double(L - 1);
   auto at_depth = [&](double x, double y) { return x + k * (y - x); };
-  fmt::print("{}, B {} x T {}, from 1- and 2-layer profiles on {} ({:.0f} s):\n", model, B, T,
-             cuda::device_info(0).name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  fmt::print("{}, B {} x T {}, predicted for an {} from 1- and 2-layer profiles on {} ({:.0f} s):\n", model, B, T,
+             gpu, cuda::device_info(0).name,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   fmt::print("  per step: {:.3g} GFLOP, {:.3g} GB moved, {:.0f} stream operations, {:.0f} host syncs\n",
              at_depth(one.flops, two.flops) / 1e9, at_depth(one.bytes, two.bytes) / 1e9,
              at_depth(one.operations, two.operations), at_depth(one.syncs, two.syncs));
