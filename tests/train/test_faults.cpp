@@ -119,9 +119,9 @@ TEST_CASE("kill -9 at random moments: listed checkpoints load, resume is bit-exa
     if (rc == 0) break;  // it finished before the kill
     if (latest_checkpoint(dir) && latest_checkpoint(dir)->filename() == "step_00000008") break;
   }
-  // Finish (or confirm finished) the run.
-  if (!latest_checkpoint(dir) || latest_checkpoint(dir)->filename() != "step_00000008")
-    REQUIRE(run(train_args(dir, latest_checkpoint(dir).has_value())) == 0);
+  // Finish (or confirm finished) the run. A kill can leave a temporary (a checkpoint written or
+  // pruned halfway); the next launch removes it, also when the run had already finished.
+  REQUIRE(run(train_args(dir, latest_checkpoint(dir).has_value())) == 0);
   CHECK(check_listed_checkpoints_load(dir) >= 1);
   CHECK(temporaries(dir) == 0);
   CHECK(train_losses(dir) == want);
@@ -163,4 +163,16 @@ TEST_CASE("a full disk during a checkpoint fails cleanly and keeps the previous 
   REQUIRE(run(train_args(dir, true)) == 0);
   CHECK(temporaries(dir) == 0);
   CHECK(train_losses(dir) == want);
+}
+
+TEST_CASE("a launch on a finished run removes the temporaries a killed process left") {
+  fs::path dir = testing::scratch_dir("fault_finished_temporaries");
+  REQUIRE(run(train_args(dir, false)) == 0);
+  // What a kill during the last checkpoint's pruning leaves: a renamed checkpoint of a dead pid.
+  const fs::path stale = fs::path(dir) / "checkpoints" / ".del-step_00000004-2147483646";
+  fs::create_directories(stale);
+  REQUIRE(temporaries(dir) == 1);
+  REQUIRE(run(train_args(dir, true)) == 0);  // nothing left to train
+  CHECK(temporaries(dir) == 0);
+  CHECK(check_listed_checkpoints_load(dir) >= 1);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "apps/gpt2/infer/eval.h"
+#include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/train/step_profiler.h"
 #include "apps/gpt2/train/stop_request.h"
 #include "apps/gpt2/train/trainer_impl.h"
@@ -162,6 +163,9 @@ TrainResult Trainer::run() {
   result_.rank = dist_.rank();
   result_.world = dist_.world();
   if (finished_) {
+    // A kill while the last checkpoint's predecessors were pruned can leave a temporary; this
+    // launch is the next run that cleans it, even with nothing left to train.
+    if (dist_.root()) remove_stale_temporaries(run_dir_);
     if (dist_.root())
       fmt::print("gpt2 train: {} already finished: step {} of --max-steps {} (checkpoint {}, metrics {}); "
                  "nothing to do\n",
