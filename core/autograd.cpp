@@ -76,10 +76,8 @@ void accumulate_into(Tensor& dst, const Tensor& src) {
   // On a GPU the kernel widens the source as it reads it (a bf16 gradient into an f32 buffer):
   // one pass, and the same bits as converting it first. A strided dst (a window of a larger
   // gradient: SliceBackward::add_into) is added in place, in one pass too.
-  if (dst.device().is_cuda()) {
-    if (dst.is_contiguous()) return cuda::add_inplace(dst, src.contiguous());
-    return cuda::add_inplace(dst, src);
-  }
+  if (dst.device().is_cuda())  // only the widening add needs a packed source
+    return cuda::add_inplace(dst, src.dtype() == dst.dtype() ? src : src.contiguous());
   Tensor s = src.dtype() == dst.dtype() ? src.contiguous() : src.detach().to(dst.dtype()).contiguous();
   visit_dtype(dst.dtype(), [&]<typename T>() {
     const T* p = s.data<T>();

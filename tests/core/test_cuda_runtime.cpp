@@ -157,6 +157,7 @@ TEST_CASE("fill and += on the device, the engine accumulates device gradients") 
   for (float v : a.to_vector<float>()) CHECK(v == 3.5f);
   // Into a strided window (SliceBackward::add_into), in place and in one launch, from a strided
   // source, bf16: the same bits as the CPU's add.
+  std::vector<float> cpu;
   for (const Device dev : {Device::cpu(), Device::cuda(0)}) {
     Tensor acc = full({4, 5, 24}, 0.25, {DType::bf16, dev});
     Tensor window = acc.as_strided({4, 5, 8}, {120, 24, 1}, 8);
@@ -167,7 +168,6 @@ TEST_CASE("fill and += on the device, the engine accumulates device gradients") 
     const cuda::Counters before = cuda::counters();
     accumulate_into(window, gt);
     if (dev.is_cuda()) CHECK((cuda::counters() - before).operations() == 1);
-    static std::vector<float> cpu;
     const std::vector<float> got = acc.to(DType::f32).to_vector<float>();
     if (dev.is_cpu()) cpu = got;
     else CHECK(got == cpu);

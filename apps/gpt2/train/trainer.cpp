@@ -165,11 +165,12 @@ TrainResult Trainer::run() {
   if (finished_) {
     // A kill while the last checkpoint's predecessors were pruned can leave a temporary; this
     // launch is the next run that cleans it, even with nothing left to train.
-    if (dist_.root()) remove_stale_temporaries(run_dir_);
-    if (dist_.root())
+    if (dist_.root()) {
+      remove_stale_temporaries(run_dir_);
       fmt::print("gpt2 train: {} already finished: step {} of --max-steps {} (checkpoint {}, metrics {}); "
                  "nothing to do\n",
                  run_dir_.string(), step_, cfg_.max_steps, latest_->string(), (run_dir_ / "metrics.jsonl").string());
+    }
     result_.steps = step_;
     result_.already_finished = true;
     return result_;
