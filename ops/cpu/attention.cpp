@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/copy.h"
 #include "core/factory.h"
 #include "ops/attention_band.h"
 #include "ops/nan_max.h"
@@ -145,16 +146,26 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   }
 }
 
+// The loops index packed rows; a strided view (ops/attention.h's packed heads) is read through a
+// packed copy and written through a packed temporary copied into place: the same arithmetic.
+Tensor packed_output(const Tensor& t) { return t.is_contiguous() ? t : empty_like(t); }
+void write_back(Tensor& t, const Tensor& packed) {
+  if (packed.impl() != t.impl()) copy_(t, packed);
+}
+
 }  // namespace
 
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& window,
+void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const std::vector<int64_t>& window,
                        double scale, double softcap, Tensor& out, Tensor& lse, Tensor& max_logit,
                        Tensor& max_range) {
+  const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
   const int64_t B = q.size(0), H = q.size(1);
   PairStats stats{std::vector<double>(B * H, 0.0), std::vector<double>(B * H, 0.0)};
+  Tensor o = packed_output(out);
   visit_dtype<CpuFloat>(q.dtype(), "attention", [&]<typename Real>() {
-    forward_impl<Real>(q, k, v, window, scale, softcap, out, lse, stats);
+    forward_impl<Real>(q, k, v, window, scale, softcap, o, lse, stats);
   });
+  write_back(out, o);
   // Reduce over the batch serially so the statistics do not depend on the thread count.
   float *m = max_logit.data<float>(), *r = max_range.data<float>();
   for (int64_t h = 0; h < H; ++h) {
@@ -168,12 +179,16 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   }
 }
 
-void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        const Tensor& dout, const std::vector<int64_t>& window, double scale, double softcap,
-                        Tensor& dq, Tensor& dk, Tensor& dv) {
+void attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out_in,
+                        const Tensor& lse, const Tensor& dout_in, const std::vector<int64_t>& window, double scale,
+                        double softcap, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  const Tensor out = out_in.contiguous(), dout = dout_in.contiguous();
+  Tensor dqp = packed_output(dq), dkp = packed_output(dk), dvp = packed_output(dv);
   visit_dtype<CpuFloat>(q.dtype(), "attention", [&]<typename Real>() {
-    backward_impl<Real>(q, k, v, out, lse, dout, window, scale, softcap, dq, dk, dv);
+    backward_impl<Real>(q, k, v, out, lse, dout, window, scale, softcap, dqp, dkp, dvp);
   });
+  write_back(dq, dqp), write_back(dk, dkp), write_back(dv, dvp);
 }
 
 }  // namespace keel::cpu

@@ -62,17 +62,20 @@ struct Bwd {
   static_assert(kOwn * ldO * 4 <= layout().s, "the f32 staging area must fit in the tile regions");
 };
 
-// Shapes: out, dout (B, H, T, D) in T -> dvec (B, H, T) f32, D_i = sum_d dout[i, d] * out[i, d].
-// One warp per row (B*H*T rows), lanes over d.
+// Shapes: out, dout (B, H, T, D) in T at dims.out, dims.dout -> dvec (B, H, T) f32,
+// D_i = sum_d dout[i, d] * out[i, d]. One warp per row (B*H*T rows), lanes over d.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     attention_dvec_kernel(const T* __restrict__ out, const T* __restrict__ dout, float* __restrict__ dvec, int64_t rows,
-                          int D) {
+                          Dims dims) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (r >= rows) return;  // whole warps leave together: the shuffles below see full warps
   const int lane = threadIdx.x & 31;
+  const int bh = static_cast<int>(r / dims.T), i = static_cast<int>(r % dims.T);
+  out += dims.out.pair(bh, dims.H) + static_cast<int64_t>(i) * dims.out.t;
+  dout += dims.dout.pair(bh, dims.H) + static_cast<int64_t>(i) * dims.dout.t;
   float s = 0.0f;
-  for (int d = lane; d < D; d += 32) s += to_f32(out[r * D + d]) * to_f32(dout[r * D + d]);
+  for (int d = lane; d < dims.D; d += 32) s += to_f32(out[d]) * to_f32(dout[d]);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
   if (lane == 0) dvec[r] = s;
@@ -105,13 +108,14 @@ __global__ void __launch_bounds__(kThreads)
 
   const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
   const int kt = blockIdx.y, k0 = kt * kOwn;  // early key tiles are seen by the most queries: first
-  const int64_t base = static_cast<int64_t>(bh) * T_len * D;
+  q += dims.q.pair(bh, dims.H), k += dims.k.pair(bh, dims.H), v += dims.v.pair(bh, dims.H);
+  dout += dims.dout.pair(bh, dims.H), dk += dims.dk.pair(bh, dims.H), dv += dims.dv.pair(bh, dims.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;  // this lane's key row in the tile
   const int j = k0 + row;                                              // ... and its key index
 
-  load_tile<Dk>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kOwn, T_len - k0, D);
-  load_tile<Dk>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kOwn, T_len - k0, D);
+  load_tile<Dk>(Ks, ldT, k + static_cast<int64_t>(k0) * dims.k.t, kOwn, T_len - k0, D, dims.k.t);
+  load_tile<Dk>(Vs, ldT, v + static_cast<int64_t>(k0) * dims.v.t, kOwn, T_len - k0, D, dims.v.t);
   WarpAcc<Dk> dk_acc, dv_acc;
   dk_acc.zero();
   dv_acc.zero();
@@ -120,8 +124,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int qt = queries.begin; qt < queries.end; ++qt) {
     const int q0 = qt * kStr;
     __syncthreads();  // every warp is done with the previous Q, dO tiles (and K, V are in place)
-    load_tile<Dk>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kStr, T_len - q0, D);
-    load_tile<Dk>(dOs, ldT, dout + base + static_cast<int64_t>(q0) * D, kStr, T_len - q0, D);
+    load_tile<Dk>(Qs, ldT, q + static_cast<int64_t>(q0) * dims.q.t, kStr, T_len - q0, D, dims.q.t);
+    load_tile<Dk>(dOs, ldT, dout + static_cast<int64_t>(q0) * dims.dout.t, kStr, T_len - q0, D, dims.dout.t);
     load_row_stats(lse_s, lse + static_cast<int64_t>(bh) * T_len + q0, kStr, T_len - q0, 0.0f);
     load_row_stats(dvec_s, dvec + static_cast<int64_t>(bh) * T_len + q0, kStr, T_len - q0, 0.0f);
     __syncthreads();
@@ -166,14 +170,15 @@ __global__ void __launch_bounds__(kThreads)
   float* stage = reinterpret_cast<float*>(smem) + warp * 16 * ldO;
   dk_acc.store(stage, ldO);
   __syncwarp();
-  store_rows<Dk>(dk + base, stage, ldO, k0 + warp * 16, T_len, dims.scale, D);
+  store_rows<Dk>(dk, stage, ldO, k0 + warp * 16, T_len, dims.scale, D, dims.dk.t);
   __syncwarp();
   dv_acc.store(stage, ldO);
   __syncwarp();
-  store_rows<Dk>(dv + base, stage, ldO, k0 + warp * 16, T_len, 1.0f, D);
+  store_rows<Dk>(dv, stage, ldO, k0 + warp * 16, T_len, 1.0f, D, dims.dv.t);
 }
 
-// Shapes: q, k, v, dout, dq (B, H, T, D) f32, D = dims.D <= Dk; lse, dvec (B, H, T) f32.
+// Shapes: q, k, v, dout, dq (B, H, T, D) f32 at their dims Rows, D = dims.D <= Dk; lse, dvec
+// (B, H, T) f32.
 // Grid (B*H, ceil(T / 64)), 128 threads: block (bh, y) owns queries [64 qt, 64 qt + 64) (qt from
 // the end, as in the forward) and streams the 32-key tiles they see. Warp w owns queries
 // 16w..16w+15: S_w = Q_w K^T, dP_w = dO_w V^T, dQ_w += dS K. Lanes 2r, 2r+1 share query row r.
@@ -198,13 +203,14 @@ __global__ void __launch_bounds__(kThreads)
 
   const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
   const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kOwn;
-  const int64_t base = static_cast<int64_t>(bh) * T_len * D;
+  q += dims.q.pair(bh, dims.H), k += dims.k.pair(bh, dims.H), v += dims.v.pair(bh, dims.H);
+  dout += dims.dout.pair(bh, dims.H), dq += dims.dq.pair(bh, dims.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;
   const int i = q0 + row;
 
-  load_tile<Dk>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kOwn, T_len - q0, D);
-  load_tile<Dk>(dOs, ldT, dout + base + static_cast<int64_t>(q0) * D, kOwn, T_len - q0, D);
+  load_tile<Dk>(Qs, ldT, q + static_cast<int64_t>(q0) * dims.q.t, kOwn, T_len - q0, D, dims.q.t);
+  load_tile<Dk>(dOs, ldT, dout + static_cast<int64_t>(q0) * dims.dout.t, kOwn, T_len - q0, D, dims.dout.t);
   load_row_stats(lse_s, lse + static_cast<int64_t>(bh) * T_len + q0, kOwn, T_len - q0, 0.0f);
   load_row_stats(dvec_s, dvec + static_cast<int64_t>(bh) * T_len + q0, kOwn, T_len - q0, 0.0f);
   WarpAcc<Dk> dq_acc;
@@ -214,8 +220,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int k0 = kt * kStr;
     __syncthreads();  // the previous K, V tiles are no longer read (and Q, dO, stats are in place)
-    load_tile<Dk>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kStr, T_len - k0, D);
-    load_tile<Dk>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kStr, T_len - k0, D);
+    load_tile<Dk>(Ks, ldT, k + static_cast<int64_t>(k0) * dims.k.t, kStr, T_len - k0, D, dims.k.t);
+    load_tile<Dk>(Vs, ldT, v + static_cast<int64_t>(k0) * dims.v.t, kStr, T_len - k0, D, dims.v.t);
     __syncthreads();
 
     {  // S_w = Q_w K^T, dP_w = dO_w V^T
@@ -244,7 +250,7 @@ __global__ void __launch_bounds__(kThreads)
   float* stage = reinterpret_cast<float*>(smem) + warp * 16 * ldO;
   dq_acc.store(stage, ldO);
   __syncwarp();
-  store_rows<Dk>(dq + base, stage, ldO, q0 + warp * 16, T_len, dims.scale, D);
+  store_rows<Dk>(dq, stage, ldO, q0 + warp * 16, T_len, dims.scale, D, dims.dq.t);
 }
 
 }  // namespace
@@ -265,7 +271,9 @@ void attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   check_tensor(kOp, "dq", dq, q, q.dtype(), q.shape());
   check_tensor(kOp, "dk", dk, q, q.dtype(), q.shape());
   check_tensor(kOp, "dv", dv, q, q.dtype(), q.shape());
-  const Dims dims = make_dims(kOp, q, window, scale, softcap);
+  Dims dims = make_dims(kOp, q, window, scale, softcap);
+  dims.q = rows_of(q), dims.k = rows_of(k), dims.v = rows_of(v), dims.out = rows_of(out);
+  dims.dout = rows_of(dout), dims.dq = rows_of(dq), dims.dk = rows_of(dk), dims.dv = rows_of(dv);
   if (B * H * T == 0) return;  // empty gradients: nothing to write
   const int dev = q.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
@@ -275,8 +283,7 @@ void attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   auto* dp = static_cast<float*>(dvec.raw_data());
   visit_cuda_float(q.dtype(), kOp, [&]<typename E>() {
     launch(attention_dvec_kernel<E>, dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps)), 0, dev,
-           static_cast<const E*>(out.raw_data()), static_cast<const E*>(dout.raw_data()), dp, rows,
-           static_cast<int>(D));
+           static_cast<const E*>(out.raw_data()), static_cast<const E*>(dout.raw_data()), dp, rows, dims);
   });
   if (q.dtype() != DType::f32) {
     attention_mma_backward(q, k, v, lse, dout, dvec, dims, dq, dk, dv);

@@ -33,11 +33,24 @@ constexpr int kOwnRows = kWarps * kRowsPerWarp;  // rows of the block's own tile
 template <typename T>
 constexpr bool kIsHalf = !std::is_same_v<T, float>;  // bf16, f16: the tensor-core (mma) kernels
 
+// Where one (B, H, T, D) operand's rows lie in memory: row (b, h, t) starts b * b_ + h * h_ + t * t
+// elements from the tensor's first, and its D elements are adjacent. A packed tensor has
+// (H T D, T D, D); the heads of one third of a (B, T, 3C) projection have (3 T C, D, 3C), so the
+// kernels read q, k and v where the projection wrote them and write the output (B, T, C) where the
+// next layer reads it, with no transposed copies in between (ops/attention.h, attention_packed).
+struct Rows {
+  int64_t b_, h_;
+  int t;  // the row stride: adjacent positions of one head
+  __host__ __device__ int64_t pair(int bh, int H) const { return (bh / H) * b_ + (bh % H) * h_; }
+};
+
 // Shape data every kernel takes by value. window[h] normalised (attn::normalize_window).
 struct Dims {
   int H, T;
-  int D;                 // head dim, the global row stride: at most the kernel width (attention_tiles.h)
+  int D;                 // head dim: at most the kernel width (attention_tiles.h)
   float scale, softcap;  // softcap 0 = none
+  Rows q, k, v, out;     // the forward's operands and the backward's inputs
+  Rows dout, dq, dk, dv;  // the backward's (unset in the forward)
   int window[kMaxHeads];
 };
 
@@ -147,18 +160,18 @@ struct WarpAcc {
 };
 
 // ---- tile loads (the whole block) ----
-// rows x Dk elements to shared (stride ld) from global rows of D elements (D <= Dk, stride D);
+// rows x Dk elements to shared (stride ld) from global rows of D elements (D <= Dk, stride gld);
 // rows at or beyond `valid` and columns at or beyond D are zero-filled, so a sequence end inside
 // a tile reads no memory past it and feeds only finite zeros to the products (a NaN there would
 // survive 0 * NaN in P V), and a head dim below the width runs as if it were the width
 // (attention_tiles.h). D is a multiple of 8, so a 16-byte vector is all inside or all outside.
 template <int Dk>
-__device__ void load_tile(float* dst, int ld, const float* src, int rows, int valid, int D) {
+__device__ void load_tile(float* dst, int ld, const float* src, int rows, int valid, int D, int gld) {
   constexpr int kVec = 4;  // 16-byte global loads; scalar stores into the odd-strided tile
   for (int c = threadIdx.x; c < rows * (Dk / kVec); c += kThreads) {
     const int r = c / (Dk / kVec), col = c % (Dk / kVec) * kVec;
     float4 x = make_float4(0, 0, 0, 0);
-    if (r < valid && col < D) x = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * D + col);
+    if (r < valid && col < D) x = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * gld + col);
     float* o = dst + r * ld + col;
     o[0] = x.x, o[1] = x.y, o[2] = x.z, o[3] = x.w;
   }
@@ -170,14 +183,14 @@ __device__ inline void load_row_stats(float* dst, const float* src, int n, int v
 }
 
 // A warp writes the first D columns of its 16 f32 rows (stride ld) to global rows [row0, row0 + 16)
-// ∩ [0, T) (stride D), times `mul`: lanes walk the rows in order, so each store instruction is
+// ∩ [0, T) (stride gld), times `mul`: lanes walk the rows in order, so each store instruction is
 // coalesced. The padding columns past D (zeros) are never stored.
 template <int Dk>
-__device__ void store_rows(float* dst, const float* src, int ld, int row0, int T_len, float mul, int D) {
+__device__ void store_rows(float* dst, const float* src, int ld, int row0, int T_len, float mul, int D, int gld) {
   const int lane = threadIdx.x & 31;
   for (int e = lane; e < kRowsPerWarp * Dk; e += 32) {  // over the width: no division by D
     const int r = e / Dk, c = e % Dk;
-    if (row0 + r < T_len && c < D) dst[static_cast<int64_t>(row0 + r) * D + c] = src[r * ld + c] * mul;
+    if (row0 + r < T_len && c < D) dst[static_cast<int64_t>(row0 + r) * gld + c] = src[r * ld + c] * mul;
   }
 }
 
@@ -265,10 +278,26 @@ inline Dims make_dims(const char* op, const Tensor& q, const std::vector<int64_t
   return d;
 }
 
-// The kernels read and write 16-byte vectors: every tensor must be contiguous and 16-byte aligned.
-// Outputs must already be (keel's allocator aligns every block); an input that is a contiguous
-// view at an odd offset is copied once instead.
+// The kernels read and write 16-byte vectors of a row: a (B, H, T, D) operand's elements must be
+// adjacent along D, its first element and every stride a multiple of 16 bytes, and its row stride
+// an int (Rows); the (B, H, T) statistics packed. Outputs must already be (keel's allocator aligns
+// every block, and the front end allocates them packed or as views of a packed tensor); an input
+// that is not is copied once.
 inline bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0; }
+inline bool kernel_layout(const Tensor& t) {
+  if (!aligned16(t)) return false;
+  if (t.dim() != 4) return t.is_contiguous();
+  const int64_t esize = static_cast<int64_t>(dtype_size(t.dtype()));
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) <= 1) continue;  // its stride never moves the address
+    const int64_t stride = t.strides()[static_cast<size_t>(d)];
+    if (d + 1 == t.dim() ? stride != 1 : stride < 0 || stride * esize % 16 != 0) return false;
+  }
+  return t.strides()[2] <= 2147483647;
+}
+inline Rows rows_of(const Tensor& t) {  // t (B, H, T, D) in kernel_layout
+  return {t.strides()[0], t.strides()[1], static_cast<int>(t.strides()[2])};
+}
 // The per-head statistics (max |logit|, max range) travel as the bits of a non-negative float:
 // non-negative floats order as their bits and a NaN (sign cleared by fabsf) is above +inf, so an
 // integer max reduces them and lets a NaN win (ops/nan_max.h's rule).
@@ -299,7 +328,7 @@ __device__ __forceinline__ void publish_head_stats(unsigned logit_bits, unsigned
   }
 }
 
-inline Tensor kernel_input(const Tensor& t) { return t.is_contiguous() && aligned16(t) ? t : t.clone(); }
+inline Tensor kernel_input(const Tensor& t) { return kernel_layout(t) ? t : t.clone(); }
 
 inline void check_tensor(const char* op, const char* name, const Tensor& t, const Tensor& like, DType dtype,
                          const Shape& shape) {
@@ -309,8 +338,8 @@ inline void check_tensor(const char* op, const char* name, const Tensor& t, cons
     throw DTypeError(op, std::string(name) + " must be " + dtype_name(dtype) + ", got " + dtype_name(t.dtype()));
   if (t.shape() != shape)
     throw ShapeError(op, std::string(name) + " must have shape " + shape_str(shape) + ", got " + shape_str(t.shape()));
-  if (!t.is_contiguous() || !aligned16(t))
-    throw ValueError(op, std::string(name) + " must be contiguous and 16-byte aligned",
+  if (!kernel_layout(t))
+    throw ValueError(op, std::string(name) + " must have adjacent rows' elements and 16-byte aligned rows",
                      "allocate outputs with empty() (the front end attention() does)");
 }
 

@@ -53,8 +53,8 @@ struct Fwd {
   static_assert(layout().bytes <= max_shared_bytes(D), "must fit the shared memory of a block");
 };
 
-// Shapes: q, k, v, out (B, H, T, D) f32, D = dims.D <= Dk, the kernel width (tile columns
-// D..Dk-1 are zeros: attention_tiles.h); lse (B, H, T) f32; max_logit, max_range (H) f32 read as bits.
+// Shapes: q, k, v, out (B, H, T, D) f32 at dims.q, .k, .v, .out (Rows), D = dims.D <= Dk, the
+// kernel width (tile columns D..Dk-1 are zeros: attention_tiles.h); lse (B, H, T) f32; max_logit, max_range (H) f32 read as bits.
 // Grid (B*H, ceil(T / 64)), 128 threads: block (bh, y) owns query rows [64 qt, 64 qt + 64) of
 // pair bh = b*H + h, qt counted from the end (see below). Warp w owns rows 16w..16w+15 of the tile;
 // in the per-element phase, lanes 2r and 2r+1 share row r of the warp (even and odd columns).
@@ -79,12 +79,13 @@ __global__ void __launch_bounds__(kThreads)
   // Under a causal mask the last query tiles see the most keys: launching them first (blocks run
   // roughly in index order) keeps the long ones from being the tail of the grid.
   const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kBr;
-  const int64_t base = static_cast<int64_t>(bh) * T_len * D;
+  q += dims.q.pair(bh, dims.H), k += dims.k.pair(bh, dims.H), v += dims.v.pair(bh, dims.H);
+  out += dims.out.pair(bh, dims.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;  // this lane's row in the tile
   const int i = q0 + row;                                              // ... and its query index
 
-  load_tile<Dk>(Qs, ldT, q + base + static_cast<int64_t>(q0) * D, kBr, T_len - q0, D);
+  load_tile<Dk>(Qs, ldT, q + static_cast<int64_t>(q0) * dims.q.t, kBr, T_len - q0, D, dims.q.t);
   for (int e = threadIdx.x; e < kBr * ldO; e += kThreads) Os[e] = 0.0f;
   if (threadIdx.x == 0) block_max = block_range = 0;
 
@@ -95,8 +96,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int k0 = kt * kBc;
     __syncthreads();  // the previous tile's K, V are no longer read (and Q, O are in place)
-    load_tile<Dk>(Ks, ldT, k + base + static_cast<int64_t>(k0) * D, kBc, T_len - k0, D);
-    load_tile<Dk>(Vs, ldT, v + base + static_cast<int64_t>(k0) * D, kBc, T_len - k0, D);
+    load_tile<Dk>(Ks, ldT, k + static_cast<int64_t>(k0) * dims.k.t, kBc, T_len - k0, D, dims.k.t);
+    load_tile<Dk>(Vs, ldT, v + static_cast<int64_t>(k0) * dims.v.t, kBc, T_len - k0, D, dims.v.t);
     __syncthreads();
 
     {  // S_w = Q_w K^T: the warp's 16 rows against the tile's kBc keys
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int d = par; d < D; d += 2) Os[row * ldO + d] *= inv;
   if (par == 0 && i < T_len) lse[static_cast<int64_t>(bh) * T_len + i] = m_run + logf(l_run);
   __syncwarp();
-  store_rows<Dk>(out + base, Os + warp * 16 * ldO, ldO, q0 + warp * 16, T_len, 1.0f, D);
+  store_rows<Dk>(out, Os + warp * 16 * ldO, ldO, q0 + warp * 16, T_len, 1.0f, D, dims.out.t);
 
   // The row's logit range: m_run is already the row's max over both lanes; its min is the smaller
   // of the two lanes' minima. fmaxf and fminf skip a NaN, but a NaN logit made this lane's amax
@@ -180,7 +181,8 @@ void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   check_tensor(kOp, "lse", lse, q, DType::f32, {B, H, T});
   check_tensor(kOp, "max_logit", max_logit, q, DType::f32, {H});
   check_tensor(kOp, "max_range", max_range, q, DType::f32, {H});
-  const Dims dims = make_dims(kOp, q, window, scale, softcap);
+  Dims dims = make_dims(kOp, q, window, scale, softcap);
+  dims.q = rows_of(q), dims.k = rows_of(k), dims.v = rows_of(v), dims.out = rows_of(out);
   const int dev = q.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
   if (H > 0) {

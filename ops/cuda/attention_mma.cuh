@@ -49,12 +49,12 @@ struct Swizzle {
 };
 
 // Block-wide: rows x Cols elements into a swizzled tile with cp.async, 16 bytes per copy, from
-// global rows of D <= Cols elements (row stride D, D a multiple of 8); rows at or past `valid` (a
+// global rows of D <= Cols elements (row stride ld, D a multiple of 8); rows at or past `valid` (a
 // sequence end inside the tile) and the chunks at or past column D (a head dim below the kernel
 // width: attention_tiles.h) are zero-filled (src-size 0) without reading global memory. Part of
 // the caller's next commit group.
 template <typename T, int Cols, int Rows, int Threads>
-__device__ void load_tile_async(T* tile, const T* src, int valid, int D) {
+__device__ void load_tile_async(T* tile, const T* src, int valid, int D, int ld) {
   constexpr int kChunks = Cols / 8, kCopies = Rows * kChunks;
   // A trip count known to the compiler, so the loop unrolls whatever the tile's size (and the
   // kernel report finds a tile's copies on one path through the main loop).
@@ -64,7 +64,7 @@ __device__ void load_tile_async(T* tile, const T* src, int valid, int D) {
     if (kCopies % Threads != 0 && i >= kCopies) break;
     const int r = i / kChunks, c = i % kChunks * 8;
     const bool inside = r < valid && c < D;
-    ptx::cp_async_16(tile + Swizzle<Cols>::offset(r, c), src + (inside ? static_cast<int64_t>(r) * D + c : 0),
+    ptx::cp_async_16(tile + Swizzle<Cols>::offset(r, c), src + (inside ? static_cast<int64_t>(r) * ld + c : 0),
                      !inside);
   }
 }
@@ -73,32 +73,36 @@ __device__ void load_tile_async(T* tile, const T* src, int valid, int D) {
 // at the same place in every tile, so their offsets are computed once and a tile's copy costs an
 // address add (and, only in a tile past the sequence end or a padded head dim, a zero-fill
 // test, folded into the copy's size). Thread i copies chunk i % kChunks of rows i / kChunks +
-// kStep n: kStep is a multiple of 8, the swizzle's period, so those rows' offsets are the first
-// one's plus constants.
+// kStep n: when kStep is a multiple of 8, the swizzle's period, those rows' shared offsets are
+// the first one's plus constants. Rows lie anywhere in global memory (row stride ld), as Rows
+// describes: the per-thread global offset is computed once too.
 template <typename T, int Cols, int Rows, int Threads>
 struct TileStream {
+  static_assert(Threads % (Cols / 8) == 0, "a block's pass covers whole rows");
   static constexpr int kChunks = Cols / 8, kStep = Threads / kChunks, kN = (Rows + kStep - 1) / kStep;
-  // Whether a block's pass covers whole swizzle periods; a kernel whose tiles do not keeps
-  // load_tile_async (constructing the stream is harmless, loading it does not compile).
+  // Whether a block's pass covers whole swizzle periods (else load computes each shared offset).
   static constexpr bool kPeriodic = Threads % kChunks == 0 && kStep % 8 == 0;
   int row, smem;  // the thread's first row and its chunk's offset there (elements)
-  int global;     // row * D + column: its first element in the tile's first global row
+  int global;     // row * ld + column: its first element in the tile's first global row
   bool col_ok;    // its chunk lies inside the head dim
 
-  __device__ TileStream(int D) : row(threadIdx.x / kChunks) {
+  // D: the head dim; ld: the global row stride of every tile it loads.
+  __device__ TileStream(int D, int ld) : row(threadIdx.x / kChunks) {
     const int c = threadIdx.x % kChunks * 8;
-    smem = Swizzle<Cols>::offset(row, c), global = row * D + c, col_ok = c < D;
+    smem = Swizzle<Cols>::offset(row, c), global = row * ld + c, col_ok = c < D;
   }
-  // The tile from global rows src[0 .. valid) of stride D (zeros from row `valid` on). A
+  // The tile from global rows src[0 .. valid) of stride ld (zeros from row `valid` on). A
   // zero-filled copy reads nothing (src-size 0), so its address, past the end, is never used.
-  __device__ void load(T* tile, const T* src, int valid, int D) const {
-    static_assert(kPeriodic, "a block's pass must cover whole swizzle periods");
+  // Where a block's pass does not cover whole swizzle periods (width 256: 128 threads cover 4
+  // rows), each copy's shared offset is computed, the global one still an add.
+  __device__ void load(T* tile, const T* src, int valid, int ld) const {
     const T* p = src + global;
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
       if (Rows % kStep != 0 && row + kStep * n >= Rows) break;
-      ptx::cp_async_16(tile + smem + kStep * n * Cols, p + static_cast<int64_t>(kStep * n) * D,
-                       !(col_ok && row + kStep * n < valid));
+      const int at = kPeriodic ? smem + kStep * n * Cols
+                               : Swizzle<Cols>::offset(row + kStep * n, static_cast<int>(threadIdx.x) % kChunks * 8);
+      ptx::cp_async_16(tile + at, p + static_cast<int64_t>(kStep * n) * ld, !(col_ok && row + kStep * n < valid));
     }
   }
 };

@@ -82,7 +82,7 @@ __device__ __forceinline__ void probs_and_dlogits(float (&s)[kS][4], float (&dp)
     }
 }
 
-// Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T, D = dims.D <= Dk, the kernel width (tile
+// Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T at their dims Rows, D = dims.D <= Dk, the kernel width (tile
 // columns D..Dk-1 are zeros: attention_tiles.h); lse, dvec (B, H, T) f32; dq_accum (B, H, T, D)
 // f32, zeroed; flags (B*H, kSplit, ceil(T / kBr)) int, zeroed. Grid (B*H, ceil(T / kBc), kSplit),
 // kThreads threads (Dk <= 128: kBc = 128 keys, 256 threads): block (bh, kt, z) owns keys
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
   const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
   const int kt = blockIdx.y, k0 = kt * kBc, nq = (T_len + kBr - 1) / kBr;
   const int c0 = F::kSplit == 1 ? 0 : blockIdx.z * F::kOut;  // the block's first output column
-  const int64_t base = static_cast<int64_t>(bh) * T_len * D;
+  const int64_t base = static_cast<int64_t>(bh) * T_len * D;  // of the packed dq_accum
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r0 = 16 * warp, first = k0 + r0;  // the warp's first key: in the tile, in the sequence
   const int keys[2] = {first + g, first + g + 8};
@@ -117,28 +117,36 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
   const TileRange mine = first < T_len ? query_tiles_for_key_tile(first / 16, 16, kBr, T_len, w) : TileRange{0, 0};
   const int m0 = 16 * (warp % F::kRowGroups), d0 = c0 + warp / F::kRowGroups * F::kShare;  // its dQ share
 
-  // Q and dO tiles: each thread's copies at offsets computed once (TileStream), where a block's
-  // pass covers whole swizzle periods (not at width 256, whose 128 threads cover 4 rows a pass).
+  // Q and dO tiles: each thread's copies at global offsets computed once (TileStream; at width
+  // 256, whose 128 threads cover 4 rows a pass, the shared offsets per copy).
   using Stream = TileStream<T, Dk, kBr, kThreads>;
-  const Stream qdo_copy(D);
+  // The operands' rows may lie anywhere (Rows). The offsets of Q's, dO's, K's and V's first rows
+  // wait in shared memory, read where used (Q's and dO's once per tile): held in registers across
+  // the loop, these 64-bit values made this kernel spill.
+  const int ldq = dims.q.t, ldo = dims.dout.t;
+  __shared__ int64_t first_row[4];
+  if (threadIdx.x == 0) {
+    first_row[0] = dims.q.pair(bh, dims.H), first_row[1] = dims.dout.pair(bh, dims.H);
+    first_row[2] = dims.k.pair(bh, dims.H), first_row[3] = dims.v.pair(bh, dims.H);
+  }
+  __syncthreads();
+  const Stream q_copy(D, ldq), do_copy(D, ldo);
   auto load_stage = [&](int qt, int stage) {
     const int q0 = qt * kBr;
-    const T *qg = q + base + static_cast<int64_t>(q0) * D, *dog = dout + base + static_cast<int64_t>(q0) * D;
-    if constexpr (Stream::kPeriodic) {
-      qdo_copy.load(Ks + F::kQ + stage * F::kStage, qg, T_len - q0, D);
-      qdo_copy.load(Ks + F::kDO + stage * F::kStage, dog, T_len - q0, D);
-    } else {
-      load_tile_async<T, Dk, kBr, kThreads>(Ks + F::kQ + stage * F::kStage, qg, T_len - q0, D);
-      load_tile_async<T, Dk, kBr, kThreads>(Ks + F::kDO + stage * F::kStage, dog, T_len - q0, D);
-    }
+    const T* qg = q + first_row[0] + static_cast<int64_t>(q0) * ldq;
+    const T* dog = dout + first_row[1] + static_cast<int64_t>(q0) * ldo;
+    q_copy.load(Ks + F::kQ + stage * F::kStage, qg, T_len - q0, ldq);
+    do_copy.load(Ks + F::kDO + stage * F::kStage, dog, T_len - q0, ldo);
     for (int r = threadIdx.x; r < kBr; r += kThreads) {  // small: plain loads, 0 past the end
       const bool inside = q0 + r < T_len;
       stats[stage * kBr + r] = inside ? kLog2e * lse[static_cast<int64_t>(bh) * T_len + q0 + r] : 0.0f;
       stats[(2 + stage) * kBr + r] = inside ? dvec[static_cast<int64_t>(bh) * T_len + q0 + r] : 0.0f;
     }
   };
-  load_tile_async<T, Dk, kBc, kThreads>(Ks, k + base + static_cast<int64_t>(k0) * D, T_len - k0, D);
-  load_tile_async<T, Dk, kBc, kThreads>(Vs, v + base + static_cast<int64_t>(k0) * D, T_len - k0, D);
+  load_tile_async<T, Dk, kBc, kThreads>(Ks, k + first_row[2] + static_cast<int64_t>(k0) * dims.k.t, T_len - k0, D,
+                                        dims.k.t);
+  load_tile_async<T, Dk, kBc, kThreads>(Vs, v + first_row[3] + static_cast<int64_t>(k0) * dims.v.t, T_len - k0, D,
+                                        dims.v.t);
   load_stage(queries.end - 1, 0);
   ptx::cp_async_commit();
 
@@ -273,25 +281,35 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
       *reinterpret_cast<uint32_t*>(Vs + at) = pack2<T>(dv_acc[d][2 * r], dv_acc[d][2 * r + 1]);
     }
   __syncwarp();
+  {  // the pair read afresh (ptx::block_x): bh kept live across the loop for this made it spill
+    const int pair = ptx::block_x();
+    dk += dims.dk.pair(pair, dims.H), dv += dims.dv.pair(pair, dims.H);
+  }
   for (int c = lane; c < 16 * kO; c += 32) {
     const int r = c / kO, col = c0 + c % kO * 8;
     if (first + r >= T_len || col >= D) continue;  // past the sequence, or a padding column (zeros)
-    const int64_t at = base + static_cast<int64_t>(first + r) * D + col;
-    *reinterpret_cast<uint4*>(dk + at) = *reinterpret_cast<const uint4*>(Ks + Swizzle<Dk>::offset(r0 + r, col));
-    *reinterpret_cast<uint4*>(dv + at) = *reinterpret_cast<const uint4*>(Vs + Swizzle<Dk>::offset(r0 + r, col));
+    *reinterpret_cast<uint4*>(dk + static_cast<int64_t>(first + r) * dims.dk.t + col) =
+        *reinterpret_cast<const uint4*>(Ks + Swizzle<Dk>::offset(r0 + r, col));
+    *reinterpret_cast<uint4*>(dv + static_cast<int64_t>(first + r) * dims.dv.t + col) =
+        *reinterpret_cast<const uint4*>(Vs + Swizzle<Dk>::offset(r0 + r, col));
   }
 }
 
-// Shapes: dq_accum (N) f32 -> dq (N) in T, times scale; 8 elements per thread (N % 8 == 0).
+// Shapes: dq_accum (B, H, T, D) f32 packed -> dq (B, H, T, D) in T at dims.dq, times scale; 8
+// elements per thread (D % 8 == 0), n8 = B H T D / 8.
 template <typename T>
-__global__ void dq_convert_kernel(const float* __restrict__ dq_accum, T* __restrict__ dq, int64_t n8, float scale) {
+__global__ void dq_convert_kernel(const float* __restrict__ dq_accum, T* __restrict__ dq, int64_t n8, float scale,
+                                  Dims dims) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n8) return;
+  const int64_t row = i / (dims.D / 8), bh = row / dims.T;  // packed row (b H + h) T + t
+  const int col = static_cast<int>(i - row * (dims.D / 8)) * 8, pos = static_cast<int>(row - bh * dims.T);
+  const int64_t at = dims.dq.pair(static_cast<int>(bh), dims.H) + static_cast<int64_t>(pos) * dims.dq.t + col;
   const float4 a = reinterpret_cast<const float4*>(dq_accum)[2 * i];
   const float4 b = reinterpret_cast<const float4*>(dq_accum)[2 * i + 1];
   const uint4 out = make_uint4(pack2<T>(a.x * scale, a.y * scale), pack2<T>(a.z * scale, a.w * scale),
                                pack2<T>(b.x * scale, b.y * scale), pack2<T>(b.z * scale, b.w * scale));
-  reinterpret_cast<uint4*>(dq)[i] = out;
+  *reinterpret_cast<uint4*>(dq + at) = out;
 }
 
 }  // namespace
@@ -331,7 +349,7 @@ void attention_mma_backward(const Tensor& q_in, const Tensor& k, const Tensor& v
       const int64_t n8 = dq.numel() / 8;
       launch_threads(dq_convert_kernel<E>, dim3(static_cast<unsigned>((n8 + 255) / 256)), 256, 0, dev,
                      static_cast<const float*>(dq_accum.raw_data()), static_cast<E*>(dq.raw_data()), n8,
-                     dims_in.scale);
+                     dims_in.scale, dims);
     });
   });
 }

@@ -121,7 +121,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO]
     }
 }
 
-// Shapes: q, k, v, out (B, H, T, D) in T, D = dims.D <= Dk, the kernel width (tile
+// Shapes: q, k, v, out (B, H, T, D) in T at dims.q, .k, .v, .out (Rows; k and v with one row
+// stride), D = dims.D <= Dk, the kernel width (tile
 // columns D..Dk-1 are zeros: attention_tiles.h); lse (B, H, T) f32; max_logit, max_range (H) f32
 // read as bits, zeroed before the launch. Grid (B*H, ceil(T / 128)), kThreads threads: block
 // (bh, y) owns query rows [128 qt, 128 qt + 128) of pair bh = b*H + h, qt counted from the end
@@ -141,7 +142,9 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
 
   const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
   const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kBr;
-  const int64_t base = static_cast<int64_t>(bh) * T_len * D;
+  q += dims.q.pair(bh, dims.H), k += dims.k.pair(bh, dims.H), v += dims.v.pair(bh, dims.H);
+  out += dims.out.pair(bh, dims.H);
+  const int ld = dims.k.t;  // K's and V's row stride
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r0 = kRows * warp, first = q0 + r0;  // the warp's first row: in the tile, in the sequence
   int rows[kM][2];
@@ -151,16 +154,16 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
   const TileRange mine =
       first < T_len ? key_tiles_for_query_tile(first / kRows, kRows, kBc, T_len, w) : TileRange{0, 0};
 
-  const TileStream<T, Dk, kBc, kThreads> kv_copy(D);
+  const TileStream<T, Dk, kBc, kThreads> kv_copy(D, ld);
   auto load_kv = [&](int kt, int stage) {
     const int64_t k0 = static_cast<int64_t>(kt) * kBc;
-    kv_copy.load(Qs + F::kK + stage * F::kStage, k + base + k0 * D, T_len - static_cast<int>(k0), D);
-    kv_copy.load(Qs + F::kV + stage * F::kStage, v + base + k0 * D, T_len - static_cast<int>(k0), D);
+    kv_copy.load(Qs + F::kK + stage * F::kStage, k + k0 * ld, T_len - static_cast<int>(k0), ld);
+    kv_copy.load(Qs + F::kV + stage * F::kStage, v + k0 * ld, T_len - static_cast<int>(k0), ld);
   };
   // The lanes' ldmatrix rows (attention_mma.cuh): Q's A fragments and V's B columns, K's B rows.
   const auto a_row = LaneRow<Dk>::a_rows(lane), k_row = LaneRow<Dk>::b_rows(lane);
   if (threadIdx.x == 0) block_logit = block_range = 0;
-  load_tile_async<T, Dk, kBr, kThreads>(Qs, q + base + static_cast<int64_t>(q0) * D, T_len - q0, D);
+  load_tile_async<T, Dk, kBr, kThreads>(Qs, q + static_cast<int64_t>(q0) * dims.q.t, T_len - q0, D, dims.q.t);
   load_kv(keys.begin, 0);
   ptx::cp_async_commit();
 
@@ -278,7 +281,7 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
   for (int i = lane; i < kRows * (Dk / 8); i += 32) {
     const int r = i / (Dk / 8), col = i % (Dk / 8) * 8;
     if (first + r < T_len && col < D)  // the padding columns (zeros) are not the output's
-      *reinterpret_cast<uint4*>(out + base + static_cast<int64_t>(first + r) * D + col) =
+      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(first + r) * dims.out.t + col) =
           *reinterpret_cast<const uint4*>(Qs + Swizzle<Dk>::offset(r0 + r, col));
   }
 
@@ -290,16 +293,22 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
 Tensor with_positive_scale(const Tensor& q, attn::Dims& dims) {
   if (dims.softcap > 0.0f || dims.scale > 0.0f) return q;
   dims.scale = -dims.scale;
-  Tensor neg = empty_like(q);
-  unary(UnaryOp::neg, q, neg);
+  const Tensor packed = q.contiguous();
+  Tensor neg = empty_like(packed);
+  unary(UnaryOp::neg, packed, neg);
+  dims.q = attn::rows_of(neg);
   return neg;
 }
 
-void attention_mma_forward(const Tensor& q_in, const Tensor& k, const Tensor& v, const attn::Dims& dims_in,
+void attention_mma_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const attn::Dims& dims_in,
                            Tensor& out, Tensor& lse, Tensor& max_logit, Tensor& max_range) {
   constexpr const char* kOp = "attention (CUDA forward, mma)";
   attn::Dims dims = dims_in;
   const Tensor q = with_positive_scale(q_in, dims);
+  // One TileStream loads K and V: they must share a row stride (views of one projection do).
+  const bool same = dims.k.t == dims.v.t;
+  const Tensor k = same ? k_in : k_in.clone(), v = same ? v_in : v_in.clone();
+  if (!same) dims.k = attn::rows_of(k), dims.v = attn::rows_of(v);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int dev = q.device().index;
   visit_half(kOp, q.dtype(), [&]<typename E>() {
