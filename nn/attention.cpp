@@ -55,9 +55,16 @@ std::vector<Tensor> Attention::project(const Tensor& x) const {
 // x (B, T, C) -> out (B, T, C), max_logit (H), max_range (H)
 AttentionOutput Attention::forward(const Tensor& x) const {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  std::vector<Tensor> qkv = project(x);
-  AttentionResult r = attention(qkv[0], qkv[1], qkv[2], spec_);
-  Tensor y = reshape(transpose(r.out, 1, 2), {B, T, C});  // heads side by side again
+  AttentionResult r;
+  Tensor y;
+  if (q_norm) {  // q and k normalised per head: split, normalise, transpose
+    std::vector<Tensor> qkv = project(x);
+    r = attention(qkv[0], qkv[1], qkv[2], spec_);
+    y = reshape(transpose(r.out, 1, 2), {B, T, C});  // heads side by side again
+  } else {  // the heads read and written where the linear layers keep them: no copies
+    r = attention_packed(c_attn.forward(x), spec_);
+    y = r.out;
+  }
   y = c_proj.forward(y);
   if (dropout_ > 0 && training()) y = dropout(y, dropout_, *dropout_gen_, true);
   return {y, r.max_logit, r.max_range};

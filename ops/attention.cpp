@@ -115,7 +115,89 @@ struct AttentionBackward : Node {
   profiler::Cost cost(const Tensor&) const override { return op_costs::attention_backward(q, window, lse.dtype()); }
 };
 
+// x (B, T, C) with packed rows -> its heads (B, H, T, D) as a view: head h is columns
+// [h D, h D + D) of each row.
+Tensor heads_of(const Tensor& x, int64_t H) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / H;
+  return x.as_strided({B, H, T, D}, {x.strides()[0], D, x.strides()[1], 1}, x.offset());
+}
+
+// qkv (B, T, 3C) with packed rows -> q, k, v (B, H, T, D) as views of its three thirds.
+struct PackedHeads {
+  Tensor q, k, v;
+  PackedHeads(const Tensor& qkv, int64_t H) {
+    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / H;
+    const Shape strides{qkv.strides()[0], D, qkv.strides()[1], 1};
+    q = qkv.as_strided({B, H, T, D}, strides, qkv.offset());
+    k = qkv.as_strided({B, H, T, D}, strides, qkv.offset() + C);
+    v = qkv.as_strided({B, H, T, D}, strides, qkv.offset() + 2 * C);
+  }
+};
+
+// attention_packed's node: the (B, T, 3C) input's gradient in one tensor, written by the kernel
+// through three strided views.
+struct AttentionPackedBackward : Node {
+  Tensor qkv, out, lse;  // qkv (B, T, 3C) and out (B, T, C) packed, detached
+  std::vector<int64_t> window;
+  double scale = 1, softcap = 0;
+
+  const char* name() const override { return "AttentionBackward"; }
+  std::vector<Tensor> backward(const Tensor& grad_out) override {
+    Tensor dout = grad_out.detach().contiguous();
+    if (dout.dtype() != qkv.dtype()) dout = dout.to(qkv.dtype());
+    Tensor dqkv = empty_like(qkv);  // every element written: dq, dk, dv tile it
+    const int64_t H = static_cast<int64_t>(window.size());
+    const PackedHeads in(qkv, H), d(dqkv, H);
+    Tensor dq = d.q, dk = d.k, dv = d.v;
+    auto kernel = qkv.device().is_cuda() ? cuda::attention_backward : cpu::attention_backward;
+    kernel(in.q, in.k, in.v, heads_of(out, H), lse, heads_of(dout, H), window, scale, softcap, dq, dk, dv);
+    return {dqkv};
+  }
+  void release() override { qkv = out = lse = {}; }
+  profiler::Cost cost(const Tensor&) const override {
+    return op_costs::attention_backward(PackedHeads(qkv, static_cast<int64_t>(window.size())).q, window,
+                                        lse.dtype());
+  }
+};
+
 }  // namespace
+
+AttentionResult attention_packed(const Tensor& qkv, const AttentionSpec& spec) {
+  const int64_t H = spec.heads();
+  detail::check_defined(kOp, {{"qkv", qkv}});
+  if (qkv.dim() != 3 || H < 1 || qkv.size(2) % (3 * H) != 0)
+    throw ShapeError(kOp,
+                     "expected qkv (B, T, 3C) with C a multiple of the " + std::to_string(H) + " heads, got " +
+                         detail::describe("qkv", qkv),
+                     "pass the q, k, v projection (one linear layer to 3C) and one window per head");
+  const Tensor x = qkv.detach().contiguous();
+  const PackedHeads heads(x, H);
+  check_arguments(heads.q, heads.k, heads.v, spec);
+  profiler::Scope prof(kOp);
+  if (prof) prof.cost(op_costs::attention(heads.q, spec.window, qkv.device().is_cuda() ? DType::f32 : qkv.dtype()));
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2) / 3, D = C / H;
+  const double scale = spec.resolved_scale(D);
+  AttentionResult r;
+  r.out = empty({B, T, C}, {qkv.dtype(), qkv.device()});
+  r.max_logit = empty({H}, {DType::f32, qkv.device()});
+  r.max_range = empty({H}, {DType::f32, qkv.device()});
+  Tensor lse = empty({B, H, T}, {qkv.device().is_cuda() ? DType::f32 : qkv.dtype(), qkv.device()});
+  Tensor out_heads = heads_of(r.out, H);
+  auto kernel = qkv.device().is_cuda() ? cuda::attention_forward : cpu::attention_forward;
+  kernel(heads.q, heads.k, heads.v, spec.window, scale, spec.softcap, out_heads, lse, r.max_logit, r.max_range);
+
+  if (needs_grad({qkv})) {
+    auto node = std::make_shared<AttentionPackedBackward>();
+    node->qkv = x;
+    node->out = r.out.detach();
+    node->lse = lse;
+    node->window = spec.window;
+    node->scale = scale;
+    node->softcap = spec.softcap;
+    connect(r.out, node, {qkv});
+  }
+  return r;
+}
 
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
   check_arguments(q, k, v, spec);

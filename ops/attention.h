@@ -70,7 +70,7 @@ struct AttentionSpec {
 };
 
 struct AttentionResult {
-  Tensor out;        // (B, H, T, D), q's dtype and device; differentiable w.r.t. q, k, v
+  Tensor out;        // (B, H, T, D) ((B, T, C) from attention_packed), q's dtype and device; differentiable
   Tensor max_logit;  // (H) f32, on q's device; a statistic, never differentiable
   Tensor max_range;  // (H) f32, on q's device; a statistic, never differentiable
 };
@@ -80,5 +80,18 @@ struct AttentionResult {
 // non-finite scale), DTypeError (non-floating or mixed dtypes; bf16/f16 on the CPU), DeviceError
 // (mixed devices).
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec);
+
+// The same attention on the heads where a transformer's projections keep them: qkv (B, T, 3C),
+// q, k and v side by side as one linear layer writes them, head h of each in columns
+// [h D, h D + D) of its third (D = C / H, H = spec.heads()) -> out (B, T, C), the heads side by
+// side again, the output projection's input; the statistics as attention()'s. Bit for bit what
+// attention() gives on the split, transposed heads, and what reshaping its output back gives
+// (and the gradient, one (B, T, 3C) tensor, what the split's gradients put together give). On a
+// GPU the kernels read q, k, v and dout and write out and the gradient in place through strided
+// views, where the split-and-transpose path copies every (B, T, C) tensor into (B, H, T, D)
+// first: four copies in the forward and four in the backward per layer, plus the sum of the
+// three gradients into one.
+// Errors: attention()'s, and ShapeError when qkv is not (B, T, 3C) with C a multiple of H.
+AttentionResult attention_packed(const Tensor& qkv, const AttentionSpec& spec);
 
 }  // namespace keel
