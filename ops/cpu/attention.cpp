@@ -27,6 +27,18 @@ template <typename Real>
 using Mat = Eigen::Matrix<Real, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <typename Real>
 using Vec = Eigen::Matrix<Real, Eigen::Dynamic, 1>;
+// Pair bh's T x D rows of a (B, H, T, D) tensor whose D elements are adjacent, wherever its rows
+// lie (attention_packed's heads are views into the (B, T, 3C) projection): Eigen packs GEMM
+// operands itself, so a row stride other than D changes no arithmetic.
+template <typename Real>
+using Rows = Eigen::Map<Mat<Real>, 0, Eigen::OuterStride<>>;
+template <typename Real>
+using ConstRows = Eigen::Map<const Mat<Real>, 0, Eigen::OuterStride<>>;
+template <typename Map, typename Real>
+Map pair_rows(Real* data, const Tensor& t, int64_t bh, int64_t H) {
+  const Shape& s = t.strides();
+  return Map(data + (bh / H) * s[0] + (bh % H) * s[1], t.size(2), t.size(3), Eigen::OuterStride<>(s[2]));
+}
 
 constexpr int64_t kRows = 32;  // query rows per block: enough for GEMM to pay, few wasted keys
 
@@ -61,9 +73,10 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const std::
 
 #pragma omp parallel for schedule(dynamic, 1) if (worth_threads(B, H, T, D))
   for (int64_t bh = 0; bh < B * H; ++bh) {
-    const int64_t w = window[bh % H], off = bh * T * D;
-    Eigen::Map<const Mat<Real>> Q(qp + off, T, D), K(kp + off, T, D), V(vp + off, T, D);
-    Eigen::Map<Mat<Real>> O(op + off, T, D);
+    const int64_t w = window[bh % H];
+    const auto Q = pair_rows<ConstRows<Real>>(qp, q, bh, H), K = pair_rows<ConstRows<Real>>(kp, k, bh, H),
+               V = pair_rows<ConstRows<Real>>(vp, v, bh, H);
+    auto O = pair_rows<Rows<Real>>(op, out, bh, H);
     Real* L = lp + bh * T;
     Mat<Real> S(std::min(kRows, T), T);  // a block's logits, then its probabilities
     double amax = 0, arange = 0;
@@ -108,10 +121,12 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
 #pragma omp parallel for schedule(dynamic, 1) if (worth_threads(B, H, T, D))
   for (int64_t bh = 0; bh < B * H; ++bh) {
-    const int64_t w = window[bh % H], off = bh * T * D;
-    Eigen::Map<const Mat<Real>> Q(qp + off, T, D), K(kp + off, T, D), V(vp + off, T, D);
-    Eigen::Map<const Mat<Real>> O(op + off, T, D), dO(gp + off, T, D);
-    Eigen::Map<Mat<Real>> dQ(dqp + off, T, D), dK(dkp + off, T, D), dV(dvp + off, T, D);
+    const int64_t w = window[bh % H];
+    const auto Q = pair_rows<ConstRows<Real>>(qp, q, bh, H), K = pair_rows<ConstRows<Real>>(kp, k, bh, H),
+               V = pair_rows<ConstRows<Real>>(vp, v, bh, H);
+    const auto O = pair_rows<ConstRows<Real>>(op, out, bh, H), dO = pair_rows<ConstRows<Real>>(gp, dout, bh, H);
+    auto dQ = pair_rows<Rows<Real>>(dqp, dq, bh, H), dK = pair_rows<Rows<Real>>(dkp, dk, bh, H),
+         dV = pair_rows<Rows<Real>>(dvp, dv, bh, H);
     const Real* L = lp + bh * T;
     dK.setZero();
     dV.setZero();
@@ -146,11 +161,13 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   }
 }
 
-// The loops index packed rows; a strided view (ops/attention.h's packed heads) is read through a
-// packed copy and written through a packed temporary copied into place: the same arithmetic.
-Tensor packed_output(const Tensor& t) { return t.is_contiguous() ? t : empty_like(t); }
-void write_back(Tensor& t, const Tensor& packed) {
-  if (packed.impl() != t.impl()) copy_(t, packed);
+// The loops read rows in place (pair_rows) when a tensor's D elements are adjacent; otherwise
+// through a packed copy, and an output through a packed temporary copied into place.
+bool unit_last(const Tensor& t) { return t.size(3) <= 1 || t.strides()[3] == 1; }
+Tensor readable(const Tensor& t) { return unit_last(t) ? t : t.contiguous(); }
+Tensor writable(const Tensor& t) { return unit_last(t) ? t : empty_like(t); }
+void write_back(Tensor& t, const Tensor& rows) {
+  if (rows.impl() != t.impl()) copy_(t, rows);
 }
 
 }  // namespace
@@ -158,10 +175,10 @@ void write_back(Tensor& t, const Tensor& packed) {
 void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const std::vector<int64_t>& window,
                        double scale, double softcap, Tensor& out, Tensor& lse, Tensor& max_logit,
                        Tensor& max_range) {
-  const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  const Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
   const int64_t B = q.size(0), H = q.size(1);
   PairStats stats{std::vector<double>(B * H, 0.0), std::vector<double>(B * H, 0.0)};
-  Tensor o = packed_output(out);
+  Tensor o = writable(out);
   visit_dtype<CpuFloat>(q.dtype(), "attention", [&]<typename Real>() {
     forward_impl<Real>(q, k, v, window, scale, softcap, o, lse, stats);
   });
@@ -182,9 +199,9 @@ void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
 void attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out_in,
                         const Tensor& lse, const Tensor& dout_in, const std::vector<int64_t>& window, double scale,
                         double softcap, Tensor& dq, Tensor& dk, Tensor& dv) {
-  const Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
-  const Tensor out = out_in.contiguous(), dout = dout_in.contiguous();
-  Tensor dqp = packed_output(dq), dkp = packed_output(dk), dvp = packed_output(dv);
+  const Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
+  const Tensor out = readable(out_in), dout = readable(dout_in);
+  Tensor dqp = writable(dq), dkp = writable(dk), dvp = writable(dv);
   visit_dtype<CpuFloat>(q.dtype(), "attention", [&]<typename Real>() {
     backward_impl<Real>(q, k, v, out, lse, dout, window, scale, softcap, dqp, dkp, dvp);
   });

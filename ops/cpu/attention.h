@@ -12,7 +12,8 @@
 namespace keel::cpu {
 
 // Every tensor already allocated, one device; the (B, H, T, D) ones may be strided views
-// (attention_packed's heads; read and written through packed copies here), lse packed; window has one entry per head
+// (attention_packed's heads, read and written in place when their D elements are adjacent), lse
+// packed; window has one entry per head
 // (0 = full causal, w >= 1 = the last w keys); scale resolved (never 0 for D > 0); softcap 0 = none.
 // CUDA also needs D a multiple of 8 up to 256 and H <= 128 (ShapeError otherwise), and keeps lse in f32.
 // q, k, v (B, H, T, D) -> out (B, H, T, D), lse (B, H, T), max_logit (H) f32 (max |logit|),
