@@ -61,10 +61,16 @@ struct AddBackward : Node {
   double b_sign;  // +1 for add, -1 for sub
   const char* name() const override { return b_sign > 0 ? "AddBackward" : "SubBackward"; }
   profiler::Cost cost(const Tensor& g) const override {
-    // grad -> ga, gb (each a copy, or a sum over broadcast dims): one read and one write each
+    // What backward() below runs: an input of g's shape gets g itself (no pass at all); a
+    // broadcast one a sum over its broadcast dims (read g, write the input's shape); sub's b first
+    // a negation (read and write g).
     profiler::Cost c;
-    for (size_t i = 0; i < 2; ++i)
-      if (needs_input_grad(i)) c.bytes += op_costs::bytes_of(g) + op_costs::bytes_of(i ? b_shape : a_shape, g.dtype());
+    for (size_t i = 0; i < 2; ++i) {
+      if (!needs_input_grad(i)) continue;
+      const Shape& shape = i ? b_shape : a_shape;
+      if (i == 1 && b_sign < 0) c.bytes += 2 * op_costs::bytes_of(g);
+      if (shape != g.shape()) c.bytes += op_costs::bytes_of(g) + op_costs::bytes_of(shape, g.dtype());
+    }
     c.shape = shape_str(g.shape());
     return c;
   }

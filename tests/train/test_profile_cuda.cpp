@@ -102,6 +102,12 @@ TEST_CASE("profiler on the GPU: one step of a tiny GPT-2, counted exactly") {
   // forward: q, k, v read, out written (f32), the row log-sum-exp (f32) written
   CHECK(totals(s, "attention", Phase::forward).bytes == L * (4 * BT * C * 4 + B * H * T * 4));
 
+  // Adds: the block's last residual add hands its gradient to both inputs as it is (no pass over
+  // memory); the embeddings' (B, T, C) + (T, C) sums the position table's gradient over the batch.
+  const Totals addb = totals(s, "AddBackward", Phase::backward);
+  CHECK(addb.calls == L + 1);
+  CHECK(addb.bytes == BT * C * 4 + T * C * 4);
+
   // LayerNorm: ln_1 per layer and ln_f, one kernel each; x read, y written, weight and bias
   // read, mean and rstd written (f32).
   const Totals ln = totals(s, "layernorm", Phase::forward);
