@@ -98,13 +98,13 @@ void check_arguments(const Tensor& q, const Tensor& k, const Tensor& v, const At
 // Saves what the flash backward needs: inputs, output and the row log-sum-exp, not the T x T
 // probabilities, which backward recomputes.
 struct AttentionBackward : Node {
-  Tensor q, k, v, out, lse;  // contiguous, detached; lse f32 on CUDA, q's dtype on the CPU
+  Tensor q, k, v, out, lse;  // detached, q, k, v as the caller's views; lse f32 on CUDA, q's dtype on the CPU
   std::vector<int64_t> window;
   double scale = 1, softcap = 0;
 
   const char* name() const override { return "AttentionBackward"; }
   std::vector<Tensor> backward(const Tensor& grad_out) override {
-    Tensor dout = grad_out.detach().contiguous();
+    Tensor dout = grad_out.detach();  // a transposed view as it comes: the kernels read it in place
     if (dout.dtype() != q.dtype()) dout = dout.to(q.dtype());
     Tensor dq = empty_like(q), dk = empty_like(k), dv = empty_like(v);
     auto kernel = q.device().is_cuda() ? cuda::attention_backward : cpu::attention_backward;
@@ -203,8 +203,9 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   check_arguments(q, k, v, spec);
   profiler::Scope prof(kOp);
   if (prof) prof.cost(op_costs::attention(q, spec.window, q.device().is_cuda() ? DType::f32 : q.dtype()));
-  // Kernels read packed rows; the graph edges still go to the caller's (possibly strided) tensors.
-  Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(), vc = v.detach().contiguous();
+  // The kernels read strided views in place (a transposed (B, T, H, D) tensor, say) and copy only
+  // what their layout rule refuses (ops/cuda/attention_common.cuh, kernel_layout).
+  Tensor qc = q.detach(), kc = k.detach(), vc = v.detach();
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const double scale = spec.resolved_scale(D);
   AttentionResult r;

@@ -163,7 +163,10 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
 // The loops read rows in place (pair_rows) when a tensor's D elements are adjacent; otherwise
 // through a packed copy, and an output through a packed temporary copied into place.
-bool unit_last(const Tensor& t) { return t.size(3) <= 1 || t.strides()[3] == 1; }
+bool unit_last(const Tensor& t) {
+  const Shape& s = t.strides();
+  return (t.size(3) <= 1 || s[3] == 1) && s[0] >= 0 && s[1] >= 0 && s[2] >= 0;
+}
 Tensor readable(const Tensor& t) { return unit_last(t) ? t : t.contiguous(); }
 Tensor writable(const Tensor& t) { return unit_last(t) ? t : empty_like(t); }
 void write_back(Tensor& t, const Tensor& rows) {
