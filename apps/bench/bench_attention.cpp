@@ -23,9 +23,9 @@
 // five matrix products against the forward's two, not counting the recomputation of p).
 //
 // Timing: the kernels are called directly (keel::cuda::attention_forward/backward) on buffers
-// allocated once per config, so the numbers are the kernels' and not the autograd engine's
-// (whose leaf-gradient copy would add three tensor copies to each backward); --op times the
-// front end attention() + autograd backward instead, as the model uses it. Each config: 2
+// allocated once per config, so the numbers are the kernels' and not the autograd engine's;
+// --op times the front end as the model calls it instead: attention_packed() on a (B, T, 3C)
+// projection that requires grad, and the autograd backward to its (B, T, 3C) gradient. Each config: 2
 // warm-up calls, then reps sized to about --budget-ms of device time (clamped to
 // [--min-reps, --max-reps]), each rep timed with CUDA events on keel's stream; the median is
 // reported (min and mean in the JSON).
@@ -178,6 +178,9 @@ void bench_config(const BenchOptions& o, int64_t D, int64_t T, int64_t B, Genera
   Tensor out = empty(shape, bf16), dq = empty(shape, bf16), dk = empty(shape, bf16), dv = empty(shape, bf16);
   Tensor lse = empty({B, H, T}, {DType::f32, gpu}), max_logit = empty({H}, {DType::f32, gpu});
   Tensor max_range = empty({H}, {DType::f32, gpu});
+  // --op: the layer's own tensors, the projection (B, T, 3C) and the output's gradient (B, T, C).
+  Tensor qkv, dout_packed;
+  if (o.op) qkv = randn({B, T, 3 * H * D}, gen, bf16), dout_packed = randn({B, T, H * D}, gen, bf16);
   for (const std::string& pattern : o.patterns) {
     const std::string impl = o.op ? "keel-op" : "keel";
     const std::vector<int64_t> windows = pattern_windows(pattern, H);
@@ -190,31 +193,23 @@ void bench_config(const BenchOptions& o, int64_t D, int64_t T, int64_t B, Genera
         cuda::attention_backward(q, k, v, out, lse, dout, windows, scale, 0.0, dq, dk, dv);
       };
     } else {
-      // Leaves that require grad, so the front end records its node; zero_grad drops the
-      // gradients of the last rep so each backward starts fresh (as PyTorch's q.grad = None).
+      // A leaf that requires grad, so the front end records its node; zero_grad drops the
+      // gradient of the last rep so each backward starts fresh (as PyTorch's x.grad = None).
       fwd = [&] {
         NoGradGuard no_grad;
-        AttentionResult r = attention(q, k, v, spec);
+        AttentionResult r = attention_packed(qkv, spec);
       };
       fwd_bwd = [&] {
-        q.set_requires_grad(true);
-        k.set_requires_grad(true);
-        v.set_requires_grad(true);
-        AttentionResult r = attention(q, k, v, spec);
-        r.out.backward(dout);
-        q.zero_grad();
-        k.zero_grad();
-        v.zero_grad();
+        qkv.set_requires_grad(true);
+        AttentionResult r = attention_packed(qkv, spec);
+        r.out.backward(dout_packed);
+        qkv.zero_grad();
       };
     }
     const double flops = forward_flops(B, T, D, windows);
     const Timing tf = time_calls(fwd, o, s);
     const Timing tb = time_calls(fwd_bwd, o, s);
-    if (o.op) {
-      q.set_requires_grad(false);
-      k.set_requires_grad(false);
-      v.set_requires_grad(false);
-    }
+    if (o.op) qkv.set_requires_grad(false);
     // A cheap sanity check on real output: the per-head max logit of the last call is finite
     // and positive (random inputs). Correctness itself is the CUDA tests' job.
     // (--op: the front end allocates its own statistic, so there is nothing to look at here.)
