@@ -115,24 +115,32 @@ struct AttentionBackward : Node {
   profiler::Cost cost(const Tensor&) const override { return op_costs::attention_backward(q, window, lse.dtype()); }
 };
 
-// x (B, T, C) with packed rows -> its heads (B, H, T, D) as a view: head h is columns
-// [h D, h D + D) of each row.
-Tensor heads_of(const Tensor& x, int64_t H) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / H;
-  return x.as_strided({B, H, T, D}, {x.strides()[0], D, x.strides()[1], 1}, x.offset());
+// x (B, T, n C) with packed rows -> the heads (B, H, T, D) of its columns [part C, part C + C) as a
+// view: head h is columns part C + [h D, h D + D) of each row (D = C / H).
+Tensor heads_of(const Tensor& x, int64_t H, int64_t n = 1, int64_t part = 0) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2) / n, D = C / H;
+  return x.as_strided({B, H, T, D}, {x.strides()[0], D, x.strides()[1], 1}, x.offset() + part * C);
 }
 
 // qkv (B, T, 3C) with packed rows -> q, k, v (B, H, T, D) as views of its three thirds.
 struct PackedHeads {
   Tensor q, k, v;
-  PackedHeads(const Tensor& qkv, int64_t H) {
-    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / H;
-    const Shape strides{qkv.strides()[0], D, qkv.strides()[1], 1};
-    q = qkv.as_strided({B, H, T, D}, strides, qkv.offset());
-    k = qkv.as_strided({B, H, T, D}, strides, qkv.offset() + C);
-    v = qkv.as_strided({B, H, T, D}, strides, qkv.offset() + 2 * C);
-  }
+  PackedHeads(const Tensor& qkv, int64_t H) : q(heads_of(qkv, H, 3, 0)), k(heads_of(qkv, H, 3, 1)), v(heads_of(qkv, H, 3, 2)) {}
 };
+
+// The forward kernel of q's device into out (B, H, T, D), any view the kernels take; allocates
+// r's statistics and returns the row log-sum-exp (B, H, T): f32 on CUDA whatever the input dtype,
+// the input's on the CPU (whose kernel raises DTypeError for bf16/f16).
+Tensor run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec, double scale,
+                   Tensor& out, AttentionResult& r) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
+  r.max_logit = empty({H}, {DType::f32, q.device()});
+  r.max_range = empty({H}, {DType::f32, q.device()});
+  Tensor lse = empty({B, H, T}, {q.device().is_cuda() ? DType::f32 : q.dtype(), q.device()});
+  auto kernel = q.device().is_cuda() ? cuda::attention_forward : cpu::attention_forward;
+  kernel(q, k, v, spec.window, scale, spec.softcap, out, lse, r.max_logit, r.max_range);
+  return lse;
+}
 
 // attention_packed's node: the (B, T, 3C) input's gradient in one tensor, written by the kernel
 // through three strided views.
@@ -179,12 +187,8 @@ AttentionResult attention_packed(const Tensor& qkv, const AttentionSpec& spec) {
   const double scale = spec.resolved_scale(D);
   AttentionResult r;
   r.out = empty({B, T, C}, {qkv.dtype(), qkv.device()});
-  r.max_logit = empty({H}, {DType::f32, qkv.device()});
-  r.max_range = empty({H}, {DType::f32, qkv.device()});
-  Tensor lse = empty({B, H, T}, {qkv.device().is_cuda() ? DType::f32 : qkv.dtype(), qkv.device()});
   Tensor out_heads = heads_of(r.out, H);
-  auto kernel = qkv.device().is_cuda() ? cuda::attention_forward : cpu::attention_forward;
-  kernel(heads.q, heads.k, heads.v, spec.window, scale, spec.softcap, out_heads, lse, r.max_logit, r.max_range);
+  const Tensor lse = run_forward(heads.q, heads.k, heads.v, spec, scale, out_heads, r);
 
   if (needs_grad({qkv})) {
     auto node = std::make_shared<AttentionPackedBackward>();
@@ -210,13 +214,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   const double scale = spec.resolved_scale(D);
   AttentionResult r;
   r.out = empty({B, H, T, D}, {q.dtype(), q.device()});
-  r.max_logit = empty({H}, {DType::f32, q.device()});
-  r.max_range = empty({H}, {DType::f32, q.device()});
-  // The CUDA kernels keep the row log-sum-exp in f32 whatever the input dtype; the CPU in the input's.
-  Tensor lse = empty({B, H, T}, {q.device().is_cuda() ? DType::f32 : q.dtype(), q.device()});
-  // The CPU kernel raises DTypeError for bf16/f16.
-  auto kernel = q.device().is_cuda() ? cuda::attention_forward : cpu::attention_forward;
-  kernel(qc, kc, vc, spec.window, scale, spec.softcap, r.out, lse, r.max_logit, r.max_range);
+  const Tensor lse = run_forward(qc, kc, vc, spec, scale, r.out, r);
 
   if (needs_grad({q, k, v})) {
     auto node = std::make_shared<AttentionBackward>();

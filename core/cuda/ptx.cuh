@@ -8,7 +8,6 @@
 //   cp_async_16, cp_async_commit, cp_async_wait<N>   global -> shared copies that overlap compute
 //   ex2, min_nan                  2^x in one instruction; a minimum that keeps NaN
 //   ld_acquire_gpu, red_release_gpu_add, spin_wait_equal   an ordered hand-over between blocks
-//   block_x                       blockIdx.x read afresh (no register held for it)
 //
 // Fragment layouts (the PTX ISA's; g = lane / 4, t = lane % 4; two 16-bit elements per 32-bit
 // register, the first in the low half):
@@ -173,19 +172,6 @@ __device__ __forceinline__ float min_nan(float a, float b) {
   float y;
   asm("min.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
   return y;
-#endif
-}
-
-// %ctaid.x read where it is called (a volatile read the compiler neither hoists nor keeps):
-// blockIdx.x is a value the compiler may hold in a register for the whole kernel, and a kernel
-// short of registers can ask for it again after its main loop instead.
-__device__ __forceinline__ int block_x() {
-#ifdef KEEL_CUDA_EMULATED
-  return static_cast<int>(blockIdx.x);
-#else
-  int x;
-  asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(x));
-  return x;
 #endif
 }
 

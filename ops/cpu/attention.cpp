@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/copy.h"
 #include "core/factory.h"
 #include "ops/attention_band.h"
 #include "ops/nan_max.h"
@@ -161,16 +160,18 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   }
 }
 
-// The loops read rows in place (pair_rows) when a tensor's D elements are adjacent; otherwise
-// through a packed copy, and an output through a packed temporary copied into place.
+// The loops read rows in place (pair_rows) when a tensor's D elements are adjacent and its strides
+// are not negative; an input that breaks this is read through a packed copy, and an output must
+// keep it (the front end allocates outputs packed or as views of a packed tensor).
 bool unit_last(const Tensor& t) {
   const Shape& s = t.strides();
   return (t.size(3) <= 1 || s[3] == 1) && s[0] >= 0 && s[1] >= 0 && s[2] >= 0;
 }
 Tensor readable(const Tensor& t) { return unit_last(t) ? t : t.contiguous(); }
-Tensor writable(const Tensor& t) { return unit_last(t) ? t : empty_like(t); }
-void write_back(Tensor& t, const Tensor& rows) {
-  if (rows.impl() != t.impl()) copy_(t, rows);
+void check_writable(const char* name, const Tensor& t) {
+  if (!unit_last(t))
+    throw ValueError("attention (CPU)", std::string(name) + " must have adjacent D elements and non-negative strides",
+                     "allocate outputs with empty() (the front end attention() does)");
 }
 
 }  // namespace
@@ -181,11 +182,10 @@ void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   const Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
   const int64_t B = q.size(0), H = q.size(1);
   PairStats stats{std::vector<double>(B * H, 0.0), std::vector<double>(B * H, 0.0)};
-  Tensor o = writable(out);
+  check_writable("out", out);
   visit_dtype<CpuFloat>(q.dtype(), "attention", [&]<typename Real>() {
-    forward_impl<Real>(q, k, v, window, scale, softcap, o, lse, stats);
+    forward_impl<Real>(q, k, v, window, scale, softcap, out, lse, stats);
   });
-  write_back(out, o);
   // Reduce over the batch serially so the statistics do not depend on the thread count.
   float *m = max_logit.data<float>(), *r = max_range.data<float>();
   for (int64_t h = 0; h < H; ++h) {
@@ -204,11 +204,10 @@ void attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
                         double softcap, Tensor& dq, Tensor& dk, Tensor& dv) {
   const Tensor q = readable(q_in), k = readable(k_in), v = readable(v_in);
   const Tensor out = readable(out_in), dout = readable(dout_in);
-  Tensor dqp = writable(dq), dkp = writable(dk), dvp = writable(dv);
+  check_writable("dq", dq), check_writable("dk", dk), check_writable("dv", dv);
   visit_dtype<CpuFloat>(q.dtype(), "attention", [&]<typename Real>() {
-    backward_impl<Real>(q, k, v, out, lse, dout, window, scale, softcap, dqp, dkp, dvp);
+    backward_impl<Real>(q, k, v, out, lse, dout, window, scale, softcap, dq, dk, dv);
   });
-  write_back(dq, dqp), write_back(dk, dkp), write_back(dv, dvp);
 }
 
 }  // namespace keel::cpu

@@ -12,7 +12,7 @@
 namespace keel::cpu {
 
 // Every tensor already allocated, one device; the (B, H, T, D) ones may be strided views
-// (attention_packed's heads, read and written in place when their D elements are adjacent), lse
+// (attention_packed's heads, read and written in place; outputs must have adjacent D elements), lse
 // packed; window has one entry per head
 // (0 = full causal, w >= 1 = the last w keys); scale resolved (never 0 for D > 0); softcap 0 = none.
 // CUDA also needs D a multiple of 8 up to 256 and H <= 128 (ShapeError otherwise), and keeps lse in f32.

@@ -281,10 +281,7 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
       *reinterpret_cast<uint32_t*>(Vs + at) = pack2<T>(dv_acc[d][2 * r], dv_acc[d][2 * r + 1]);
     }
   __syncwarp();
-  {  // the pair read afresh (ptx::block_x): bh kept live across the loop for this made it spill
-    const int pair = ptx::block_x();
-    dk += dims.dk.pair(pair, dims.H), dv += dims.dv.pair(pair, dims.H);
-  }
+  dk += dims.dk.pair(bh, dims.H), dv += dims.dv.pair(bh, dims.H);
   for (int c = lane; c < 16 * kO; c += 32) {
     const int r = c / kO, col = c0 + c % kO * 8;
     if (first + r >= T_len || col >= D) continue;  // past the sequence, or a padding column (zeros)

@@ -293,9 +293,8 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
 Tensor with_positive_scale(const Tensor& q, attn::Dims& dims) {
   if (dims.softcap > 0.0f || dims.scale > 0.0f) return q;
   dims.scale = -dims.scale;
-  const Tensor packed = q.contiguous();
-  Tensor neg = empty_like(packed);
-  unary(UnaryOp::neg, packed, neg);
+  Tensor neg = empty_like(q);  // packed: unary reads a strided q through its own copy
+  unary(UnaryOp::neg, q, neg);
   dims.q = attn::rows_of(neg);
   return neg;
 }

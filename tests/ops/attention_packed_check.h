@@ -18,7 +18,7 @@ namespace keel::attention_test {
 
 // Every element equal, in logical order, NaN matching NaN. A zero's sign may differ: the split
 // path adds each third's gradient into zeros, and 0 + -0 = +0.
-inline bool same_bits(const Tensor& a, const Tensor& b) {
+inline bool same_values(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = a.detach().to(Device::cpu()).to_vector<double>();
   const std::vector<double> y = b.detach().to(Device::cpu()).to_vector<double>();
   if (x.size() != y.size()) return false;
@@ -47,12 +47,12 @@ inline void check_packed_matches_split(Device dev, DType dt, int64_t B, int64_t 
   const Tensor out = reshape(transpose(split_heads.out, 1, 2), {B, T, C});
   out.backward(g);
 
-  CHECK(same_bits(packed.out, out));
-  CHECK(same_bits(packed.max_logit, split_heads.max_logit));
-  CHECK(same_bits(packed.max_range, split_heads.max_range));
+  CHECK(same_values(packed.out, out));
+  CHECK(same_values(packed.max_logit, split_heads.max_logit));
+  CHECK(same_values(packed.max_range, split_heads.max_range));
   REQUIRE(a.grad().defined());
   CHECK(a.grad().shape() == x.shape());
-  CHECK(same_bits(a.grad(), b.grad()));
+  CHECK(same_values(a.grad(), b.grad()));
 }
 
 // The cases every device runs: MHSA; LS with windows inside, at and past a tile; a soft cap; a
