@@ -90,6 +90,7 @@ void AdamW::zero_unreached_gradients() {
 void AdamW::step_scaled(double grad_scale) {
   if (!(grad_scale > 0) || !std::isfinite(grad_scale))
     throw ValueError("AdamW::step", "grad_scale must be a positive finite number, got " + std::to_string(grad_scale));
+  settle();
   zero_unreached_gradients();
   ++steps_;
   // The CUDA parameters go in one multi-tensor step: a launch per ~48 tensors rather than one
@@ -101,6 +102,7 @@ void AdamW::step_scaled(double grad_scale) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     cuda::AdamWTensors item = prepare(name, p, g, slots_[i]);
+    set_bias_correction(item.s, ++slots_[i].steps);
     item.s.grad_scale = grad_scale;
     if (item.param.numel() == 0) continue;
     if (item.param.device().is_cuda()) {
@@ -120,8 +122,9 @@ void AdamW::step_scaled(double grad_scale) {
   cuda::adamw_step_multi(batch);
 }
 
-// param (N), grad (N), slot moments (N): one parameter's checks, step count and scalars.
-cuda::AdamWTensors AdamW::prepare(const std::string& name, Tensor& param, const Tensor& grad_in, Slot& slot) {
+// param (N), grad (N), slot moments (N): one parameter's checks and its step's scalars but for
+// the bias correction (set_bias_correction).
+cuda::AdamWTensors AdamW::prepare(const std::string& name, Tensor& param, const Tensor& grad_in, const Slot& slot) const {
   if (grad_in.device() != param.device())
     throw DeviceError("AdamW::step", "gradient of '" + name + "' is on " + grad_in.device().str() +
                                          ", the parameter on " + param.device().str());
@@ -130,17 +133,20 @@ cuda::AdamWTensors AdamW::prepare(const std::string& name, Tensor& param, const 
                                         ", the parameter " + shape_str(param.shape()));
   if (!is_floating(grad_in.dtype()))
     throw DTypeError("AdamW::step", "gradient of '" + name + "' is " + dtype_name(grad_in.dtype()));
-  slot.steps += 1;
-  const double t = static_cast<double>(slot.steps);
   cuda::AdamWTensors item{param.detach(), grad_in.detach().contiguous(), slot.m, slot.v, slot.master, {}};
   AdamWScalars& s = item.s;
   s.beta1 = opt_.beta1;
   s.beta2 = opt_.beta2;
   s.eps = opt_.eps;
   s.decay = slot.decay ? 1.0 - opt_.lr * opt_.weight_decay : 1.0;
-  s.step_size = opt_.lr / (1.0 - std::pow(opt_.beta1, t));
-  s.bc2_sqrt = std::sqrt(1.0 - std::pow(opt_.beta2, t));
   return item;
+}
+
+// The step size and bias correction of a parameter's step t (from 1). The gated step's tables
+// hold the same two denominators (optim/adamw_gated.cpp), so the device divides what this divides.
+void AdamW::set_bias_correction(AdamWScalars& s, int64_t t) const {
+  s.step_size = opt_.lr / (1.0 - std::pow(opt_.beta1, double(t)));
+  s.bc2_sqrt = std::sqrt(1.0 - std::pow(opt_.beta2, double(t)));
 }
 
 bool AdamW::is_decayed(const std::string& name) const {
@@ -164,6 +170,7 @@ std::vector<std::string> AdamW::undecayed_names() const {
 }
 
 NamedTensors AdamW::state() const {
+  const std::vector<int64_t> steps = step_counts();
   NamedTensors out;
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string& name = params_[i].first;
@@ -171,9 +178,9 @@ NamedTensors AdamW::state() const {
     out.emplace_back(name + ".m", s.m.clone());
     out.emplace_back(name + ".v", s.v.clone());
     if (s.master.defined()) out.emplace_back(name + ".master", s.master.clone());
-    out.emplace_back(name + ".step", from_vector<int64_t>({s.steps}, {}));
+    out.emplace_back(name + ".step", from_vector<int64_t>({steps[i]}, {}));
   }
-  out.emplace_back("step", from_vector<int64_t>({steps_}, {}));
+  out.emplace_back("step", from_vector<int64_t>({steps.back()}, {}));
   return out;
 }
 
@@ -268,6 +275,7 @@ void AdamW::load_state(const NamedTensors& state) {
     s.steps = loaded[i].steps;
   }
   steps_ = steps;
+  device_steps_.live = false;  // the loaded counts replace the device's
 }
 
 }  // namespace keel::optim

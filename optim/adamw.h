@@ -64,6 +64,14 @@ class AdamW {
     set_lr(lr);
     step_scaled(grad_scale);
   }
+  // The step of a training loop that does not wait for the device: scalars (S) f64 holds the
+  // step's gradient sum of squares at sumsq_slot and its loss at loss_slot (a StepReadback).
+  // Takes step(lr, clip_coefficient(norm, max_norm)) (max_norm 0: no clipping), norm =
+  // sqrt(sum of squares), exactly when norm and loss are finite, and nothing otherwise. With
+  // every parameter on one GPU the device decides (optim/adamw_gated.cpp): the step counts live
+  // there while such steps run, and nothing here reads the device. Elsewhere the host reads the
+  // two values and decides.
+  void step_gated(double lr, double max_norm, const Tensor& scalars, int64_t sumsq_slot, int64_t loss_slot);
   void set_lr(double lr);  // ValueError when negative or not finite
   double lr() const { return opt_.lr; }
   // Starts the next gradient from zero: every parameter drops its gradient, and a bf16/f16 one
@@ -77,7 +85,7 @@ class AdamW {
   // before averaging over ranks, where another rank may have reached them).
   void zero_unreached_gradients();
 
-  int64_t step_count() const { return steps_; }  // calls to step()
+  int64_t step_count() const { return step_counts().back(); }  // applied steps
   const AdamWOptions& options() const { return opt_; }
   const NamedTensors& params() const { return params_; }
   std::vector<Tensor> param_tensors() const { return tensors_of(params_); }
@@ -105,12 +113,29 @@ class AdamW {
     bool decay = false;
     int64_t steps = 0;
   };
-  cuda::AdamWTensors prepare(const std::string& name, Tensor& param, const Tensor& grad, Slot& slot);
+  cuda::AdamWTensors prepare(const std::string& name, Tensor& param, const Tensor& grad, const Slot& slot) const;
+  void set_bias_correction(AdamWScalars& s, int64_t t) const;
+
+  // step_gated on a GPU keeps the step counts on the device, where the decision to apply a step
+  // is taken (optim/adamw_gated.cpp). While `live`, those are the counts and the host's are stale.
+  struct DeviceSteps {
+    Tensor counts;                      // (P + 1) i64: each slot's steps, then steps_
+    Tensor stepped;                     // (P + 1) i32: which of them a step advances
+    std::vector<int32_t> stepped_host;  // what `stepped` holds, uploaded again only on a change
+    Tensor control;                     // (2) f64: the decision (cuda::AdamWGate)
+    Tensor bc1, bc2_sqrt;               // (L) f64: the bias corrections of t < L
+    int64_t bound = 0;                  // no count exceeds it
+    bool live = false;
+  };
+  // Each slot's step count, then steps_: the device's when they live there (a read of it).
+  std::vector<int64_t> step_counts() const;
+  void settle();  // the device's counts back into slots_ and steps_, before the host steps again
 
   NamedTensors params_;
   std::vector<Slot> slots_;
   AdamWOptions opt_;
   int64_t steps_ = 0;
+  DeviceSteps device_steps_;
 };
 
 // ValueError naming `op` and the state entry `key` (a "<name>.m", ".v" or ".master" of

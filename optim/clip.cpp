@@ -17,20 +17,31 @@ std::vector<Tensor> gradients_of(const std::vector<Tensor>& params) {
   return grads;
 }
 
-double grad_norm(const std::vector<Tensor>& params, StepReadback* readback) {
-  // Squares summed in f64 per tensor, then across tensors in list order: deterministic, and on
-  // a GPU one read of the device for all tensors (with the step's other scalars when given).
-  profiler::Scope prof("grad_norm", profiler::Phase::optimizer);
-  const std::vector<Tensor> grads = gradients_of(params);
+namespace {
+// Squares summed in f64 per tensor, then across tensors in list order: deterministic, and on a
+// GPU read with the step's other scalars in one copy. Inside the caller's profiler scope.
+void sum_into(const std::vector<Tensor>& grads, StepReadback& readback, profiler::Scope& prof) {
   if (prof) {  // reads every gradient once, a multiply-add per element
     profiler::Cost c;
     for (const Tensor& g : grads) c.flops += 2.0 * double(g.numel()), c.bytes += op_costs::bytes_of(g);
     prof.cost(c);
   }
+  sum_of_squares_into(grads, readback.buffer(), StepReadback::kGradSumSq);
+}
+}  // namespace
+
+void grad_sum_of_squares(const std::vector<Tensor>& params, StepReadback& readback) {
+  profiler::Scope prof("grad_norm", profiler::Phase::optimizer);
+  sum_into(gradients_of(params), readback, prof);
+}
+
+double grad_norm(const std::vector<Tensor>& params, StepReadback* readback) {
+  profiler::Scope prof("grad_norm", profiler::Phase::optimizer);
+  const std::vector<Tensor> grads = gradients_of(params);
   if (!readback && grads.empty()) return 0.0;
   std::optional<StepReadback> own;
   if (!readback) readback = &own.emplace(grads.front().device(), 1);
-  sum_of_squares_into(grads, readback->buffer(), StepReadback::kGradSumSq);
+  sum_into(grads, *readback, prof);
   return std::sqrt(readback->read()[StepReadback::kGradSumSq]);
 }
 

@@ -24,6 +24,9 @@ inline double clip_grad_norm(const NamedTensors& params, double max_norm) {
 
 // The same norm without clipping (for logging when clipping is off).
 double grad_norm(const std::vector<Tensor>& params, StepReadback* readback = nullptr);
+// grad_norm's sum of squares into readback's kGradSumSq slot, not read: the norm is its square
+// root once the readback is read (AdamW::step_gated reads it on the device).
+void grad_sum_of_squares(const std::vector<Tensor>& params, StepReadback& readback);
 
 // The factor clip_grad_norm scales every gradient by for a global norm `norm`: max_norm /
 // (norm + 1e-6) when the norm exceeds max_norm (> 0, finite: ValueError otherwise), else 1,

@@ -11,7 +11,9 @@ namespace keel::optim {
 
 ReplicatedAdamW::ReplicatedAdamW(std::shared_ptr<Communicator> comm, NamedTensors params, AdamWOptions opt,
                                  DType reduce_dtype, size_t bucket_bytes)
-    : adamw_(std::move(params), opt), sync_(std::move(comm), adamw_.param_tensors(), bucket_bytes, reduce_dtype) {}
+    : adamw_(std::move(params), opt),
+      sync_(comm, adamw_.param_tensors(), bucket_bytes, reduce_dtype),
+      world_(comm->world_size()) {}
 
 ReplicatedAdamW::~ReplicatedAdamW() = default;
 
@@ -35,6 +37,23 @@ double ReplicatedAdamW::finish_gradients(LossScaler& scaler, double max_norm, St
 void ReplicatedAdamW::step(double lr) {
   adamw_.step(lr, clip_);
   clip_ = 1.0;
+}
+
+void DataParallelOptimizer::finish_step_on_device(double, double, StepReadback&, int64_t) {
+  throw ConfigError("finish_step_on_device", "this optimizer decides its step on the host",
+                    "call finish_gradients and step where decides_on_device is false");
+}
+
+void ReplicatedAdamW::finish_step_on_device(double max_norm, double lr, StepReadback& readback, int64_t loss_slot) {
+  if (world_ != 1)
+    throw ConfigError("finish_step_on_device", "each of the " + std::to_string(world_) +
+                                                   " ranks holds its own loss until the host averages them",
+                      "call finish_gradients and step");
+  adamw_.zero_unreached_gradients();
+  sync_.finish();  // one rank: nothing to average
+  if (max_norm > 0) check_max_norm(max_norm);
+  grad_sum_of_squares(adamw_.param_tensors(), readback);
+  adamw_.step_gated(lr, max_norm, readback.buffer(), StepReadback::kGradSumSq, loss_slot);
 }
 
 std::unique_ptr<DataParallelOptimizer> make_data_parallel_adamw(std::shared_ptr<Communicator> comm,

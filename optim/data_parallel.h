@@ -13,6 +13,9 @@
 //   double norm = opt.finish_gradients(scaler, clip, &readback);  // mean over ranks, unscaled, clipped
 //   if (std::isfinite(norm)) opt.step(lr);
 //
+// or, where decides_on_device(scaler), both without a read of the device:
+//   opt.finish_step_on_device(clip, lr, readback, loss_slot);
+//
 // At world size 1 both are plain AdamW (the collectives return at once).
 #pragma once
 
@@ -51,6 +54,19 @@ class DataParallelOptimizer {
   // Collective. AdamW with learning rate lr; the parameters end identical on every rank.
   virtual void step(double lr) = 0;
 
+  // Whether finish_step_on_device can run this step: the host then never waits for the device
+  // between steps, and reads the steps' scalars when it logs. False where the decision needs the
+  // host: f16's loss scaler (its scale feeds the next step), or several ranks (each rank's loss
+  // is its own until the host averages them).
+  virtual bool decides_on_device(const LossScaler& scaler) const {
+    (void)scaler;
+    return false;
+  }
+  // finish_gradients, then step(lr) exactly when the norm and readback[loss_slot] are finite,
+  // with nothing read back: the sum of squares lands in readback's kGradSumSq slot and the
+  // device takes the decision (AdamW::step_gated). Only where decides_on_device.
+  virtual void finish_step_on_device(double max_norm, double lr, StepReadback& readback, int64_t loss_slot);
+
   // Collective: every rank calls it. The state to checkpoint (AdamW::state()'s names, whatever
   // the world size) where `keep` is true; elsewhere possibly empty, as a replicated state need
   // not be copied on ranks that do not write it.
@@ -72,6 +88,8 @@ class ReplicatedAdamW final : public DataParallelOptimizer {
   std::unique_ptr<GradReadyHookGuard> backward_hook() override;
   double finish_gradients(LossScaler& scaler, double max_norm, StepReadback* readback = nullptr) override;
   void step(double lr) override;  // AdamW with the clip's factor finish_gradients found
+  bool decides_on_device(const LossScaler& scaler) const override { return !scaler.enabled() && world_ == 1; }
+  void finish_step_on_device(double max_norm, double lr, StepReadback& readback, int64_t loss_slot) override;
   NamedTensors gather_state(bool keep) const override { return keep ? adamw_.state() : NamedTensors{}; }
   void load_state(const NamedTensors& state) override { adamw_.load_state(state); }
   std::string summary() const override { return ""; }
@@ -80,6 +98,7 @@ class ReplicatedAdamW final : public DataParallelOptimizer {
   AdamW adamw_;
   GradBucketer sync_;
   double clip_ = 1.0;  // the factor of the last finish_gradients' clip, applied by step()
+  int world_;
 };
 
 // ZeRO stage 0 (ReplicatedAdamW) or 1 (ZeroAdamW); ConfigError for another stage.

@@ -1,6 +1,7 @@
 #include "optim/step_readback.h"
 
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/factory.h"
@@ -14,6 +15,12 @@ StepReadback::StepReadback(Device device, int64_t slots) {
     throw ValueError("StepReadback", "a readback needs at least one slot (the gradient norm's), got " +
                                          std::to_string(slots));
   buffer_ = zeros({slots}, {DType::f64, device});
+}
+
+StepReadback::StepReadback(Tensor buffer) : buffer_(std::move(buffer)) {
+  if (!buffer_.defined() || buffer_.dim() != 1 || buffer_.numel() < 1 || buffer_.dtype() != DType::f64 ||
+      !buffer_.is_contiguous())
+    throw ShapeError("StepReadback", "a readback's buffer must be a contiguous (slots >= 1) f64 tensor");
 }
 
 void StepReadback::reset() {

@@ -30,6 +30,9 @@ class StepReadback {
 
   // slots (>= 1) f64 zeros on device.
   StepReadback(Device device, int64_t slots);
+  // Over buffer (slots) f64, contiguous, as it is: a view whose writes land where it points (a
+  // row of a table that holds many steps' scalars, read in one copy).
+  explicit StepReadback(Tensor buffer);
 
   int64_t slots() const { return buffer_.numel(); }
   // (slots) f64 on the device, for kernels that write a slot (optim::sum_of_squares_into).

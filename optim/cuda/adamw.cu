@@ -66,6 +66,15 @@ __global__ void adamw_kernel(P* __restrict__ param, const G* __restrict__ grad, 
     adamw_element(param, grad, m, v, master, i, k);
 }
 
+// What a gated launch (adamw_step_multi_gated) reads on the device; control null: an ungated one.
+struct GateArgs {
+  const double* control;   // (2): [applied, the clip's factor]
+  const int64_t* counts;   // (P): step counts, already advanced by adamw_decide
+  const double* bc1;       // (L): 1 - b1^t
+  const double* bc2_sqrt;  // (L): sqrt(1 - b2^t)
+  double lr;
+};
+
 // Up to kTableSize parameters of one (P, G) pair (optim/cuda/multi_tensor.cuh). The betas and eps
 // are the step's; decay, step size and bias correction are each tensor's (its decay flag, its
 // step count). Under 4 KiB for C = f64: 48 x (5 pointers, n, 3 scalars, a block offset).
@@ -79,7 +88,9 @@ struct AdamWTable {
   int64_t n[kTableSize];
   C decay[kTableSize], step_size[kTableSize], bc2_sqrt[kTableSize];
   int first_block[kTableSize + 1];
+  int counter[kTableSize];  // gated: the tensor's entry of GateArgs::counts
   AdamWCoeffs<C> shared;
+  GateArgs gate;
   int count;
 };
 static_assert(sizeof(AdamWTable<double>) <= 4096, "a launch's table must fit the 4 KiB of kernel arguments");
@@ -94,10 +105,35 @@ __global__ void adamw_multi_kernel(AdamWTable<C> table) {
   k.decay = table.decay[j];
   k.step_size = table.step_size[j];
   k.bc2_sqrt = table.bc2_sqrt[j];
+  if (const double* control = table.gate.control) {
+    // The step the host would have taken once it read the scalars: AdamW::prepare's f64
+    // arithmetic on the same values, from the tables the host computed.
+    if (control[0] == 0.0) return;  // not applied: a non-finite loss or gradient
+    const int64_t t = table.gate.counts[table.counter[j]];
+    k.step_size = C(table.gate.lr / table.gate.bc1[t]);
+    k.bc2_sqrt = C(table.gate.bc2_sqrt[t]);
+    k.grad_scale32 = float(control[1]);
+    k.grad_scale64 = control[1];
+  }
   P* param = static_cast<P*>(table.param[j]);
   const G* grad = static_cast<const G*>(table.grad[j]);
   for (int64_t i = block * kThreads + threadIdx.x, n = table.n[j]; i < n; i += blocks * kThreads)
     adamw_element(param, grad, table.m[j], table.v[j], table.master[j], i, k);
+}
+
+// scalars (S) f64, counts (P) i64, stepped (P) i32 -> control (2) f64; counts += stepped when
+// applied. One block of kThreads.
+__global__ void decide_kernel(const double* __restrict__ scalars, int64_t sumsq_slot, int64_t loss_slot,
+                              double max_norm, int64_t* __restrict__ counts, const int* __restrict__ stepped,
+                              int64_t n, double* __restrict__ control) {
+  const double norm = ::sqrt(scalars[sumsq_slot]), loss = scalars[loss_slot];
+  const bool applied = norm - norm == 0.0 && loss - loss == 0.0;  // finite: inf - inf and NaN - NaN are NaN
+  if (threadIdx.x == 0) {
+    control[0] = applied ? 1.0 : 0.0;
+    control[1] = applied && max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+  }
+  if (!applied) return;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) counts[i] += stepped[i];
 }
 
 int blocks_for(int64_t n) {
@@ -142,34 +178,70 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor&
   });
 }
 
-void adamw_step_multi(std::vector<AdamWTensors>& items) {
+namespace {
+void check_gate_tensor(const Tensor& t, DType dtype, int dev, const char* what) {
+  if (!t.defined() || t.dtype() != dtype || !t.is_contiguous() || !t.device().is_cuda() || t.device().index != dev)
+    throw DeviceError("AdamW::step_gated", std::string(what) + " must be a contiguous " + dtype_name(dtype) +
+                                               " tensor on the parameters' GPU");
+}
+
+void check_gate(const AdamWGate& g, int dev) {
+  check_gate_tensor(g.scalars, DType::f64, dev, "the step's scalars");
+  check_gate_tensor(g.counts, DType::i64, dev, "the step counts");
+  check_gate_tensor(g.stepped, DType::i32, dev, "the stepped flags");
+  check_gate_tensor(g.control, DType::f64, dev, "the control");
+  check_gate_tensor(g.bc1, DType::f64, dev, "the bias-correction table");
+  check_gate_tensor(g.bc2_sqrt, DType::f64, dev, "the bias-correction table");
+  const int64_t s = g.scalars.numel();
+  if (g.sumsq_slot < 0 || g.sumsq_slot >= s || g.loss_slot < 0 || g.loss_slot >= s || g.control.numel() != 2 ||
+      g.stepped.numel() != g.counts.numel() || g.bc1.numel() != g.bc2_sqrt.numel())
+    throw ShapeError("AdamW::step_gated", "the gate's slots or table sizes do not fit its tensors");
+}
+
+// adamw_step_multi, gated when gate is given (counter then holds each item's entry of counts).
+void step_multi(std::vector<AdamWTensors>& items, const std::vector<int>* counter, const AdamWGate* gate) {
   // Grouped by device and dtypes, each group in list order: the elements are independent, so
   // the order changes no bits, only which launch an item rides in. Everything is checked before
   // the first launch, so a bad item updates nothing.
-  std::map<std::tuple<int, int, int>, std::vector<AdamWTensors*>> groups;
-  for (AdamWTensors& it : items) {
+  std::map<std::tuple<int, int, int>, std::vector<std::pair<AdamWTensors*, int>>> groups;
+  if (gate && counter->size() != items.size())
+    throw ShapeError("AdamW::step_gated", "expected a step-count entry per parameter");
+  for (size_t i = 0; i < items.size(); ++i) {
+    AdamWTensors& it = items[i];
     checked_master(it.param, it.grad, it.m, it.v, it.master);
     if (!it.param.device().is_cuda()) throw DeviceError("adamw_step", "expected CUDA tensors, got " + it.param.device().str());
     const AdamWScalars& s0 = items.front().s;
     if (it.s.beta1 != s0.beta1 || it.s.beta2 != s0.beta2 || it.s.eps != s0.eps || it.s.grad_scale != s0.grad_scale)
       throw ValueError("adamw_step", "one step's parameters must share beta1, beta2, eps and grad_scale");
     if (it.param.numel() == 0) continue;
-    groups[{it.param.device().index, int(it.param.dtype()), int(it.grad.dtype())}].push_back(&it);
+    if (gate) {
+      check_gate(*gate, it.param.device().index);
+      if ((*counter)[i] < 0 || (*counter)[i] >= gate->counts.numel())
+        throw ShapeError("AdamW::step_gated", "a step-count entry is outside the counts");
+    }
+    groups[{it.param.device().index, int(it.param.dtype()), int(it.grad.dtype())}].push_back({&it, gate ? (*counter)[i] : 0});
   }
+  GateArgs args{};
+  if (gate)
+    args = GateArgs{static_cast<const double*>(gate->control.raw_data()), static_cast<const int64_t*>(gate->counts.raw_data()),
+                    static_cast<const double*>(gate->bc1.raw_data()), static_cast<const double*>(gate->bc2_sqrt.raw_data()),
+                    gate->lr};
   for (auto& [key, group] : groups) {
     const int dev = std::get<0>(key);
     KEEL_CHECK_CUDA(cudaSetDevice(dev));
     cudaStream_t stream = ::keel::cuda::detail::stream(dev);
-    const Tensor& first = group.front()->param;
+    const Tensor& first = group.front().first->param;
     ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(first.dtype(), "adamw_step", [&]<typename P>() {
-      ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(group.front()->grad.dtype(), "adamw_step", [&]<typename G>() {
+      ::keel::cuda::visit_cuda_float</*AllowF64=*/true>(group.front().first->grad.dtype(), "adamw_step", [&]<typename G>() {
         using C = std::conditional_t<std::is_same_v<P, double>, double, float>;
         for_each_table(static_cast<int>(group.size()), [&](int lo, int count) {
           AdamWTable<C> table{};  // zeros past `count`: no uninitialised bytes go to the device
-          table.shared = AdamWCoeffs<C>(group[size_t(lo)]->s);
+          table.shared = AdamWCoeffs<C>(group[size_t(lo)].first->s);
+          table.gate = args;
           table.count = count;
           for (int j = 0; j < count; ++j) {
-            AdamWTensors& it = *group[size_t(lo + j)];
+            AdamWTensors& it = *group[size_t(lo + j)].first;
+            table.counter[j] = group[size_t(lo + j)].second;
             const AdamWCoeffs<C> k(it.s);
             table.param[j] = it.param.raw_data();
             table.grad[j] = it.grad.raw_data();
@@ -186,6 +258,26 @@ void adamw_step_multi(std::vector<AdamWTensors>& items) {
       });
     });
   }
+}
+
+}  // namespace
+
+void adamw_step_multi(std::vector<AdamWTensors>& items) { step_multi(items, nullptr, nullptr); }
+
+void adamw_step_multi_gated(std::vector<AdamWTensors>& items, const std::vector<int>& counter, const AdamWGate& gate) {
+  step_multi(items, &counter, &gate);
+}
+
+void adamw_decide(AdamWGate& gate) {
+  const int dev = gate.counts.device().index;
+  check_gate(gate, dev);
+  KEEL_CHECK_CUDA(cudaSetDevice(dev));
+  keel::cuda::launch_kernel(decide_kernel, 1, kThreads, 0, ::keel::cuda::detail::stream(dev),
+                            static_cast<const double*>(gate.scalars.raw_data()), gate.sumsq_slot, gate.loss_slot,
+                            gate.max_norm, static_cast<int64_t*>(gate.counts.raw_data()),
+                            static_cast<const int*>(gate.stepped.raw_data()), gate.counts.numel(),
+                            static_cast<double*>(gate.control.raw_data()));
+  KEEL_CHECK_LAUNCH();
 }
 
 }  // namespace keel::optim::cuda

@@ -21,6 +21,10 @@ void sum_of_squares_into(const std::vector<Tensor>&, Tensor&, int64_t) { no_cuda
 void scale_inplace(Tensor&, double) { no_cuda("scale_"); }
 void scale_inplace_multi(const std::vector<Tensor>&, double) { no_cuda("scale_all_"); }
 void adamw_step_multi(std::vector<AdamWTensors>&) { no_cuda("AdamW::step"); }
+void adamw_decide(AdamWGate&) { no_cuda("AdamW::step_gated"); }
+void adamw_step_multi_gated(std::vector<AdamWTensors>&, const std::vector<int>&, const AdamWGate&) {
+  no_cuda("AdamW::step_gated");
+}
 void add_quotient(Tensor&, int64_t, const Tensor&, double) { no_cuda("StepReadback::add_quotient"); }
 void merge_max(Tensor&, int64_t, const Tensor&) { no_cuda("StepReadback::merge_max"); }
 
