@@ -164,7 +164,8 @@ struct Summary {
   int64_t steps = 0;
   double step_host_us = 0, step_device_us = 0, step_busy_us = 0, step_predicted_us = 0;  // means per step
   double flops = 0, bytes = 0;  // per step
-  cuda::Counters counts;        // per step (whole step, including work outside any op)
+  cuda::Counters counts;        // per step (whole step, including work outside any op), rounded down
+  cuda::Counters total;         // over all the steps: a wait once in 4 steps is 1 here, 0 per step
   cuda::Counters outside;       // per step, not inside any recorded op
   bool predicted = false;       // the time column is the prediction (emulated GPU)
 };

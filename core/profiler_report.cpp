@@ -66,6 +66,7 @@ Summary summarize(const Profile& p) {
   s.step_host_us /= n, s.step_device_us /= n, s.step_busy_us /= n, s.step_predicted_us /= n;
   s.flops /= n, s.bytes /= n;
   s.counts = per_step(total, s.steps);
+  s.total = total;
   s.outside = per_step(total - inside, s.steps);
   for (auto& [_, r] : rows) s.rows.push_back(r);
   const bool pred = s.predicted;
@@ -110,8 +111,9 @@ std::string table(const Profile& p, size_t max_rows) {
   // Host syncs and the ops that caused them: each one stalls the host until the GPU drains.
   std::string causes;
   for (const Row& r : s.rows)
-    if (r.counts.syncs > 0) causes += fmt::format("{}{} {} ({})", causes.empty() ? "" : ", ", r.counts.syncs / uint64_t(n),
-                                                  r.name, phase_name(r.phase));
+    if (r.counts.syncs > 0)  // per step, as a fraction where the op waits on some steps only
+      causes += fmt::format("{}{:.3g} {} ({})", causes.empty() ? "" : ", ", double(r.counts.syncs) / n, r.name,
+                            phase_name(r.phase));
   if (!causes.empty()) out += "host syncs by cause: " + causes + "\n";
   if (s.predicted) {
     // The host issues each operation in about host_op_us: past the device time, the GPU waits.
@@ -143,7 +145,8 @@ nlohmann::json to_json(const Profile& p) {
     rows.push_back({{"name", r.name}, {"phase", phase_name(r.phase)}, {"shape", r.shape},
                     {"calls_per_step", double(r.calls) / n}, {"time_ms_per_step", r.device_us / n / 1000},
                     {"predicted_ms_per_step", r.predicted_us / n / 1000}, {"flops_per_step", r.flops / n},
-                    {"bytes_per_step", r.bytes / n}, {"counts_per_step", counts(per_step(r.counts, s.steps))}});
+                    {"bytes_per_step", r.bytes / n}, {"counts_per_step", counts(per_step(r.counts, s.steps))},
+                    {"counts_total", counts(r.counts)}});
   return {{"device", p.options.device.str()},
           {"emulated", p.emulated},
           {"timing", p.emulated ? "predicted" : p.events ? "cuda_events" : "wall"},
@@ -156,6 +159,7 @@ nlohmann::json to_json(const Profile& p) {
                     {"flops", s.flops},
                     {"bytes", s.bytes},
                     {"counts", counts(s.counts)},
+                    {"counts_total", counts(s.total)},
                     {"outside_ops", counts(s.outside)}}},
           {"ops", rows}};
 }

@@ -92,11 +92,13 @@ struct Bench {
     rb.merge_max(2, out.max_logit);
     rb.merge_max(slots() - c.n_layer * c.n_head, out.max_range);
   }
-  // The trainer's ReplicatedAdamW: the norm read back, the clip's factor applied by the step.
+  // The trainer's ReplicatedAdamW on one GPU between logged steps: the norm's sum of squares,
+  // the skip and the clip's factor stay on the device (AdamW::step_gated). A logged step adds
+  // one read of the readback (one host sync).
   void optimizer_step(optim::StepReadback& rb) {
     profiler::PhaseGuard optimizer(profiler::Phase::optimizer);
-    const double norm = optim::grad_norm(model.parameters(), &rb);
-    opt.step(opt.lr(), optim::clip_coefficient(norm, 1.0));
+    optim::grad_sum_of_squares(model.parameters(), rb);
+    opt.step_gated(opt.lr(), 1.0, rb.buffer(), optim::StepReadback::kGradSumSq, 1);
   }
 };
 
@@ -127,7 +129,8 @@ Totals profile_step(const nn::GPT2Config& base, int64_t layers, int64_t B, int64
 
 // The stream operations and host syncs of the same step under `gpt2 train --cuda-graph 1`
 // (apps/gpt2/train/step_graph.h), counted on a step that replays: the batch's upload, the
-// readback's zeroing, the graph, the gradient norm with its read, AdamW with the clip's factor.
+// readback's zeroing, the graph, the gradient norm, AdamW deciding on the device (the trainer
+// adds one copy: the graph's scalars into its table of pending steps).
 cuda::Counters graph_step(const nn::GPT2Config& base, int64_t layers, int64_t B, int64_t T) {
   Bench b(base, layers, B, T);
   const Tensor batch = from_vector(b.ids, {2, B, T});  // on the host: uploaded every step
@@ -167,7 +170,7 @@ int run(const Args& a) {
   fmt::print("{}, B {} x T {}, predicted for an {} from 1- and 2-layer profiles on {} ({:.0f} s):\n", model, B, T,
              gpu, cuda::device_info(0).name,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  fmt::print("  per step: {:.3g} GFLOP, {:.3g} GB moved, {:.0f} stream operations, {:.0f} host syncs\n",
+  fmt::print("  per step: {:.3g} GFLOP, {:.3g} GB moved, {:.0f} stream operations, {:.0f} host syncs (+1 on a logged step)\n",
              at_depth(one.flops, two.flops) / 1e9, at_depth(one.bytes, two.bytes) / 1e9,
              at_depth(one.operations, two.operations), at_depth(one.syncs, two.syncs));
   const double step_us = at_depth(one.predicted_us, two.predicted_us);

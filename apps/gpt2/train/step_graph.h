@@ -14,8 +14,8 @@
 //  - fixed host values: the loss factor (loss scale / accumulation) is baked into a kernel, so a
 //    new factor (f16's scaler moved) captures again; dropout draws a new mask from the host's
 //    generator every step, which a graph would freeze, so --cuda-graph needs --dropout 0;
-//  - no host wait inside: the forward and backward have none (the gradient norm, the one read of
-//    the device per step, stays outside, as does AdamW).
+//  - no host wait inside: the forward and backward have none (the gradient norm and AdamW stay
+//    outside, and a step's scalars are read, when it logs, from the trainer's own table).
 // The replay runs the very kernels with the very arguments of the eager step, so the weights,
 // the logged numbers and the checkpoints are bit-identical to a run without it
 // (tests/train/test_step_graph_cuda.cpp).

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "apps/gpt2/train/stop_request.h"
 #include "apps/gpt2/train/trainer_impl.h"
 #include "core/allocator.h"
+#include "core/copy.h"
 #include "ops/shape.h"
 
 namespace keel::app {
@@ -47,16 +49,15 @@ void Trainer::micro_batch(const Tensor& batch, optim::StepReadback& rb, bool las
   rb.merge_max(max_range_slot(), out.max_range);
 }
 
-StepResult Trainer::train_step(double lr) {
-  StepResult s;
-  s.stats.max_logit = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
-  s.stats.max_range = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
-  // The step's scalars stay on the device until the gradient norm is read: one host wait per step.
-  std::optional<optim::StepReadback> eager;
-  optim::StepReadback& readback = graph_ ? graph_->readback() : eager.emplace(device_, readback_slots());
+// One optimizer step, launched. Returns its result where the optimizer read the step's scalars
+// to decide it; nothing where the device decided, the scalars waiting in the step's row of
+// pending_scalars_ for read_pending.
+std::optional<StepResult> Trainer::train_step(double lr) {
+  const int64_t k = static_cast<int64_t>(pending_.size()) - 1;  // this step's row (pushed by run())
+  optim::StepReadback row(view(slice(pending_scalars_, 0, k, k + 1), {readback_slots()}));
   opt_->zero_grad();  // bf16/f16 parameters get f32 gradient buffers: the micro-batches add up in f32
   if (graph_) {
-    readback.reset();
+    graph_->readback().reset();
     // The step's micro-batches as one (2 * accum, B, T) tensor: one copy into the graph's buffer,
     // and the replay runs them all, each on its slice, as the loop below does.
     const Tensor batches = [&] {
@@ -69,40 +70,98 @@ StepResult Trainer::train_step(double lr) {
       // One rank (check_graph_fits), so the backward hook would have nothing to reduce.
       for (int64_t i = 0; i < cfg_.grad_accum; ++i) micro_batch(slice(b, 0, 2 * i, 2 * i + 2), rb, false);
     });
+    if (deferred_) copy_(row.buffer(), graph_->readback().buffer());  // the graph's scalars live in its own buffer
   } else {
+    row.reset();
     for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
       const Tensor batch = [&] {
         profiler::Scope prof("batch_to_device", profiler::Phase::host);
         return batch_tensor(loader_->next(), device_);
       }();
-      micro_batch(batch, readback, micro + 1 == cfg_.grad_accum);
+      micro_batch(batch, row, micro + 1 == cfg_.grad_accum);
     }
   }
   const profiler::PhaseGuard optimizer_phase(profiler::Phase::optimizer);
-  s.grad_norm = opt_->finish_gradients(*scaler_, cfg_.grad_clip, &readback);
-  {
-    const std::vector<double>& host = readback.read();  // read by finish_gradients: no second copy
-    s.loss = host[kLoss];
-    auto stat = [&](int64_t first) { return std::vector<float>(host.begin() + first, host.begin() + first + heads()); };
-    s.stats.max_logit.merge(stat(kMaxLogit));
-    s.stats.max_range.merge(stat(max_range_slot()));
+  if (deferred_) {
+    opt_->finish_step_on_device(cfg_.grad_clip, lr, row, kLoss);
+    return std::nullopt;
   }
+  optim::StepReadback& rb = graph_ ? graph_->readback() : row;
+  const double norm = opt_->finish_gradients(*scaler_, cfg_.grad_clip, &rb);  // reads rb: the step's wait
+  StepResult s = result_of(rb.read());
+  s.grad_norm = norm;  // ZeRO's norm sums every rank's slice; the slot holds this rank's
   s.loss = mean_over_ranks(*dist_.comm, s.loss);
   max_over_ranks(*dist_.comm, s.stats.max_logit);
   max_over_ranks(*dist_.comm, s.stats.max_range);
   const bool grads_finite = std::isfinite(s.grad_norm);
   s.finite = grads_finite && std::isfinite(s.loss);
-  if (s.finite) opt_->step(lr);
   s.skipped = !s.finite;  // with f16 an overflow is routine: the scaler backs off and we go on
+  if (s.finite) opt_->step(lr);
   scaler_->update(!grads_finite);
   return s;
 }
 
-void Trainer::log_step(const StepResult& s, double lr, double seconds) {
+// A step's scalars (readback_slots(), as train_step's row holds them) -> its result: the rule
+// the device applied (AdamW::step_gated) read again on the host.
+StepResult Trainer::result_of(const std::vector<double>& v) const {
+  StepResult s;
+  s.loss = v[size_t(kLoss)];
+  s.grad_norm = std::sqrt(v[size_t(optim::StepReadback::kGradSumSq)]);
+  auto stat = [&](int64_t first) { return std::vector<float>(v.begin() + first, v.begin() + first + heads()); };
+  s.stats.max_logit = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
+  s.stats.max_range = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
+  s.stats.max_logit.merge(stat(kMaxLogit));
+  s.stats.max_range.merge(stat(max_range_slot()));
+  s.finite = std::isfinite(s.grad_norm) && std::isfinite(s.loss);
+  s.skipped = !s.finite;
+  return s;
+}
+
+// The scalars of every pending step the device decided, in one copy: their one host wait.
+void Trainer::read_pending() {
+  const int64_t n = static_cast<int64_t>(pending_.size());
+  if (n > 0 && !pending_.back().result) {
+    profiler::Scope prof("step_readback", profiler::Phase::optimizer);
+    const std::vector<double> rows = slice(pending_scalars_, 0, 0, n).to_vector<double>();
+    const auto width = static_cast<ptrdiff_t>(readback_slots());
+    for (int64_t k = 0; k < n; ++k)
+      pending_[size_t(k)].result = result_of(std::vector<double>(rows.begin() + k * width, rows.begin() + (k + 1) * width));
+  }
+}
+
+// The pending steps logged in order, as if each had been read when it ran; the time since the
+// first of them began is shared out evenly (their work overlapped on the device).
+void Trainer::report_pending() {
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - pending_since_).count() /
+                         double(std::max<size_t>(1, pending_.size()));
+  const std::vector<Pending> steps = std::move(pending_);
+  pending_.clear();
+  for (const Pending& p : steps) {
+    const StepResult& s = *p.result;
+    elapsed_ += seconds;
+    result_.final_loss = s.loss;
+    log_step(p.step, s, p.lr, seconds);
+    if (s.finite || scaler_->enabled()) continue;
+    std::string what = fmt::format("non-finite {} at step {}; hottest attention: {}",
+                                   std::isfinite(s.loss) ? "gradient" : "loss", p.step + 1,
+                                   s.stats.hottest_head(cfg_.spike_signal));
+    event("nonfinite", what, p.step + 1);
+    if (cfg_.on_nonfinite == "stop")
+      throw ValueError("train", "training diverged: " + what,
+                       "lower --lr, clip harder (--grad-clip), or try --attention ls; "
+                       "--on-nonfinite skip skips such steps instead");
+  }
+}
+
+bool Trainer::progress_line_due(int64_t step) const {
+  return step % std::max<int64_t>(1, cfg_.max_steps / 20) == 0 || step + 1 == cfg_.max_steps;
+}
+
+void Trainer::log_step(int64_t step, const StepResult& s, double lr, double seconds) {
   if (!dist_.root()) return;
   const double tokens = double(cfg_.batch_size * T_ * cfg_.grad_accum * dist_.world());
   MetricsRecord r;
-  r.step = step_ + 1;
+  r.step = step + 1;
   r.loss = s.loss;
   r.lr = lr;
   r.grad_norm = s.grad_norm;
@@ -114,20 +173,19 @@ void Trainer::log_step(const StepResult& s, double lr, double seconds) {
   r.loss_scale = scaler_->scale();
   r.skipped = s.skipped;
   r.elapsed_s = elapsed_;
-  if (step_ % cfg_.log_every == 0 || step_ + 1 == cfg_.max_steps) log_->write(r);
+  if (step % cfg_.log_every == 0 || step + 1 == cfg_.max_steps) log_->write(r);
 
   // A spike: the loss far above its recent mean (the instability this project is about).
   if (auto spike = spikes_.observe(s.loss))
-    event("spike", *spike + "; hottest attention: " + s.stats.hottest_head(cfg_.spike_signal));
+    event("spike", *spike + "; hottest attention: " + s.stats.hottest_head(cfg_.spike_signal), step + 1);
 
   // Progress: redrawn in place on a terminal, about 20 plain lines otherwise.
-  const double eta = seconds * double(cfg_.max_steps - step_ - 1);
+  const double eta = seconds * double(cfg_.max_steps - step - 1);
   const bool tty = isatty(STDOUT_FILENO);
-  const int64_t every = std::max<int64_t>(1, cfg_.max_steps / 20);
-  if (tty || step_ % every == 0 || step_ + 1 == cfg_.max_steps) {
+  if (tty || progress_line_due(step)) {
     const double top = s.stats.signal(cfg_.spike_signal).top();
     fmt::print("{}step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad {:.3f} | {} {:6.2f} | {:.0f} tok/s | ETA {:.0f}s{}",
-               tty ? "\r" : "", step_ + 1, cfg_.max_steps, s.loss, lr, s.grad_norm,
+               tty ? "\r" : "", step + 1, cfg_.max_steps, s.loss, lr, s.grad_norm,
                cfg_.spike_signal == "max_range" ? "max range" : "max logit", top, r.tokens_per_s, eta,
                tty ? "   " : "\n");
     std::fflush(stdout);
@@ -181,29 +239,25 @@ TrainResult Trainer::run() {
 
   for (; step_ < cfg_.max_steps; ++step_) {
     const double lr = schedule_.lr_at(step_);
-    auto t0 = std::chrono::steady_clock::now();
+    if (pending_.empty()) pending_since_ = std::chrono::steady_clock::now();
     step_profiler.begin(step_);
-    StepResult s = train_step(lr);
-    step_profiler.end(step_);
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    elapsed_ += seconds;
-    result_.final_loss = s.loss;
-    log_step(s, lr, seconds);
-    if (!s.finite && !scaler_->enabled()) {
-      std::string what = fmt::format("non-finite {} at step {}; hottest attention: {}",
-                                     std::isfinite(s.loss) ? "gradient" : "loss", step_ + 1,
-                                     s.stats.hottest_head(cfg_.spike_signal));
-      event("nonfinite", what);
-      if (cfg_.on_nonfinite == "stop")
-        throw ValueError("train", "training diverged: " + what,
-                         "lower --lr, clip harder (--grad-clip), or try --attention ls; "
-                         "--on-nonfinite skip skips such steps instead");
-    }
+    pending_.push_back({step_, lr, std::nullopt});
+    pending_.back().result = train_step(lr);
     const bool last = step_ + 1 == cfg_.max_steps;
     const bool stop = any_rank(*dist_.comm, stop_request.requested());  // any rank's stops all
+    const bool save = (cfg_.ckpt_every > 0 && (step_ + 1) % cfg_.ckpt_every == 0) || last || stop;
+    const bool validate = (cfg_.val_every > 0 && (step_ + 1) % cfg_.val_every == 0) || last;
+    // Report (and so wait for the device) only where the host needs the numbers: a step that
+    // logs or prints, one before a checkpoint or validation (a diverged run must stop before it
+    // saves), a stop, or a full table of pending steps.
+    const bool report = !deferred_ || step_ % cfg_.log_every == 0 || progress_line_due(step_) || save || validate ||
+                        static_cast<int64_t>(pending_.size()) == pending_scalars_.size(0);
+    if (report) read_pending();
+    step_profiler.end(step_);
+    if (report) report_pending();
     // The checkpoint first: a failing validation must not lose the step's work.
-    if ((cfg_.ckpt_every > 0 && (step_ + 1) % cfg_.ckpt_every == 0) || last || stop) checkpoint(step_ + 1);
-    if ((cfg_.val_every > 0 && (step_ + 1) % cfg_.val_every == 0) || last) validate_now();
+    if (save) checkpoint(step_ + 1);
+    if (validate) validate_now();
     if (stop) {
       event("stop", "stopped by a signal; continue with --resume");
       if (dist_.root())

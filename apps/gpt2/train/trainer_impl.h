@@ -4,6 +4,7 @@
 // Internal to the training code: a program trains through train().
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -46,9 +47,13 @@ class Trainer {
   void build_optimizer();
   void resume_from(const std::filesystem::path& ckpt);
   void start_log();
-  StepResult train_step(double lr);
+  std::optional<StepResult> train_step(double lr);
   void micro_batch(const Tensor& batch, optim::StepReadback& rb, bool last);
-  void log_step(const StepResult& s, double lr, double seconds);
+  StepResult result_of(const std::vector<double>& scalars) const;
+  void read_pending();
+  void report_pending();
+  void log_step(int64_t step, const StepResult& s, double lr, double seconds);
+  bool progress_line_due(int64_t step) const;  // a plain progress line (a terminal redraws every step)
   void validate_now();
   void checkpoint(int64_t next_step);
   nlohmann::json trainer_state(int64_t next_step) const;
@@ -85,6 +90,22 @@ class Trainer {
   static constexpr int64_t kLoss = 1, kMaxLogit = 2;
   int64_t max_range_slot() const { return kMaxLogit + heads(); }
   int64_t readback_slots() const { return kMaxLogit + 2 * heads(); }
+
+  // Steps taken but not yet reported. Where the optimizer decides on the device (one rank, no
+  // loss scaler), a step's scalars stay in its row of pending_scalars_ and the host reads all the
+  // pending rows in one copy at the next step that logs, prints, validates, checkpoints or stops:
+  // the only host wait of those steps. Elsewhere the optimizer has read them already, and each
+  // step is reported at once.
+  struct Pending {
+    int64_t step;
+    double lr;
+    std::optional<StepResult> result;  // known once its scalars are on the host
+  };
+  static constexpr int64_t kMaxPending = 4096;  // rows of pending_scalars_: a few MB at most
+  bool deferred_ = false;
+  Tensor pending_scalars_;  // (min(log_every, kMaxPending), readback_slots()) f64 on device_
+  std::vector<Pending> pending_;
+  std::chrono::steady_clock::time_point pending_since_;  // when the first pending step began
 };
 
 }  // namespace keel::app

@@ -9,6 +9,7 @@
 #include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/train/memory_check.h"
 #include "apps/gpt2/train/trainer_impl.h"
+#include "core/factory.h"
 #include "core/io.h"
 #include "nn/hf.h"
 
@@ -108,6 +109,10 @@ void Trainer::build_optimizer() {
                                          parse_dtype(cfg_.reduce_dtype), size_t(cfg_.bucket_mb * (1 << 20)));
   scaler_ = std::make_unique<optim::LossScaler>(dtype_);
   if (cfg_.cuda_graph) graph_ = std::make_unique<StepGraph>(model_->parameters(), device_, readback_slots());
+  // Steps between logged ones queue without the host waiting for the device (trainer.cpp).
+  deferred_ = opt_->decides_on_device(*scaler_);
+  const int64_t capacity = deferred_ ? std::min<int64_t>(cfg_.log_every, kMaxPending) : 1;
+  pending_scalars_ = zeros({capacity, readback_slots()}, {DType::f64, device_});
   schedule_ = {cfg_.lr, cfg_.min_lr, std::min(cfg_.warmup_steps, cfg_.max_steps), cfg_.max_steps};
   schedule_.validate();
   flops_per_token_ = train_flops_per_token(mcfg_, T_);
