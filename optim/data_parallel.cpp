@@ -39,12 +39,13 @@ void ReplicatedAdamW::step(double lr) {
   clip_ = 1.0;
 }
 
-void DataParallelOptimizer::finish_step_on_device(double, double, StepReadback&, int64_t) {
+void DataParallelOptimizer::finish_step_on_device(LossScaler&, double, double, StepReadback&, int64_t, int64_t) {
   throw ConfigError("finish_step_on_device", "this optimizer decides its step on the host",
                     "call finish_gradients and step where decides_on_device is false");
 }
 
-void ReplicatedAdamW::finish_step_on_device(double max_norm, double lr, StepReadback& readback, int64_t loss_slot) {
+void ReplicatedAdamW::finish_step_on_device(LossScaler& scaler, double max_norm, double lr, StepReadback& readback,
+                                            int64_t loss_slot, int64_t scale_slot) {
   if (world_ != 1)
     throw ConfigError("finish_step_on_device", "each of the " + std::to_string(world_) +
                                                    " ranks holds its own loss until the host averages them",
@@ -52,8 +53,11 @@ void ReplicatedAdamW::finish_step_on_device(double max_norm, double lr, StepRead
   adamw_.zero_unreached_gradients();
   sync_.finish();  // one rank: nothing to average
   if (max_norm > 0) check_max_norm(max_norm);
-  grad_sum_of_squares(adamw_.param_tensors(), readback);
+  const std::vector<Tensor> params = adamw_.param_tensors();
+  scaler.unscale_in_step(gradients_of(params));  // finish_gradients' division, the divisor read on the device
+  grad_sum_of_squares(params, readback);
   adamw_.step_gated(lr, max_norm, readback.buffer(), StepReadback::kGradSumSq, loss_slot);
+  scaler.update_in_step(readback.buffer(), StepReadback::kGradSumSq, scale_slot);
 }
 
 std::unique_ptr<DataParallelOptimizer> make_data_parallel_adamw(std::shared_ptr<Communicator> comm,

@@ -13,8 +13,8 @@
 //   double norm = opt.finish_gradients(scaler, clip, &readback);  // mean over ranks, unscaled, clipped
 //   if (std::isfinite(norm)) opt.step(lr);
 //
-// or, where decides_on_device(scaler), both without a read of the device:
-//   opt.finish_step_on_device(clip, lr, readback, loss_slot);
+// or, where decides_on_device(), all of it without a read of the device:
+//   opt.finish_step_on_device(scaler, clip, lr, readback, loss_slot, scale_slot);
 //
 // At world size 1 both are plain AdamW (the collectives return at once).
 #pragma once
@@ -54,18 +54,17 @@ class DataParallelOptimizer {
   // Collective. AdamW with learning rate lr; the parameters end identical on every rank.
   virtual void step(double lr) = 0;
 
-  // Whether finish_step_on_device can run this step: the host then never waits for the device
-  // between steps, and reads the steps' scalars when it logs. False where the decision needs the
-  // host: f16's loss scaler (its scale feeds the next step), or several ranks (each rank's loss
-  // is its own until the host averages them).
-  virtual bool decides_on_device(const LossScaler& scaler) const {
-    (void)scaler;
-    return false;
-  }
-  // finish_gradients, then step(lr) exactly when the norm and readback[loss_slot] are finite,
-  // with nothing read back: the sum of squares lands in readback's kGradSumSq slot and the
-  // device takes the decision (AdamW::step_gated). Only where decides_on_device.
-  virtual void finish_step_on_device(double max_norm, double lr, StepReadback& readback, int64_t loss_slot);
+  // Whether finish_step_on_device can run: the host then never waits for the device between
+  // steps, and reads the steps' scalars when it logs. False where the decision needs the host:
+  // several ranks (each rank's loss is its own until the host averages them), ZeRO.
+  virtual bool decides_on_device() const { return false; }
+  // finish_gradients, step(lr) exactly when the norm and readback[loss_slot] are finite, and
+  // scaler.update(norm not finite), with nothing read back: the sum of squares lands in
+  // readback's kGradSumSq slot, the device takes the decision (AdamW::step_gated), and the new
+  // loss scale lands in readback[scale_slot] (LossScaler::update_in_step; the scaler should keep
+  // its state on the device, LossScaler::keep_on_device). Only where decides_on_device.
+  virtual void finish_step_on_device(LossScaler& scaler, double max_norm, double lr, StepReadback& readback,
+                                     int64_t loss_slot, int64_t scale_slot);
 
   // Collective: every rank calls it. The state to checkpoint (AdamW::state()'s names, whatever
   // the world size) where `keep` is true; elsewhere possibly empty, as a replicated state need
@@ -88,8 +87,9 @@ class ReplicatedAdamW final : public DataParallelOptimizer {
   std::unique_ptr<GradReadyHookGuard> backward_hook() override;
   double finish_gradients(LossScaler& scaler, double max_norm, StepReadback* readback = nullptr) override;
   void step(double lr) override;  // AdamW with the clip's factor finish_gradients found
-  bool decides_on_device(const LossScaler& scaler) const override { return !scaler.enabled() && world_ == 1; }
-  void finish_step_on_device(double max_norm, double lr, StepReadback& readback, int64_t loss_slot) override;
+  bool decides_on_device() const override { return world_ == 1; }
+  void finish_step_on_device(LossScaler& scaler, double max_norm, double lr, StepReadback& readback, int64_t loss_slot,
+                             int64_t scale_slot) override;
   NamedTensors gather_state(bool keep) const override { return keep ? adamw_.state() : NamedTensors{}; }
   void load_state(const NamedTensors& state) override { adamw_.load_state(state); }
   std::string summary() const override { return ""; }

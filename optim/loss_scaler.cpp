@@ -5,8 +5,14 @@
 #include <map>
 #include <string>
 
+#include "core/autograd.h"
+#include "core/copy.h"
 #include "core/factory.h"
 #include "ops/arith.h"
+#include "ops/op_costs.h"
+#include "ops/shape.h"
+#include "optim/cuda/grad_math.h"
+#include "optim/cuda/loss_scaler.h"
 #include "optim/grad_math.h"
 
 namespace keel::optim {
@@ -27,17 +33,98 @@ LossScaler::LossScaler(DType compute_dtype, LossScalerOptions opt)
   opt_.validate();
 }
 
+namespace {
+// y = x * float(state[0] * factor) for an f32 scalar x, the scale read on the device: mul(x,
+// scale * factor)'s bits, forward and backward.
+struct ScaleByStateBackward : Node {
+  Tensor state;
+  double factor = 1;
+  const char* name() const override { return "MulScalarBackward"; }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    Tensor out = empty({}, {DType::f32, g.device()});
+    cuda::scale_by_state(g.to(DType::f32).contiguous(), state, factor, out);
+    return {out};
+  }
+};
+
+Tensor scale_by_state(const Tensor& x, const Tensor& state, double factor) {
+  profiler::Scope prof("mul");
+  if (prof) prof.cost(op_costs::elementwise({&x}, x.shape(), x.dtype(), 1));
+  Tensor y = empty({}, {DType::f32, x.device()});
+  cuda::scale_by_state(x.detach().contiguous(), state, factor, y);
+  if (needs_grad({x})) {
+    auto n = std::make_shared<ScaleByStateBackward>();
+    n->state = state, n->factor = factor;
+    connect(y, n, {x});
+  }
+  return y;
+}
+}  // namespace
+
+double LossScaler::scale() const {
+  if (!enabled_) return 1.0;
+  return on_device_ ? device_state_.to_vector<double>()[0] : cur_scale_;
+}
+
+int64_t LossScaler::skipped_steps() const {
+  return on_device_ ? static_cast<int64_t>(device_state_.to_vector<double>()[2]) : skipped_;
+}
+
+int64_t LossScaler::growth_tracker() const {
+  return on_device_ ? static_cast<int64_t>(device_state_.to_vector<double>()[1]) : tracker_;
+}
+
+void LossScaler::keep_on_device(Device device) {
+  if (!enabled_ || !device.is_cuda()) return;
+  const Tensor host = from_vector<double>({cur_scale_, double(tracker_), double(skipped_)}, {3});
+  // Into the same buffer when there is one: a captured CUDA graph reads the scale at its address.
+  if (device_state_.defined() && device_state_.device() == device) copy_(device_state_, host);
+  else device_state_ = host.to(device);
+  on_device_ = true;
+}
+
+void LossScaler::settle() {
+  if (!on_device_) return;
+  const std::vector<double> v = device_state_.to_vector<double>();
+  cur_scale_ = v[0], tracker_ = static_cast<int64_t>(v[1]), skipped_ = static_cast<int64_t>(v[2]);
+  on_device_ = false;
+}
+
+void LossScaler::unscale_in_step(const std::vector<Tensor>& grads) const {
+  if (!enabled_ || grads.empty()) return;
+  if (on_device_) cuda::unscale_inplace_multi(grads, device_state_);
+  else if (cur_scale_ != 1.0) scale_all_(grads, 1.0 / cur_scale_);
+}
+
+void LossScaler::update_in_step(Tensor& scalars, int64_t sumsq_slot, int64_t scale_slot) {
+  if (!enabled_) return;
+  if (scalars.dtype() != DType::f64 || scalars.dim() != 1 || sumsq_slot < 0 || sumsq_slot >= scalars.numel() ||
+      scale_slot < 0 || scale_slot >= scalars.numel())
+    throw ShapeError("LossScaler::update_in_step", "the step's scalars must be (S) f64 and hold both slots");
+  if (on_device_ && scalars.device() == device_state_.device()) {
+    cuda::update_state(device_state_, opt_, scalars, sumsq_slot, scale_slot);
+    return;
+  }
+  settle();
+  update(!std::isfinite(std::sqrt(scalars.to_vector<double>()[size_t(sumsq_slot)])));
+  Tensor slot = slice(scalars, 0, scale_slot, scale_slot + 1);
+  fill_(slot, cur_scale_);
+}
+
 Tensor LossScaler::scale_loss(const Tensor& loss, double factor) const {
   if (loss.numel() != 1)
     throw ShapeError("LossScaler::scale_loss", "the loss must be a scalar, got shape " + shape_str(loss.shape()));
   if (!is_floating(loss.dtype()))
     throw DTypeError("LossScaler::scale_loss", std::string("the loss must be floating, got ") + dtype_name(loss.dtype()));
   const Tensor wide = loss.dtype() == DType::f64 || loss.dtype() == DType::f32 ? loss : loss.to(DType::f32);
+  if (on_device_ && wide.dtype() == DType::f32 && wide.device() == device_state_.device())
+    return scale_by_state(wide, device_state_, factor);
   return mul(wide, scale() * factor);
 }
 
 bool LossScaler::unscale_(const std::vector<Tensor>& params) {
   if (!enabled_) return true;
+  settle();
   // Multiplying by the inverse is exact: the scale is a power of two with the default factors.
   const double inv = 1.0 / cur_scale_;
   std::vector<Tensor> grads;
@@ -57,6 +144,7 @@ bool LossScaler::unscale_(const std::vector<Tensor>& params) {
 
 void LossScaler::update(bool found_inf) {
   if (!enabled_) return;
+  settle();
   if (found_inf) {
     cur_scale_ = std::max(opt_.min_scale, cur_scale_ * opt_.backoff_factor);
     tracker_ = 0;
@@ -70,9 +158,9 @@ void LossScaler::update(bool found_inf) {
 }
 
 NamedTensors LossScaler::state() const {
-  return {{"scale", from_vector<double>({cur_scale_}, {})},
-          {"growth_tracker", from_vector<int64_t>({tracker_}, {})},
-          {"skipped_steps", from_vector<int64_t>({skipped_}, {})}};
+  return {{"scale", from_vector<double>({on_device_ ? scale() : cur_scale_}, {})},
+          {"growth_tracker", from_vector<int64_t>({growth_tracker()}, {})},
+          {"skipped_steps", from_vector<int64_t>({skipped_steps()}, {})}};
 }
 
 void LossScaler::load_state(const NamedTensors& state) {
@@ -95,6 +183,7 @@ void LossScaler::load_state(const NamedTensors& state) {
   cur_scale_ = scale;
   tracker_ = static_cast<int64_t>(tracker);
   skipped_ = static_cast<int64_t>(skipped);
+  if (on_device_) keep_on_device(device_state_.device());  // the loaded state replaces the device's
 }
 
 }  // namespace keel::optim

@@ -8,6 +8,8 @@
 //   scaler.update(!finite);                     // halve on overflow, double after a good run
 // With bf16 or f32 the range is wide enough: the scaler is disabled, scale() is 1 and
 // unscale_/update do nothing (unscale_ reports true), so the trainer needs no branches.
+// A training step that does not read the device (AdamW::step_gated) uses the in-step calls
+// below instead, with the state kept on the GPU.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +36,7 @@ class LossScaler {
   explicit LossScaler(DType compute_dtype, LossScalerOptions opt = {});
 
   bool enabled() const { return enabled_; }
-  double scale() const { return enabled_ ? cur_scale_ : 1.0; }
+  double scale() const;  // 1 when disabled
 
   // loss [] (any float dtype) -> loss * scale() * factor as an f32 scalar (f64 for an f64
   // loss), differentiable. The product is never formed in f16: cross_entropy already returns
@@ -50,8 +52,23 @@ class LossScaler {
   // else count a good step and grow the scale after growth_interval of them.
   void update(bool found_inf);
 
-  int64_t skipped_steps() const { return skipped_; }
-  int64_t growth_tracker() const { return tracker_; }  // good steps since the last change
+  // A step decided on the device (AdamW::step_gated) must not read the scale back: an enabled
+  // scaler on a GPU then keeps its state there (keep_on_device). scale_loss and
+  // unscale_in_step read it on the device, update_in_step changes it there, and scale(),
+  // state(), skipped_steps() and growth_tracker() read it back (a wait for the device).
+  // Elsewhere (disabled, or on the CPU) the same calls do the host's arithmetic in place.
+  void keep_on_device(Device device);
+  bool on_device() const { return on_device_; }
+  // grads <- grad / scale() in place: scale_all_(grads, 1 / scale())'s bits, the divisor read on
+  // the device when the state is there. Nothing when disabled.
+  void unscale_in_step(const std::vector<Tensor>& grads) const;
+  // update(found_inf) with found_inf = sqrt(scalars[sumsq_slot]) is not finite (the unscaled
+  // gradients' norm, as the step computed it), then scalars[scale_slot] = the new scale(), for
+  // the log. scalars: (S) f64, a StepReadback's buffer. Nothing when disabled.
+  void update_in_step(Tensor& scalars, int64_t sumsq_slot, int64_t scale_slot);
+
+  int64_t skipped_steps() const;
+  int64_t growth_tracker() const;  // good steps since the last change
 
   // "scale" (f64), "growth_tracker" (i64), "skipped_steps" (i64), all scalars.
   NamedTensors state() const;
@@ -63,6 +80,9 @@ class LossScaler {
   double cur_scale_;
   int64_t tracker_ = 0;
   int64_t skipped_ = 0;
+  bool on_device_ = false;
+  Tensor device_state_;  // (3) f64 [scale, tracker, skipped] while on_device_
+  void settle();         // the device's state back into the members, before the host changes them
 };
 
 }  // namespace keel::optim

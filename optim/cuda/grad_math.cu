@@ -157,7 +157,13 @@ __device__ void scale_range(T* __restrict__ t, int64_t n, C k, int64_t block, in
 
 // table's tensors (each N_j) <- t * s: f32 s32 for f32/bf16/f16 tensors, f64 s64 for f64 ones.
 // The table's pointers are const for the sums; the tensors scaled here are the caller's to write.
-__global__ void scale_multi(Table table, float s32, double s64) {
+// With `inverse_of` (a device f64), s64 = 1 / inverse_of[0] and s32 its f32 rounding: what the
+// host passes for a divisor it holds (the loss scaler's scale, when it lives on the device).
+__global__ void scale_multi(Table table, float s32, double s64, const double* inverse_of) {
+  if (inverse_of) {
+    s64 = 1.0 / inverse_of[0];
+    s32 = static_cast<float>(s64);
+  }
   const int j = tensor_of_block(table.first_block, blockIdx.x);
   const int64_t block = blockIdx.x - table.first_block[j], blocks = table.first_block[j + 1] - table.first_block[j];
   const int64_t n = table.n[j];
@@ -252,7 +258,8 @@ void scale_inplace(Tensor& t, double s) {
   });
 }
 
-void scale_inplace_multi(const std::vector<Tensor>& ts, double s) {
+namespace {
+void scale_multi_launches(const std::vector<Tensor>& ts, double s, const double* inverse_of) {
   if (ts.empty()) return;
   const Device device = ts.front().device();
   for (const Tensor& t : ts) {
@@ -264,9 +271,20 @@ void scale_inplace_multi(const std::vector<Tensor>& ts, double s) {
   for_each_table(static_cast<int>(ts.size()), [&](int lo, int count) {
     const Table table = table_of(ts, lo, count, blocks_for_sum);
     if (table.first_block[count] == 0) return;  // only empty tensors
-    keel::cuda::launch_kernel(scale_multi, table.first_block[count], kThreads, 0, stream, table, static_cast<float>(s), s);
+    keel::cuda::launch_kernel(scale_multi, table.first_block[count], kThreads, 0, stream, table, static_cast<float>(s), s,
+                              inverse_of);
     KEEL_CHECK_LAUNCH();
   });
+}
+}  // namespace
+
+void scale_inplace_multi(const std::vector<Tensor>& ts, double s) { scale_multi_launches(ts, s, nullptr); }
+
+void unscale_inplace_multi(const std::vector<Tensor>& ts, const Tensor& divisor) {
+  if (ts.empty()) return;
+  if (divisor.dtype() != DType::f64 || divisor.numel() < 1 || divisor.device() != ts.front().device())
+    throw DeviceError("unscale", "the divisor must be an f64 tensor on the gradients' GPU");
+  scale_multi_launches(ts, 1.0, static_cast<const double*>(divisor.raw_data()));
 }
 
 }  // namespace keel::optim::cuda

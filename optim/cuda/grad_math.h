@@ -22,5 +22,8 @@ void scale_inplace(Tensor& t, double s);
 // ts: K tensors (each N_k) f32 | f64 | bf16 | f16, contiguous, on one device <- t * s, the bits
 // of scale_inplace on each, in 1 launch per 48 tensors.
 void scale_inplace_multi(const std::vector<Tensor>& ts, double s);
+// The same with s = 1 / divisor[0], read on the device (divisor: f64, on the tensors' GPU): the
+// bits of scale_inplace_multi(ts, 1.0 / d) for the value d it holds.
+void unscale_inplace_multi(const std::vector<Tensor>& ts, const Tensor& divisor);
 
 }  // namespace keel::optim::cuda

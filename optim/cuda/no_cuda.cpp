@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "optim/cuda/adamw.h"
 #include "optim/cuda/grad_math.h"
+#include "optim/cuda/loss_scaler.h"
 #include "optim/cuda/step_readback.h"
 
 namespace keel::optim::cuda {
@@ -20,6 +21,9 @@ double sum_of_squares(const Tensor&) { no_cuda("sum_of_squares"); }
 void sum_of_squares_into(const std::vector<Tensor>&, Tensor&, int64_t) { no_cuda("sum_of_squares_into"); }
 void scale_inplace(Tensor&, double) { no_cuda("scale_"); }
 void scale_inplace_multi(const std::vector<Tensor>&, double) { no_cuda("scale_all_"); }
+void unscale_inplace_multi(const std::vector<Tensor>&, const Tensor&) { no_cuda("LossScaler"); }
+void scale_by_state(const Tensor&, const Tensor&, double, Tensor&) { no_cuda("LossScaler::scale_loss"); }
+void update_state(Tensor&, const LossScalerOptions&, Tensor&, int64_t, int64_t) { no_cuda("LossScaler::update"); }
 void adamw_step_multi(std::vector<AdamWTensors>&) { no_cuda("AdamW::step"); }
 void adamw_decide(AdamWGate&) { no_cuda("AdamW::step_gated"); }
 void adamw_step_multi_gated(std::vector<AdamWTensors>&, const std::vector<int>&, const AdamWGate&) {

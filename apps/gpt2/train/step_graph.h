@@ -12,7 +12,8 @@
 //    and bound to the parameters again after every replay; the step's scalars go into one
 //    StepReadback that lives as long as the graph;
 //  - fixed host values: the loss factor (loss scale / accumulation) is baked into a kernel, so a
-//    new factor (f16's scaler moved) captures again; dropout draws a new mask from the host's
+//    new factor captures again (an f16 scale kept on the device, LossScaler::keep_on_device, is
+//    read there by the kernel and never changes the factor); dropout draws a new mask from the host's
 //    generator every step, which a graph would freeze, so --cuda-graph needs --dropout 0;
 //  - no host wait inside: the forward and backward have none (the gradient norm and AdamW stay
 //    outside, and a step's scalars are read, when it logs, from the trainer's own table).

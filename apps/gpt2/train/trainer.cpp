@@ -66,7 +66,9 @@ std::optional<StepResult> Trainer::train_step(double lr) {
       for (int64_t i = 0; i < cfg_.grad_accum; ++i) micro.push_back(batch_tensor(loader_->next(), Device::cpu()));
       return micro.size() == 1 ? micro[0] : concat(micro, 0);
     }();
-    graph_->run(batches, scaler_->scale(), [&](const Tensor& b, optim::StepReadback& rb) {
+    // The graph's key: the loss factor its kernels were captured with. A scale kept on the
+    // device is read there by the captured kernel, so the graph holds whatever it becomes.
+    graph_->run(batches, scaler_->on_device() ? 1.0 : scaler_->scale(), [&](const Tensor& b, optim::StepReadback& rb) {
       // One rank (check_graph_fits), so the backward hook would have nothing to reduce.
       for (int64_t i = 0; i < cfg_.grad_accum; ++i) micro_batch(slice(b, 0, 2 * i, 2 * i + 2), rb, false);
     });
@@ -83,7 +85,7 @@ std::optional<StepResult> Trainer::train_step(double lr) {
   }
   const profiler::PhaseGuard optimizer_phase(profiler::Phase::optimizer);
   if (deferred_) {
-    opt_->finish_step_on_device(cfg_.grad_clip, lr, row, kLoss);
+    opt_->finish_step_on_device(*scaler_, cfg_.grad_clip, lr, row, kLoss, loss_scale_slot());
     return std::nullopt;
   }
   optim::StepReadback& rb = graph_ ? graph_->readback() : row;
@@ -98,6 +100,7 @@ std::optional<StepResult> Trainer::train_step(double lr) {
   s.skipped = !s.finite;  // with f16 an overflow is routine: the scaler backs off and we go on
   if (s.finite) opt_->step(lr);
   scaler_->update(!grads_finite);
+  s.loss_scale = scaler_->scale();
   return s;
 }
 
@@ -114,6 +117,7 @@ StepResult Trainer::result_of(const std::vector<double>& v) const {
   s.stats.max_range.merge(stat(max_range_slot()));
   s.finite = std::isfinite(s.grad_norm) && std::isfinite(s.loss);
   s.skipped = !s.finite;
+  s.loss_scale = scaler_->enabled() ? v[size_t(loss_scale_slot())] : 1.0;  // after the step's update
   return s;
 }
 
@@ -170,7 +174,7 @@ void Trainer::log_step(int64_t step, const StepResult& s, double lr, double seco
   r.tokens_per_s = tokens / seconds;
   if (peak_ > 0) r.mfu = flops_per_token_ * r.tokens_per_s / peak_;
   r.mem_bytes = int64_t(memory_stats(device_).peak);
-  r.loss_scale = scaler_->scale();
+  r.loss_scale = s.loss_scale;
   r.skipped = s.skipped;
   r.elapsed_s = elapsed_;
   if (step % cfg_.log_every == 0 || step + 1 == cfg_.max_steps) log_->write(r);

@@ -30,7 +30,7 @@ namespace keel::app {
 
 // What one optimizer step left for the log: its loss, norm, statistics, and whether it was applied.
 struct StepResult {
-  double loss = 0, grad_norm = 0;
+  double loss = 0, grad_norm = 0, loss_scale = 1;  // loss_scale: f16's, after the step's update
   bool finite = true, skipped = false;
   StepStats stats;  // the attention statistics, merged over micro-batches and ranks
 };
@@ -84,15 +84,16 @@ class Trainer {
   double flops_per_token_ = 0, peak_ = 0, elapsed_ = 0;
   SpikeDetector spikes_{cfg_.spike_factor};  // on the losses of recent steps
   TrainResult result_;
-  // The step's scalars on the device until the gradient norm is read (optim/step_readback.h):
-  // the norm's slot, the loss, then max_logit and max_range (L * H each).
+  // The step's scalars on the device until they are read (optim/step_readback.h): the norm's
+  // slot, the loss, max_logit and max_range (L * H each), then the loss scale after the step.
   int64_t heads() const { return mcfg_.n_layer * mcfg_.n_head; }
   static constexpr int64_t kLoss = 1, kMaxLogit = 2;
   int64_t max_range_slot() const { return kMaxLogit + heads(); }
-  int64_t readback_slots() const { return kMaxLogit + 2 * heads(); }
+  int64_t loss_scale_slot() const { return kMaxLogit + 2 * heads(); }
+  int64_t readback_slots() const { return loss_scale_slot() + 1; }
 
-  // Steps taken but not yet reported. Where the optimizer decides on the device (one rank, no
-  // loss scaler), a step's scalars stay in its row of pending_scalars_ and the host reads all the
+  // Steps taken but not yet reported. Where the optimizer decides on the device (one rank), a
+  // step's scalars stay in its row of pending_scalars_ and the host reads all the
   // pending rows in one copy at the next step that logs, prints, validates, checkpoints or stops:
   // the only host wait of those steps. Elsewhere the optimizer has read them already, and each
   // step is reported at once.

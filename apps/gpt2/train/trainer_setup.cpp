@@ -110,7 +110,8 @@ void Trainer::build_optimizer() {
   scaler_ = std::make_unique<optim::LossScaler>(dtype_);
   if (cfg_.cuda_graph) graph_ = std::make_unique<StepGraph>(model_->parameters(), device_, readback_slots());
   // Steps between logged ones queue without the host waiting for the device (trainer.cpp).
-  deferred_ = opt_->decides_on_device(*scaler_);
+  deferred_ = opt_->decides_on_device();
+  if (deferred_) scaler_->keep_on_device(device_);  // f16's scale, read and updated there
   const int64_t capacity = deferred_ ? std::min<int64_t>(cfg_.log_every, kMaxPending) : 1;
   pending_scalars_ = zeros({capacity, readback_slots()}, {DType::f64, device_});
   schedule_ = {cfg_.lr, cfg_.min_lr, std::min(cfg_.warmup_steps, cfg_.max_steps), cfg_.max_steps};
