@@ -45,6 +45,25 @@ double syncs(const nlohmann::json& p, const std::string& phase) {
   return n;
 }
 
+// The run's train records by step.
+std::map<int64_t, app::MetricsRecord> train_records(const std::string& run_dir) {
+  std::map<int64_t, app::MetricsRecord> out;
+  for (auto& r : app::read_metrics(app::metrics_path(run_dir)))
+    if (r.kind == app::RecordKind::Train) out[r.step] = r;
+  return out;
+}
+
+// The two runs end with the same weights, bit for bit.
+void check_same_weights(const std::string& run_a, const std::string& run_b) {
+  const auto a = app::load_run_model(run_a), b = app::load_run_model(run_b);
+  const NamedTensors pa = a->named_parameters(), pb = b->named_parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    CAPTURE(pa[i].first);
+    CHECK(pa[i].second.to_vector<double>() == pb[i].second.to_vector<double>());
+  }
+}
+
 double top(const std::vector<std::vector<double>>& rows) {
   double m = 0;
   for (const auto& row : rows) m = std::max(m, *std::max_element(row.begin(), row.end()));
@@ -129,12 +148,9 @@ TEST_CASE("with --log-every N, the steps between reports queue without a host wa
   CHECK(readbacks == 1);
 
   // The logged steps (1, 9, ..., 73 and the last) log what the run that read every step logged.
-  std::map<int64_t, app::MetricsRecord> by_step;
-  for (auto& r : app::read_metrics(app::metrics_path(every.run_dir)))
-    if (r.kind == app::RecordKind::Train) by_step[r.step] = r;
+  const std::map<int64_t, app::MetricsRecord> by_step = train_records(every.run_dir);
   int64_t logged = 0;
-  for (auto& r : app::read_metrics(app::metrics_path(sparse.run_dir))) {
-    if (r.kind != app::RecordKind::Train) continue;
+  for (const auto& [step, r] : train_records(sparse.run_dir)) {
     CAPTURE(r.step);
     CHECK(((r.step - 1) % 8 == 0 || r.step == 80));
     const app::MetricsRecord& want = by_step.at(r.step);
@@ -146,14 +162,7 @@ TEST_CASE("with --log-every N, the steps between reports queue without a host wa
     ++logged;
   }
   CHECK(logged == 11);
-  // And the weights the two runs end with are the same bits.
-  const auto a = app::load_run_model(every.run_dir), b = app::load_run_model(sparse.run_dir);
-  const NamedTensors pa = a->named_parameters(), pb = b->named_parameters();
-  REQUIRE(pa.size() == pb.size());
-  for (size_t i = 0; i < pa.size(); ++i) {
-    CAPTURE(pa[i].first);
-    CHECK(pa[i].second.to_vector<double>() == pb[i].second.to_vector<double>());
-  }
+  check_same_weights(every.run_dir, sparse.run_dir);
 }
 
 TEST_CASE("an f16 run that decides its steps and loss scale on the GPU takes the steps the host decides") {
@@ -171,12 +180,9 @@ TEST_CASE("an f16 run that decides its steps and loss scale on the GPU takes the
   host.zero = 1;
   app::train(device);
   app::train(host);
-  std::map<int64_t, app::MetricsRecord> by_step;
-  for (auto& r : app::read_metrics(app::metrics_path(host.run_dir)))
-    if (r.kind == app::RecordKind::Train) by_step[r.step] = r;
+  const std::map<int64_t, app::MetricsRecord> by_step = train_records(host.run_dir);
   int64_t logged = 0;
-  for (auto& r : app::read_metrics(app::metrics_path(device.run_dir))) {
-    if (r.kind != app::RecordKind::Train) continue;
+  for (const auto& [step, r] : train_records(device.run_dir)) {
     CAPTURE(r.step);
     const app::MetricsRecord& want = by_step.at(r.step);
     CHECK(r.loss == want.loss);
@@ -188,10 +194,5 @@ TEST_CASE("an f16 run that decides its steps and loss scale on the GPU takes the
   }
   CHECK(logged == 4);  // steps 1, 3, 5 and the last
   // The same weights, bit for bit (the clip factors agree in the f32 the step reads them in).
-  const auto a = app::load_run_model(device.run_dir), b = app::load_run_model(host.run_dir);
-  const NamedTensors pa = a->named_parameters(), pb = b->named_parameters();
-  for (size_t i = 0; i < pa.size(); ++i) {
-    CAPTURE(pa[i].first);
-    CHECK(pa[i].second.to_vector<double>() == pb[i].second.to_vector<double>());
-  }
+  check_same_weights(device.run_dir, host.run_dir);
 }
