@@ -59,7 +59,7 @@ void for_each_field(TrainConfig& c, F&& f) {
   f("run_dir", c.run_dir, "run directory (config, metrics, checkpoints)");
   f("name", c.name, "label of the run in reports (default: the attention variant)");
   f("seed", c.seed, "seed of initialisation, data order and dropout");
-  f("log_every", c.log_every, "write a metrics line every N steps");
+  f("log_every", c.log_every, "write a metrics line every N steps (on one GPU the steps between never wait for it)");
   f("val_every", c.val_every, "evaluate on the validation split every N steps (0 = only at the end)");
   f("val_batches", c.val_batches, "validation batches per evaluation (0 = the whole split)");
   f("ckpt_every", c.ckpt_every, "checkpoint every N steps (0 = only at the end)");

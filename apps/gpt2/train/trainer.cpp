@@ -252,9 +252,10 @@ TrainResult Trainer::run() {
     const bool save = (cfg_.ckpt_every > 0 && (step_ + 1) % cfg_.ckpt_every == 0) || last || stop;
     const bool validate = (cfg_.val_every > 0 && (step_ + 1) % cfg_.val_every == 0) || last;
     // Report (and so wait for the device) only where the host needs the numbers: a step that
-    // logs or prints, one before a checkpoint or validation (a diverged run must stop before it
-    // saves), a stop, or a full table of pending steps.
-    const bool report = !deferred_ || step_ % cfg_.log_every == 0 || progress_line_due(step_) || save || validate ||
+    // logs, one before a checkpoint or validation (a diverged run must stop before it saves), a
+    // stop, or a full table of pending steps. Progress lines of the steps between are printed
+    // when they are reported.
+    const bool report = !deferred_ || step_ % cfg_.log_every == 0 || last || save || validate ||
                         static_cast<int64_t>(pending_.size()) == pending_scalars_.size(0);
     if (report) read_pending();
     step_profiler.end(step_);
