@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "apps/gpt2/infer/run_model.h"
+#include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/run/metrics.h"
 #include "apps/gpt2/train/trainer.h"
 #include "core/io.h"
@@ -195,4 +196,39 @@ TEST_CASE("an f16 run that decides its steps and loss scale on the GPU takes the
   CHECK(logged == 4);  // steps 1, 3, 5 and the last
   // The same weights, bit for bit (the clip factors agree in the f32 the step reads them in).
   check_same_weights(device.run_dir, host.run_dir);
+}
+
+TEST_CASE("a resume from a checkpoint of steps decided on the GPU continues bit-exactly: f16 and bf16") {
+  KEEL_REQUIRE_CUDA();
+  for (const char* dtype : {"f16", "bf16"}) {
+    CAPTURE(dtype);
+    // 8 steps, checkpoints at 4 and 8; steps 2-3 and 6-7 are never read before the checkpoint.
+    app::TrainConfig c = config(std::string("resume_straight_") + dtype, 2);
+    c.dtype = dtype;
+    c.max_steps = 8;
+    c.ckpt_every = 4;
+    c.log_every = 4;
+    c.profile = 0;
+    c.val_every = 0;
+    app::train(c);
+    // The same run stopped after its step-4 checkpoint: the step-8 one removed, then resumed.
+    const std::filesystem::path resumed = testing::scratch_dir(std::string("resume_again_") + dtype);
+    std::filesystem::remove_all(resumed);
+    std::filesystem::copy(c.run_dir, resumed, std::filesystem::copy_options::recursive);
+    std::filesystem::remove_all(*app::latest_checkpoint(resumed));
+    app::TrainConfig r = c;
+    r.run_dir = resumed.string();
+    r.resume = true;
+    app::train(r);
+    check_same_weights(c.run_dir, r.run_dir);
+    // And the optimizer's state: moments, step counts, the loss scaler.
+    const auto a = app::load_checkpoint(*app::latest_checkpoint(c.run_dir)).optimizer;
+    const auto b = app::load_checkpoint(*app::latest_checkpoint(r.run_dir)).optimizer;
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      CAPTURE(a[i].first);
+      CHECK(a[i].first == b[i].first);
+      CHECK(a[i].second.to_vector<double>() == b[i].second.to_vector<double>());
+    }
+  }
 }
