@@ -263,7 +263,8 @@ if [[ "${SKIP_TRAIN_KEEL:-0}" != "1" ]]; then
       --val-every 0 --val-batches 2 --ckpt-every 0 --keep-checkpoints 1
   done
   # --log-every 5: the steps between logged ones never wait for the device (docs/training.md), and a
-  # logged step's tokens/s is the mean over the 5 steps it reports.
+  # logged step's tokens/s is the mean over the 5 steps it reports; train_baseline.py below reads
+  # its loss every 5th step too.
   # metrics.jsonl of each run -> one summary line per run (median over logged steps >= TRAIN_SKIP).
   "$PY" - "$WORK/runs" "$OUT/train_keel.jsonl" "$TRAIN_SKIP" "${KEEL_RUNS[@]}" <<'EOF'
 import json, os, statistics, sys
@@ -311,11 +312,11 @@ if [[ "${SKIP_TRAIN_TORCH:-0}" != "1" ]]; then
   banner "train_baseline.py: PyTorch"
   # shellcheck disable=SC2086
   run_part train_baseline 150 "$PY" "$ROOT/apps/bench/train_baseline.py" --json "$OUT/train_torch.jsonl" \
-    $TORCH_STEPS --run gpt2-124m:mhsa:16:1024 --run paper:mhsa:32:2048 --run paper:ls:32:2048
+    $TORCH_STEPS --log-every 5 --run gpt2-124m:mhsa:16:1024 --run paper:mhsa:32:2048 --run paper:ls:32:2048
   if [[ "${TORCH_COMPILE:-1}" == "1" ]]; then
     # shellcheck disable=SC2086
     run_part train_baseline_compile 180 "$PY" "$ROOT/apps/bench/train_baseline.py" \
-      --json "$OUT/train_torch.jsonl" $TORCH_STEPS --compile --run gpt2-124m:mhsa:16:1024
+      --json "$OUT/train_torch.jsonl" $TORCH_STEPS --log-every 5 --compile --run gpt2-124m:mhsa:16:1024
   fi
 fi
 

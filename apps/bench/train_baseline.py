@@ -15,12 +15,15 @@ Attention:
         memory-efficient backend, which computes every (query, key) pair;
         --ls-impl flex uses a compiled FlexAttention block mask instead (block-sparse).
 Training step: bf16 autocast over fp32 master weights, fused AdamW (lr 6e-4, betas (0.9, 0.95),
-weight decay 0.1 on matrices, eps 1e-8), global-norm clip 1.0, loss.item() every step (as keel's
-trainer, which logs the loss every step). --compile wraps the model in torch.compile.
+weight decay 0.1 on matrices, eps 1e-8), global-norm clip 1.0, loss.item() every --log-every
+steps (default 1; as keel's trainer, which reads a step's scalars only when it logs it).
+--compile wraps the model in torch.compile.
 
-Timing: --warmup steps, then --steps timed steps, each between two synchronisations of a host
-clock, so it is the whole step, data included (random tokens drawn on the device). tokens/s is
-B*T / step time (median over the timed steps; the mean is in the JSON). MFU uses keel's FLOP
+Timing: --warmup steps, then --steps timed steps, in groups of --log-every steps between two
+synchronisations of a host clock (the group's loss.item() is its one wait), so it is the whole
+step, data included (random tokens drawn on the device); a step's time is its group's over the
+group's steps. tokens/s is B*T / step time (median over the timed groups; the mean is in the
+JSON). MFU uses keel's FLOP
 count (apps/gpt2/train/setup.cpp, train_flops_per_token, ported below): 3 x forward, forward =
 every matmul (2 FLOPs per MAC) + attention over the keys each head's window allows (4*D per key)
 + the lm_head; and keel's peak (peak_flops: 989 TFLOP/s bf16 dense for H100/H200, 312 for A100).
@@ -226,10 +229,11 @@ def run_one(torch, spec, args, emit):
                                 lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
         step_fn = torch.compile(model) if args.compile else model
         V = cfg["vocab_size"]
-        times, loss_v = [], float("nan")
-        for step in range(args.warmup + args.steps):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
+        times, loss_v, n, total = [], float("nan"), args.log_every, args.warmup + args.steps
+        for step in range(total):
+            if step % n == 0:  # a group's first step
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
             data = torch.randint(0, V, (B, T + 1), device="cuda")
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = step_fn(data[:, :-1], data[:, 1:])
@@ -237,11 +241,12 @@ def run_one(torch, spec, args, emit):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
-            loss_v = loss.item()
-            torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            if step >= args.warmup:
-                times.append(dt)
+            if (step + 1) % n == 0 or step + 1 == total:  # a group's last step: its one host wait
+                loss_v = loss.item()
+                torch.cuda.synchronize()
+                k = step % n + 1  # the group's steps
+                if step + 1 - k >= args.warmup:
+                    times.append((time.perf_counter() - t0) / k)
         times.sort()
         med = times[len(times) // 2] if len(times) % 2 else 0.5 * (times[len(times) // 2 - 1] + times[len(times) // 2])
         tps = B * T / med
@@ -267,11 +272,14 @@ def main():
     p.add_argument("--run", action="append", default=[], help="PRESET:ATTENTION:BATCH:SEQ_LEN (repeatable)")
     p.add_argument("--steps", type=int, default=30, help="timed steps")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps first (compilation, allocator warm-up)")
+    p.add_argument("--log-every", type=int, default=1, help="read the loss (one host wait) every N steps")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--ls-impl", choices=["masked", "flex"], default="masked")
     p.add_argument("--vocab", type=int, default=0, help="override the preset's vocabulary size")
     p.add_argument("--json", default="", help="append JSON lines here")
     args = p.parse_args()
+    if args.log_every < 1 or args.steps < args.log_every:
+        p.error("--log-every must be at least 1 and at most --steps")
     runs = args.run or ["gpt2-124m:mhsa:16:1024", "paper:mhsa:32:2048", "paper:ls:32:2048"]
 
     import torch
@@ -289,7 +297,7 @@ def main():
             out.flush()
 
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, bf16 autocast, "
-          f"{args.warmup} warm-up + {args.steps} timed steps, median step time")
+          f"{args.warmup} warm-up + {args.steps} timed steps, the loss read every {args.log_every}, median step time")
     for spec in runs:
         run_one(torch, spec, args, emit)
     if out:
