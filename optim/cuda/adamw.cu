@@ -204,8 +204,11 @@ void step_multi(std::vector<AdamWTensors>& items, const std::vector<int>* counte
   // the order changes no bits, only which launch an item rides in. Everything is checked before
   // the first launch, so a bad item updates nothing.
   std::map<std::tuple<int, int, int>, std::vector<std::pair<AdamWTensors*, int>>> groups;
-  if (gate && counter->size() != items.size())
-    throw ShapeError("AdamW::step_gated", "expected a step-count entry per parameter");
+  const int gate_dev = gate && gate->counts.defined() ? gate->counts.device().index : -1;
+  if (gate) {
+    check_gate(*gate, gate_dev);
+    if (counter->size() != items.size()) throw ShapeError("AdamW::step_gated", "expected a step-count entry per parameter");
+  }
   for (size_t i = 0; i < items.size(); ++i) {
     AdamWTensors& it = items[i];
     checked_master(it.param, it.grad, it.m, it.v, it.master);
@@ -214,11 +217,10 @@ void step_multi(std::vector<AdamWTensors>& items, const std::vector<int>* counte
     if (it.s.beta1 != s0.beta1 || it.s.beta2 != s0.beta2 || it.s.eps != s0.eps || it.s.grad_scale != s0.grad_scale)
       throw ValueError("adamw_step", "one step's parameters must share beta1, beta2, eps and grad_scale");
     if (it.param.numel() == 0) continue;
-    if (gate) {
-      check_gate(*gate, it.param.device().index);
-      if ((*counter)[i] < 0 || (*counter)[i] >= gate->counts.numel())
-        throw ShapeError("AdamW::step_gated", "a step-count entry is outside the counts");
-    }
+    if (gate && it.param.device().index != gate_dev)
+      throw DeviceError("AdamW::step_gated", "a parameter is on another GPU than the step's control");
+    if (gate && ((*counter)[i] < 0 || (*counter)[i] >= gate->counts.numel()))
+      throw ShapeError("AdamW::step_gated", "a step-count entry is outside the counts");
     groups[{it.param.device().index, int(it.param.dtype()), int(it.grad.dtype())}].push_back({&it, gate ? (*counter)[i] : 0});
   }
   GateArgs args{};
@@ -269,7 +271,7 @@ void adamw_step_multi_gated(std::vector<AdamWTensors>& items, const std::vector<
 }
 
 void adamw_decide(AdamWGate& gate) {
-  const int dev = gate.counts.device().index;
+  const int dev = gate.counts.defined() ? gate.counts.device().index : -1;
   check_gate(gate, dev);
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
   keel::cuda::launch_kernel(decide_kernel, 1, kThreads, 0, ::keel::cuda::detail::stream(dev),
