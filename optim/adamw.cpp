@@ -142,11 +142,15 @@ cuda::AdamWTensors AdamW::prepare(const std::string& name, Tensor& param, const 
   return item;
 }
 
-// The step size and bias correction of a parameter's step t (from 1). The gated step's tables
-// hold the same two denominators (optim/adamw_gated.cpp), so the device divides what this divides.
+std::pair<double, double> AdamW::bias_denominators(int64_t t) const {
+  return {1.0 - std::pow(opt_.beta1, double(t)), std::sqrt(1.0 - std::pow(opt_.beta2, double(t)))};
+}
+
+// The step size and bias correction of a parameter's step t (from 1).
 void AdamW::set_bias_correction(AdamWScalars& s, int64_t t) const {
-  s.step_size = opt_.lr / (1.0 - std::pow(opt_.beta1, double(t)));
-  s.bc2_sqrt = std::sqrt(1.0 - std::pow(opt_.beta2, double(t)));
+  const auto [bc1, bc2_sqrt] = bias_denominators(t);
+  s.step_size = opt_.lr / bc1;
+  s.bc2_sqrt = bc2_sqrt;
 }
 
 bool AdamW::is_decayed(const std::string& name) const {

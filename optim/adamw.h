@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/named_tensors.h"
@@ -114,6 +115,9 @@ class AdamW {
     int64_t steps = 0;
   };
   cuda::AdamWTensors prepare(const std::string& name, Tensor& param, const Tensor& grad, const Slot& slot) const;
+  // The two denominators of step t's bias correction (from 1): 1 - b1^t and sqrt(1 - b2^t), in
+  // f64 on the host. The host's step divides by them, and so does the gated step's table.
+  std::pair<double, double> bias_denominators(int64_t t) const;
   void set_bias_correction(AdamWScalars& s, int64_t t) const;
 
   // step_gated on a GPU keeps the step counts on the device, where the decision to apply a step

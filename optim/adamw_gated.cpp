@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "core/factory.h"
 #include "ops/op_costs.h"
@@ -69,9 +70,7 @@ void AdamW::step_gated(double lr, double max_norm, const Tensor& scalars, int64_
   DeviceSteps& d = device_steps_;
   const size_t n = params_.size();
   if (!d.live) {  // the host's counts go to the device, which keeps them from here on
-    std::vector<int64_t> counts;
-    for (const Slot& s : slots_) counts.push_back(s.steps);
-    counts.push_back(steps_);
+    const std::vector<int64_t> counts = step_counts();
     d.bound = *std::max_element(counts.begin(), counts.end());
     d.counts = from_vector<int64_t>(counts, {static_cast<int64_t>(n + 1)}).to(device);
     if (!d.control.defined()) d.control = zeros({2}, {DType::f64, device});
@@ -88,10 +87,7 @@ void AdamW::step_gated(double lr, double max_norm, const Tensor& scalars, int64_
   if (!d.bc1.defined() || d.bc1.numel() <= d.bound) {  // doubling: a handful of uploads per run
     const int64_t len = std::max<int64_t>(1024, 2 * (d.bound + 1));
     std::vector<double> bc1(size_t(len), 1.0), bc2(size_t(len), 1.0);
-    for (int64_t t = 1; t < len; ++t) {
-      bc1[size_t(t)] = 1.0 - std::pow(opt_.beta1, double(t));
-      bc2[size_t(t)] = std::sqrt(1.0 - std::pow(opt_.beta2, double(t)));
-    }
+    for (int64_t t = 1; t < len; ++t) std::tie(bc1[size_t(t)], bc2[size_t(t)]) = bias_denominators(t);
     d.bc1 = from_vector<double>(bc1, {len}).to(device);
     d.bc2_sqrt = from_vector<double>(bc2, {len}).to(device);
   }

@@ -19,16 +19,21 @@ ReplicatedAdamW::~ReplicatedAdamW() = default;
 
 std::unique_ptr<GradReadyHookGuard> ReplicatedAdamW::backward_hook() { return sync_.hook(); }
 
-double ReplicatedAdamW::finish_gradients(LossScaler& scaler, double max_norm, StepReadback* readback) {
+std::vector<Tensor> ReplicatedAdamW::reduce_and_unscale(LossScaler& scaler, double max_norm) {
   adamw_.zero_unreached_gradients();  // zeros to average, as another rank may have reached them
   sync_.finish();                     // every gradient is now the mean over ranks
-  const std::vector<Tensor> params = adamw_.param_tensors();
+  std::vector<Tensor> params = adamw_.param_tensors();
   // Divided as unscale_ divides, without its finiteness pass (a read of the device): the norm
-  // below is inf or NaN exactly when some gradient is. One launch per 48 gradients on a GPU.
-  if (scaler.scale() != 1.0) scale_all_(gradients_of(params), 1.0 / scaler.scale());
+  // is inf or NaN exactly when some gradient is. One launch per 48 gradients on a GPU.
+  scaler.unscale_in_step(gradients_of(params));
+  if (max_norm > 0) check_max_norm(max_norm);  // a bad max_norm fails before the norm's work
+  return params;
+}
+
+double ReplicatedAdamW::finish_gradients(LossScaler& scaler, double max_norm, StepReadback* readback) {
+  const std::vector<Tensor> params = reduce_and_unscale(scaler, max_norm);
   // The clip's factor goes into step(): AdamW reads each gradient times it, rounded as
   // scale_all_ would have written it, and no pass over the gradients scales them first.
-  if (max_norm > 0) check_max_norm(max_norm);  // a bad max_norm fails before the norm's work
   const double norm = grad_norm(params, readback);
   clip_ = max_norm > 0 ? clip_coefficient(norm, max_norm) : 1.0;
   return norm;
@@ -50,11 +55,7 @@ void ReplicatedAdamW::finish_step_on_device(LossScaler& scaler, double max_norm,
     throw ConfigError("finish_step_on_device", "each of the " + std::to_string(world_) +
                                                    " ranks holds its own loss until the host averages them",
                       "call finish_gradients and step");
-  adamw_.zero_unreached_gradients();
-  sync_.finish();  // one rank: nothing to average
-  if (max_norm > 0) check_max_norm(max_norm);
-  const std::vector<Tensor> params = adamw_.param_tensors();
-  scaler.unscale_in_step(gradients_of(params));  // finish_gradients' division, the divisor read on the device
+  const std::vector<Tensor> params = reduce_and_unscale(scaler, max_norm);  // the divisor read on the device
   grad_sum_of_squares(params, readback);
   adamw_.step_gated(lr, max_norm, readback.buffer(), StepReadback::kGradSumSq, loss_slot);
   scaler.update_in_step(readback.buffer(), StepReadback::kGradSumSq, scale_slot);

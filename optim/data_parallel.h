@@ -95,6 +95,10 @@ class ReplicatedAdamW final : public DataParallelOptimizer {
   std::string summary() const override { return ""; }
 
  private:
+  // Both finishes' first part: every gradient reduced over the ranks and divided by the loss
+  // scale, max_norm checked. Returns the parameters.
+  std::vector<Tensor> reduce_and_unscale(LossScaler& scaler, double max_norm);
+
   AdamW adamw_;
   GradBucketer sync_;
   double clip_ = 1.0;  // the factor of the last finish_gradients' clip, applied by step()

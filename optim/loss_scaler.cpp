@@ -61,22 +61,18 @@ Tensor scale_by_state(const Tensor& x, const Tensor& state, double factor) {
 }
 }  // namespace
 
-double LossScaler::scale() const {
-  if (!enabled_) return 1.0;
-  return on_device_ ? device_state_.to_vector<double>()[0] : cur_scale_;
+std::vector<double> LossScaler::current() const {
+  if (on_device_) return device_state_.to_vector<double>();
+  return {cur_scale_, double(tracker_), double(skipped_)};
 }
 
-int64_t LossScaler::skipped_steps() const {
-  return on_device_ ? static_cast<int64_t>(device_state_.to_vector<double>()[2]) : skipped_;
-}
-
-int64_t LossScaler::growth_tracker() const {
-  return on_device_ ? static_cast<int64_t>(device_state_.to_vector<double>()[1]) : tracker_;
-}
+double LossScaler::scale() const { return enabled_ ? current()[0] : 1.0; }
+int64_t LossScaler::growth_tracker() const { return static_cast<int64_t>(current()[1]); }
+int64_t LossScaler::skipped_steps() const { return static_cast<int64_t>(current()[2]); }
 
 void LossScaler::keep_on_device(Device device) {
   if (!enabled_ || !device.is_cuda()) return;
-  const Tensor host = from_vector<double>({cur_scale_, double(tracker_), double(skipped_)}, {3});
+  const Tensor host = from_vector<double>(current(), {3});
   // Into the same buffer when there is one: a captured CUDA graph reads the scale at its address.
   if (device_state_.defined() && device_state_.device() == device) copy_(device_state_, host);
   else device_state_ = host.to(device);
@@ -85,7 +81,7 @@ void LossScaler::keep_on_device(Device device) {
 
 void LossScaler::settle() {
   if (!on_device_) return;
-  const std::vector<double> v = device_state_.to_vector<double>();
+  const std::vector<double> v = current();
   cur_scale_ = v[0], tracker_ = static_cast<int64_t>(v[1]), skipped_ = static_cast<int64_t>(v[2]);
   on_device_ = false;
 }
@@ -158,9 +154,10 @@ void LossScaler::update(bool found_inf) {
 }
 
 NamedTensors LossScaler::state() const {
-  return {{"scale", from_vector<double>({on_device_ ? scale() : cur_scale_}, {})},
-          {"growth_tracker", from_vector<int64_t>({growth_tracker()}, {})},
-          {"skipped_steps", from_vector<int64_t>({skipped_steps()}, {})}};
+  const std::vector<double> v = current();  // one read when the state is on the device
+  return {{"scale", from_vector<double>({v[0]}, {})},
+          {"growth_tracker", from_vector<int64_t>({static_cast<int64_t>(v[1])}, {})},
+          {"skipped_steps", from_vector<int64_t>({static_cast<int64_t>(v[2])}, {})}};
 }
 
 void LossScaler::load_state(const NamedTensors& state) {
@@ -183,7 +180,10 @@ void LossScaler::load_state(const NamedTensors& state) {
   cur_scale_ = scale;
   tracker_ = static_cast<int64_t>(tracker);
   skipped_ = static_cast<int64_t>(skipped);
-  if (on_device_) keep_on_device(device_state_.device());  // the loaded state replaces the device's
+  if (on_device_) {  // the loaded state replaces the device's
+    on_device_ = false;
+    keep_on_device(device_state_.device());
+  }
 }
 
 }  // namespace keel::optim

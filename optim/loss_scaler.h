@@ -82,6 +82,7 @@ class LossScaler {
   int64_t skipped_ = 0;
   bool on_device_ = false;
   Tensor device_state_;  // (3) f64 [scale, tracker, skipped] while on_device_
+  std::vector<double> current() const;  // [scale, tracker, skipped]: the device's while on_device_
   void settle();         // the device's state back into the members, before the host changes them
 };
 

@@ -106,8 +106,8 @@ __global__ void adamw_multi_kernel(AdamWTable<C> table) {
   k.step_size = table.step_size[j];
   k.bc2_sqrt = table.bc2_sqrt[j];
   if (const double* control = table.gate.control) {
-    // The step the host would have taken once it read the scalars: AdamW::prepare's f64
-    // arithmetic on the same values, from the tables the host computed.
+    // The step the host would have taken once it read the scalars: AdamW::set_bias_correction's
+    // f64 division by the denominators the host computed (AdamW::bias_denominators).
     if (control[0] == 0.0) return;  // not applied: a non-finite loss or gradient
     const int64_t t = table.gate.counts[table.counter[j]];
     k.step_size = C(table.gate.lr / table.gate.bc1[t]);
