@@ -47,14 +47,38 @@ struct AdamWCoeffs {
         grad_scale32(float(s.grad_scale)), grad_scale64(s.grad_scale) {}
 };
 
+#ifdef __CUDA_ARCH__
+// On the GPU each rounding is spelled out. nvcc fuses a product into a following sum (an FMA),
+// and in `b1 m + (1 - b1) g` either product can be the fused one: on an H100 the multi-tensor
+// kernel and the per-tensor one chose differently, so one step gave f32 and f64 parameters
+// different bits depending on the kernel. Intrinsics are never fused, so every kernel that calls
+// adamw_update rounds the same way.
+__device__ inline float adamw_mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double adamw_mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ inline float adamw_fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+__device__ inline double adamw_fma(double a, double b, double c) { return __fma_rn(a, b, c); }
+__device__ inline float adamw_div(float a, float b) { return __fdiv_rn(a, b); }
+__device__ inline double adamw_div(double a, double b) { return __ddiv_rn(a, b); }
+__device__ inline float adamw_add(float a, float b) { return __fadd_rn(a, b); }
+__device__ inline double adamw_add(double a, double b) { return __dadd_rn(a, b); }
+#endif
+
 // w (master weight), m, v updated in place from gradient g.
 template <typename C>
 KEEL_HD inline void adamw_update(C g, C& w, C& m, C& v, const AdamWCoeffs<C>& k) {
+#ifdef __CUDA_ARCH__
+  w = adamw_mul(w, k.decay);
+  m = adamw_fma(k.beta1, m, adamw_mul(k.one_minus_beta1, g));
+  v = adamw_fma(k.beta2, v, adamw_mul(adamw_mul(k.one_minus_beta2, g), g));
+  const C denom = adamw_add(adamw_div(adamw_sqrt(v), k.bc2_sqrt), k.eps);
+  w = adamw_fma(-k.step_size, adamw_div(m, denom), w);
+#else
   w = w * k.decay;
   m = k.beta1 * m + k.one_minus_beta1 * g;
   v = k.beta2 * v + k.one_minus_beta2 * g * g;
   C denom = adamw_sqrt(v) / k.bc2_sqrt + k.eps;
   w = w - k.step_size * (m / denom);
+#endif
 }
 
 }  // namespace keel::optim
