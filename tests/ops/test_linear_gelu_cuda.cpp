@@ -2,8 +2,10 @@
 // f16, the same rounded inputs, outputs poisoned, the worst row's relative error), on the fused
 // path (one cublasLtMatmul with the GELU epilogue, and the pre-activation as its aux output when
 // a gradient is wanted) and on the fallback (linear then gelu), each forced by the operands and
-// told apart by the launches it makes. On the emulated GPU this runs the emulated cuBLASLt's
-// GELU epilogues; on a GPU it checks that cuBLASLt's GELU is keel's tanh form (ops/cuda/linear_gelu.cu).
+// told apart by the launches it makes. f32 always takes the fallback: the epilogue's GELU is not
+// exact enough for f32's parity (ops/cuda/linear_gelu.cu). On the emulated GPU this runs the
+// emulated cuBLASLt's GELU epilogues; on a GPU it checks that cuBLASLt's GELU is keel's tanh form
+// to bf16's and f16's tolerance.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -92,7 +94,7 @@ TEST_CASE("cuda linear_gelu: the fused path is one library call and no kernel, t
       CAPTURE(grad);
       const cuda::Counters f = forward_counts(x, w, b, dt, grad);
       CHECK(f.library_calls == 1);
-      CHECK(f.launches == 0);
+      CHECK(f.launches == (dt == DType::f32 ? 1 : 0));  // f32: linear, then keel's gelu kernel
       CHECK(f.copies == 0);
     }
     // N = 36, not a multiple of 8, with a gradient: linear (the bias in its epilogue), then gelu.
