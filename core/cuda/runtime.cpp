@@ -124,18 +124,23 @@ void synchronize(int index) {
 }
 
 namespace {
-// Uploads up to 1 MB (a training batch, a prompt's ids) go through one of two pinned slots per
+// Uploads up to 1 MB (a training batch, a prompt's ids) go through a ring of pinned slots per
 // device and are not waited for: the caller's buffer is copied into the slot at once, so it may
 // be freed on return, and the DMA from the slot is ordered on the stream like a kernel. A slot
-// is reused once the event after its last copy has passed, which it almost always has (the copy
-// two uploads back); when it has not, that wait is the host synchronisation counted. A copy
-// from pageable memory would instead wait for everything queued before it, so the upload of a
-// step's batch stalled the host until the previous step's optimizer had finished on the GPU.
+// is reused once the event after its last copy has passed; when it has not, that wait is the
+// host synchronisation counted. A copy from pageable memory would instead wait for everything
+// queued before it, so the upload of a step's batch stalled the host until the previous step's
+// optimizer had finished on the GPU. Sixteen slots: with two, an H100 busy with other work made
+// a training step between logged ones wait for an upload one step back (a step uploads its
+// inputs and targets; --log-every N lets the host run up to N steps ahead). With sixteen it can
+// be eight such steps ahead before it waits, and the slots are allocated as it gets there (at
+// most 16 MB of pinned memory per device).
 constexpr size_t kStageBytes = size_t{1} << 20;
 constexpr int kMaxStageDevices = 64;
+constexpr int kStageSlots = 16;
 struct UploadStage {
-  void* slot[2] = {};
-  cudaEvent_t done[2] = {};
+  void* slot[kStageSlots] = {};
+  cudaEvent_t done[kStageSlots] = {};
   int next = 0;
 };
 std::mutex g_stage_mu[kMaxStageDevices];
@@ -145,7 +150,7 @@ UploadStage g_stage[kMaxStageDevices];  // never freed, as the pinned read buffe
 void* free_upload_slot(int device, cudaEvent_t* done) {
   UploadStage& st = g_stage[device];
   const int i = st.next;
-  st.next ^= 1;
+  st.next = (st.next + 1) % kStageSlots;
   if (!st.slot[i]) {
     KEEL_CHECK_CUDA(cudaHostAlloc(&st.slot[i], kStageBytes, cudaHostAllocPortable));
     int current = 0;
