@@ -127,6 +127,11 @@ std::string table(const Profile& p, size_t max_rows) {
                        ms(s.step_device_us), ms(s.step_busy_us),
                        s.step_host_us > s.step_busy_us ? "launch-bound (the GPU waits for the host)"
                                                        : "device-bound");
+    // What the emulated GPU would have predicted for this step: how far the roofline is off here.
+    if (s.step_predicted_us > 0)
+      out += fmt::format("predicted {} step: device {} ms, {:.2f}x the measured ops' {} ms\n",
+                         gpu_model(p.options.gpu).name, ms(s.step_predicted_us),
+                         s.step_predicted_us / std::max(s.step_busy_us, 1e-9), ms(s.step_busy_us));
   } else {
     out += fmt::format("step: {} ms wall, of which {} ms in recorded ops\n", ms(s.step_host_us), ms(s.step_busy_us));
   }
