@@ -120,6 +120,7 @@ __global__ void embedding_place_kernel(const I* __restrict__ ids, int64_t N, int
 // g (N, C) -> gw (V, C): gw[v] += the sum of those rows of g. One block per id with positions,
 // threads across the C columns (coalesced row reads). At most 256 threads; 8 blocks of them per
 // SM (32 registers) keep the row reads in flight.
+constexpr int kSumUnroll = 8;
 template <typename T>
 __global__ void __launch_bounds__(256, 8)
     embedding_backward_kernel(const T* __restrict__ g, const int64_t* __restrict__ starts,
@@ -129,8 +130,20 @@ __global__ void __launch_bounds__(256, 8)
     if (begin == end) continue;
     T* dst = gw + v * C;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      // Eight rows' loads issued before their adds: a frequent token's bucket holds thousands of
+      // positions, and with one load after another its block waited on memory latency for each
+      // (on an H100 the embedding backward was 2.6 ms of the paper model's 19 ms step, where its
+      // bytes take 0.06). The adds keep position order, so the bits are the CPU's, as before.
       float acc = 0.0f;
-      for (int64_t k = begin; k < end; ++k) acc += to_f32(g[order[k] * C + c]);
+      int64_t k = begin;
+      for (; k + kSumUnroll <= end; k += kSumUnroll) {
+        float row[kSumUnroll];
+#pragma unroll
+        for (int j = 0; j < kSumUnroll; ++j) row[j] = to_f32(g[order[k + j] * C + c]);
+#pragma unroll
+        for (int j = 0; j < kSumUnroll; ++j) acc += row[j];
+      }
+      for (; k < end; ++k) acc += to_f32(g[order[k] * C + c]);
       dst[c] = from_f32<T>(to_f32(dst[c]) + acc);
     }
   }
