@@ -260,7 +260,13 @@ def run_anchor(a, anchor, ref, keel, prompt, versions):
             print(f"    {f}", flush=True)
     for d in decodes:
         B, L = d["B"], d["context"]
-        warmup = 3 + anchor.extra_warmup
+        # keel sizes the model for its own 3 warm-up steps (--seq-len: what the benchmark needs), so
+        # the compiled anchor's extra ones come out of the positions left: past the model's
+        # length they would index beyond its position table (a device-side assert on a GPU).
+        warmup = min(3 + anchor.extra_warmup, cfg.n_positions - L - steps)
+        if warmup < 3:
+            raise AnchorError(f"context {L} + {steps} steps leaves the {cfg.n_positions}-position model "
+                              "no room for warm-up steps: give gpt2 bench-sample a longer --seq-len")
         cache = anchor.new_cache(B, L + warmup + steps)
         anchor.fill_random(cache, B, L)
         if dev.type == "cuda":
