@@ -21,6 +21,12 @@
 // the last one down keeps the waits short: key tile kt reaches query tile qt after kt - 1 did,
 // one tile behind it, instead of after all of key tile 0's other work. The price is that wait
 // plus a __syncthreads per tile, and the f32 buffer (B*H*T*D*4 bytes) with its final pass.
+// With keel::set_deterministic(false) (core/determinism.h; `gpt2 train --deterministic 0`) the
+// unordered kernel runs instead: the key tiles add as they finish, FlashAttention-2's way, with
+// no flag and no wait, and dQ's rounding depends on the order the blocks ran in. On an H100 the
+// backward took 6-7x the forward where FlashAttention-2's takes 3-4x; `bench_attention
+// --nondeterministic` measures how much of that the ordering costs.
+#include "core/determinism.h"
 #include "core/factory.h"
 #include "ops/cuda/attention_mma.cuh"
 
@@ -89,12 +95,14 @@ __device__ __forceinline__ void probs_and_dlogits(float (&s)[kS][4], float (&dp)
 // [kBc kt, kBc kt + kBc) of pair bh and output columns [kOut z, kOut z + kOut). Warp w owns keys
 // 16w..16w+15 (the rows of its S^T); lane (g, t) holds keys g and g + 8 and queries 8n + 2t,
 // 8n + 2t + 1.
-template <typename T, int Dk, bool kPlain>
-__global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
-    attention_mma_backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                                  const T* __restrict__ dout, const float* __restrict__ lse,
-                                  const float* __restrict__ dvec, float* __restrict__ dq_accum, int* __restrict__ flags,
-                                  T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
+// kOrdered: the dQ adds in key-tile order (the default), or as the key tiles finish
+// (keel::set_deterministic(false)); the two kernels below.
+template <typename T, int Dk, bool kPlain, bool kOrdered>
+__device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T* __restrict__ k,
+                                               const T* __restrict__ v, const T* __restrict__ dout,
+                                               const float* __restrict__ lse, const float* __restrict__ dvec,
+                                               float* __restrict__ dq_accum, int* __restrict__ flags,
+                                               T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
   using F = MmaBwd<Dk>;
   constexpr int kBr = F::kBr, kBc = F::kBc, kThreads = F::kThreads;
   constexpr int kS = kBr / 8, kO = F::kOut / 8, kK = Dk / 16, kN = F::kShare / 8;  // n-blocks: S^T, dK/dV, dQ
@@ -250,8 +258,10 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
     // The flag counts the key tiles that have added to this query tile; those below kt that see
     // it are exactly [first key tile of qt, kt), so kt's turn comes at that count.
     int* const flag = flags + (static_cast<int64_t>(bh) * F::kSplit + blockIdx.z) * nq + qt;
-    if (threadIdx.x == 0) ptx::spin_wait_equal(flag, kt - key_tiles_for_query_tile(qt, kBr, kBc, T_len, w).begin);
-    __syncthreads();  // the lower key tiles' shares of this query tile are all in
+    if constexpr (kOrdered) {
+      if (threadIdx.x == 0) ptx::spin_wait_equal(flag, kt - key_tiles_for_query_tile(qt, kBr, kBc, T_len, w).begin);
+      __syncthreads();  // the lower key tiles' shares of this query tile are all in
+    }
     // Row g, columns 2t, 2t + 1 of each n-block of the share (rows g + 8: 8 D further), one
     // address: fewer live registers than an offset per add, which at D = 256 was a 32-byte spill.
     float* const dq_row = dq_accum + base + static_cast<int64_t>(q0 + m0 + g) * D + d0 + 2 * t;
@@ -262,7 +272,7 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
       for (int e = 0; e < 4; ++e)
         if (q0 + m0 + g + 8 * (e >> 1) < T_len) atomicAdd(dq_row + 8 * (e >> 1) * D + 8 * d + (e & 1), dq[d][e]);
     }
-    handed = flag;
+    if constexpr (kOrdered) handed = flag;
   }
   __syncthreads();  // the last adds are in, and no warp reads K or V any more
   if (handed && threadIdx.x == 0) {
@@ -290,6 +300,26 @@ __global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
     *reinterpret_cast<uint4*>(dv + static_cast<int64_t>(first + r) * dims.dv.t + col) =
         *reinterpret_cast<const uint4*>(Vs + Swizzle<Dk>::offset(r0 + r, col));
   }
+}
+
+template <typename T, int Dk, bool kPlain>
+__global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
+    attention_mma_backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                  const T* __restrict__ dout, const float* __restrict__ lse,
+                                  const float* __restrict__ dvec, float* __restrict__ dq_accum, int* __restrict__ flags,
+                                  T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
+  backward_tiles<T, Dk, kPlain, true>(q, k, v, dout, lse, dvec, dq_accum, flags, dk, dv, dims);
+}
+
+// The same with the dQ adds in any order: no flag waited for or handed on.
+template <typename T, int Dk, bool kPlain>
+__global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
+    attention_mma_backward_unordered_kernel(const T* __restrict__ q, const T* __restrict__ k,
+                                            const T* __restrict__ v, const T* __restrict__ dout,
+                                            const float* __restrict__ lse, const float* __restrict__ dvec,
+                                            float* __restrict__ dq_accum, int* __restrict__ flags,
+                                            T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
+  backward_tiles<T, Dk, kPlain, false>(q, k, v, dout, lse, dvec, dq_accum, flags, dk, dv, dims);
 }
 
 // Shapes: dq_accum (B, H, T, D) f32 packed -> dq (B, H, T, D) in T at dims.dq, times scale; 8
@@ -339,10 +369,12 @@ void attention_mma_backward(const Tensor& q_in, const Tensor& k, const Tensor& v
                        static_cast<int*>(flags.raw_data()), static_cast<E*>(dk.raw_data()),
                        static_cast<E*>(dv.raw_data()), dims);
       };
+      const bool ordered = deterministic();
       if (dims.softcap == 0.0f)  // the usual logit: probs_and_dlogits
-        launch(attention_mma_backward_kernel<E, HD, true>);
+        launch(ordered ? attention_mma_backward_kernel<E, HD, true> : attention_mma_backward_unordered_kernel<E, HD, true>);
       else
-        launch(attention_mma_backward_kernel<E, HD, false>);
+        launch(ordered ? attention_mma_backward_kernel<E, HD, false>
+                       : attention_mma_backward_unordered_kernel<E, HD, false>);
       const int64_t n8 = dq.numel() / 8;
       launch_threads(dq_convert_kernel<E>, dim3(static_cast<unsigned>((n8 + 255) / 256)), 256, 0, dev,
                      static_cast<const float*>(dq_accum.raw_data()), static_cast<E*>(dq.raw_data()), n8,

@@ -22,6 +22,7 @@
 
 #include "attention_cuda_check.h"
 #include "core/autograd.h"
+#include "core/determinism.h"
 #include "core/factory.h"
 #include "ops/cuda/attention_tiles.h"
 #include "ops/shape.h"
@@ -253,6 +254,39 @@ TEST_CASE("CUDA attention statistics: a NaN logit shows in its head only, and th
     const Grads b = cuda_run(q.to(dt), k.to(dt), v.to(dt), v.to(dt), window, scale, 0);
     const std::vector<std::pair<Tensor, Tensor>> runs = {{a.out, b.out}, {a.dq, b.dq}, {a.dk, b.dk}, {a.dv, b.dv}};
     for (const auto& [x, y] : runs) CHECK(x.to_vector<double>() == y.to_vector<double>());
+  }
+}
+
+TEST_CASE("CUDA attention backward with set_deterministic(false): dQ added in any order, the same gradients to rounding") {
+  KEEL_REQUIRE_CUDA();
+  Generator gen(710);
+  // T 300: five query tiles of 64, three key tiles of 128, so a query tile gets dQ shares from
+  // several key tiles, the adds the deterministic kernel orders; an MHSA head and a local one.
+  // (The emulated GPU runs blocks in index order, so there both kernels add in the same order;
+  // on a GPU the unordered one's dQ may differ from the ordered one's in the last bits.)
+  const Tensor q = randn({1, 2, 300, 64}, gen), k = randn({1, 2, 300, 64}, gen), v = randn({1, 2, 300, 64}, gen),
+               g = randn({1, 2, 300, 64}, gen);
+  const std::vector<int64_t> window{0, 100};
+  const double scale = 1 / std::sqrt(64.0);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(dt));
+    const Grads ref = cpu_reference(q.to(dt), k.to(dt), v.to(dt), g.to(dt), window, scale, 0);
+    REQUIRE(deterministic());
+    const Grads ordered = cuda_run(q.to(dt), k.to(dt), v.to(dt), g.to(dt), window, scale, 0);
+    Grads any_order;
+    {
+      const DeterministicGuard off(false);
+      CHECK_FALSE(deterministic());
+      any_order = cuda_run(q.to(dt), k.to(dt), v.to(dt), g.to(dt), window, scale, 0);
+    }
+    CHECK(deterministic());  // the guard restored the default
+    const double tol = tolerance(dt);
+    check_close("dq", any_order.dq, ref.dq, tol);
+    check_close("dk", any_order.dk, ref.dk, tol);
+    check_close("dv", any_order.dv, ref.dv, tol);
+    // dK and dV do not depend on the order of dQ's adds.
+    CHECK(any_order.dk.to_vector<double>() == ordered.dk.to_vector<double>());
+    CHECK(any_order.dv.to_vector<double>() == ordered.dv.to_vector<double>());
   }
 }
 
