@@ -37,6 +37,9 @@
 //   bench_attention [--json PATH] [--dims 32,64,128] [--seqs 1024,2048,4096,8192,16384]
 //                   [--patterns mhsa,ls_w50,ls_w100,local_w50] [--rows 2097152] [--batch 0] [--heads 6]
 //                   [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2] [--op]
+//                   [--nondeterministic]
+// --nondeterministic times the backward with its dQ adds in any order (keel::set_deterministic,
+// core/determinism.h), against the default's ordered adds: impl "keel-nondet" in the JSON.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -53,6 +56,7 @@
 #include "core/autograd.h"
 #include "core/cuda/check.h"
 #include "core/cuda/runtime.h"
+#include "core/determinism.h"
 #include "core/factory.h"
 #include "core/random.h"
 #include "ops/attention.h"
@@ -73,7 +77,13 @@ struct BenchOptions {
   double budget_ms = 300;
   int min_reps = 3, max_reps = 50, warmup = 2;
   bool op = false;
+  bool nondeterministic = false;  // the backward's dQ added in any order (core/determinism.h)
 };
+
+// The JSON's impl: "keel" or "keel-op" (--op), "-nondet" added for --nondeterministic.
+std::string impl_of(const BenchOptions& o) {
+  return std::string(o.op ? "keel-op" : "keel") + (o.nondeterministic ? "-nondet" : "");
+}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -182,7 +192,7 @@ void bench_config(const BenchOptions& o, int64_t D, int64_t T, int64_t B, Genera
   Tensor qkv, dout_packed;
   if (o.op) qkv = randn({B, T, 3 * H * D}, gen, bf16), dout_packed = randn({B, T, H * D}, gen, bf16);
   for (const std::string& pattern : o.patterns) {
-    const std::string impl = o.op ? "keel-op" : "keel";
+    const std::string impl = impl_of(o);
     const std::vector<int64_t> windows = pattern_windows(pattern, H);
     const AttentionSpec spec{scale, windows, 0.0};
     std::function<void()> fwd, fwd_bwd;
@@ -249,7 +259,8 @@ void print_usage() {
   std::printf(
       "usage: bench_attention [--json PATH] [--dims 32,64,128] [--seqs 1024,2048,4096,8192,16384]\n"
       "                       [--patterns mhsa,ls_w50,ls_w100,local_w50] [--rows 2097152] [--batch 0] [--heads 6]\n"
-      "                       [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2] [--op]\n");
+      "                       [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2] [--op]\n"
+      "                       [--nondeterministic]\n");
 }
 
 }  // namespace
@@ -275,6 +286,7 @@ int main(int argc, char** argv) {
       else if (a == "--max-reps") o.max_reps = std::stoi(value());
       else if (a == "--warmup") o.warmup = std::stoi(value());
       else if (a == "--op") o.op = true;
+      else if (a == "--nondeterministic") o.nondeterministic = true;
       else if (a == "--help" || a == "-h") {
         print_usage();
         return 0;
@@ -310,6 +322,8 @@ int main(int argc, char** argv) {
     std::printf("device: %s (%d SMs), bf16, H = %lld, %s, %s, median of reps\n", info.name.c_str(),
                 info.multiprocessors, (long long)o.heads, batch.c_str(),
                 o.op ? "front end + autograd (--op)" : "kernels called directly");
+    if (o.nondeterministic) std::printf("backward: dQ added in any order (--nondeterministic)\n");
+    const DeterministicGuard mode(!o.nondeterministic);
     std::printf("FLOPs: allowed pairs only; fwd = 4*D per pair, fwd+bwd = 3.5 x fwd\n");
     std::printf("%4s %6s %5s %-10s | %9s %8s | %9s %8s | %11s %5s\n", "D", "T", "B", "pattern",
                 "fwd ms", "TF/s", "f+b ms", "TF/s", "f+b us/seq", "reps");
@@ -333,7 +347,7 @@ int main(int argc, char** argv) {
                              "{\"bench\":\"attention\",\"impl\":\"%s\",\"status\":\"error\","
                              "\"error\":\"%s\",\"device\":\"%s\",\"dtype\":\"bf16\",\"pattern\":\"%s\",\"B\":%lld,"
                              "\"H\":%lld,\"T\":%lld,\"D\":%lld,\"pass\":\"%s\"}\n",
-                             o.op ? "keel-op" : "keel", msg.c_str(), info.name.c_str(), pattern.c_str(),
+                             impl_of(o).c_str(), msg.c_str(), info.name.c_str(), pattern.c_str(),
                              (long long)B, (long long)H, (long long)T, (long long)D, pass);
             std::fflush(json);
           }

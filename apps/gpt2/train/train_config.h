@@ -81,6 +81,12 @@ struct TrainConfig {
   int64_t zero = 0;                   // ZeRO stage: 0 (replicated optimizer state) or 1 (sharded)
   std::string reduce_dtype = "f32";   // dtype gradients travel in: f32 | bf16
 
+  // --- reproducibility ---
+  // 0: the attention backward on a GPU adds its dQ shares in any order, faster, but its bits (and
+  // so the run's) may differ between runs and an interrupted run no longer resumes bit-exactly
+  // (core/determinism.h). 1, the default: every result is the same bits on every run.
+  int64_t deterministic = 1;
+
   // Every field by its name; an override that is not given is null.
   nlohmann::json to_json() const;
   // Fields present in j replace this config's; unknown keys are a ConfigError (typos). null

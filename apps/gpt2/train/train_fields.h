@@ -77,6 +77,9 @@ void for_each_field(TrainConfig& c, F&& f) {
   f("cuda_graph", c.cuda_graph,
     "1: replay each step's forwards and backwards as one CUDA graph (one GPU, --dropout 0; "
     "the same results, far fewer launches)");
+  f("deterministic", c.deterministic,
+    "0: the attention backward on a GPU adds dQ in any order (faster; runs and resumes are no longer "
+    "bit-exact); 1: the same bits on every run");
   f("dist_backend", c.dist_backend, "data-parallel backend: auto | local | mpi | nccl (auto: mpi on CPUs, nccl on GPUs)");
   f("bucket_mb", c.bucket_mb, "data parallelism: gradient all-reduce bucket size in MB");
   f("nproc", c.nproc, "start N local ranks of this command under mpirun (data parallelism on one machine)");

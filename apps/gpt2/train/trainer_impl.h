@@ -19,6 +19,7 @@
 #include "apps/gpt2/train/step_graph.h"
 #include "apps/gpt2/train/step_signals.h"
 #include "apps/gpt2/train/trainer.h"
+#include "core/determinism.h"
 #include "data/loader.h"
 #include "nn/gpt2.h"
 #include "optim/data_parallel.h"
@@ -37,7 +38,7 @@ struct StepResult {
 
 class Trainer {
  public:
-  explicit Trainer(const TrainConfig& cfg) : cfg_(cfg) {}
+  explicit Trainer(const TrainConfig& cfg) : cfg_(cfg), determinism_(cfg.deterministic != 0) {}
   TrainResult run();
 
  private:
@@ -60,6 +61,7 @@ class Trainer {
   void event(const std::string& kind, const std::string& message, int64_t step = -1);
 
   TrainConfig cfg_;
+  DeterministicGuard determinism_;  // --deterministic for the run's lifetime (core/determinism.h)
   Device device_;
   DType dtype_ = DType::f32;
   std::filesystem::path run_dir_;
