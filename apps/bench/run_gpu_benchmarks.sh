@@ -32,8 +32,9 @@
 #      results are easy to copy back.
 #
 # Environment (all optional):
-#   SKIP_FA2, SKIP_NCU, SKIP_OPS, SKIP_ATTN_KEEL, SKIP_ATTN_TORCH, SKIP_TRAIN_KEEL, SKIP_TRAIN_TORCH
-#                         =1 skips a part
+#   SKIP_FA2, SKIP_NONDET, SKIP_NCU, SKIP_OPS, SKIP_ATTN_KEEL, SKIP_ATTN_TORCH, SKIP_TRAIN_KEEL,
+#   SKIP_TRAIN_TORCH      =1 skips a part (SKIP_NONDET: the comparison's MHSA rows again with the
+#                         backward's dQ added in any order, --nondeterministic)
 #   FA2_ARGS="..."        the FlashAttention-2 comparison's configs (default: --batch 8 --heads 12
 #                         --dims 64,128 --seqs 1024,2048,4096,8192 --patterns mhsa,ls_w50)
 #   TORCH_COMPILE=0       no torch.compile run of gpt2-124m (default 1: one extra row, run last)
@@ -209,6 +210,14 @@ if [[ "${SKIP_FA2:-0}" != "1" ]]; then
   # shellcheck disable=SC2086
   run_part attention_baseline_fa2 120 "$PY" "$ROOT/apps/bench/attention_baseline.py" \
     --json "$OUT/attention_fa2_torch.jsonl" $FA2_ARGS
+  if [[ "${SKIP_NONDET:-0}" != "1" ]]; then
+    # MHSA again with the backward's dQ adds in any order (keel::set_deterministic(false)): what
+    # the default's ordered adds cost. Appended to keel's file as impl "keel-nondet".
+    # shellcheck disable=SC2086
+    run_part bench_attention_fa2_nondet 90 "${K[@]}" "$BIN/bench_attention" --json "$WORK/nondet.jsonl" \
+      $FA2_ARGS --patterns mhsa --nondeterministic
+    [[ -f "$WORK/nondet.jsonl" ]] && cat "$WORK/nondet.jsonl" >> "$OUT/attention_fa2_keel.jsonl"
+  fi
 fi
 
 if [[ "${SKIP_NCU:-0}" != "1" ]]; then
@@ -370,6 +379,19 @@ if F:
                       f"{f(g(torch_impl, 'fwd'), '.3f')} | {f(km, '.3f')} | {f(tt, '.3f')} | {f(ratio)} | "
                       f"{f(rk and rk['tflops'], '.0f')} | {target} |")
     print()
+    if any(k[0] == "keel-nondet" for k in F):
+        print("What the deterministic dQ order costs (MHSA fwd+bwd ms; any order = keel::set_deterministic(false)):\n")
+        print("| D | T | keel, ordered (default) | keel, any order | ordered / any order | torch flash |")
+        print("|---|---|---|---|---|---|")
+        for D in sorted({k[2] for k in F}):
+            for T in sorted({k[3] for k in F}):
+                g = lambda impl: (F.get((impl, "mhsa", D, T, "fwd_bwd")) or {}).get("ms")
+                o, a = g("keel"), g("keel-nondet")
+                if o is None and a is None:
+                    continue
+                print(f"| {D} | {T} | {f(o, '.3f')} | {f(a, '.3f')} | {f(o / a if o and a else None)} | "
+                      f"{f(g('torch-flash'), '.3f')} |")
+        print()
 print("## Causal attention (MHSA), bf16, H=6, ~2M query rows; ratio = keel speed / PyTorch flash speed\n")
 print("Target: fwd+bwd ratio >= 0.8 for D = 64, 128 at T >= 2048.\n")
 print("| D | T | keel fwd ms | flash fwd ms | fwd ratio | keel f+b ms | keel f+b TF/s | flash f+b ms | flash f+b TF/s | f+b ratio | target |")
