@@ -37,7 +37,8 @@ enum class Phase : uint8_t { forward, backward, optimizer, host };
 const char* phase_name(Phase p);
 
 // Which ceiling of the roofline bounds an op on a GPU (core/profiler_predict.h).
-enum class Kind : uint8_t { matmul, attention, memory };
+// The attention backward apart: its kernel runs at well under half the forward's rate.
+enum class Kind : uint8_t { matmul, attention, attention_backward, memory };
 
 // What an op's shapes say it costs: the work, not what a kernel happens to do.
 struct Cost {

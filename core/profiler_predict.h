@@ -23,7 +23,8 @@ struct GpuModel {
   double matmul_tflops = 0;            // bf16/f16 cuBLAS, dims multiples of 8
   double matmul_unaligned_tflops = 0;  // bf16/f16 cuBLAS, a dim that is not (vocab 50257)
   double matmul_f32_tflops = 0;        // f32 without TF32 (keel keeps TF32 off)
-  double attention_tflops = 0;         // keel's fused attention, bf16/f16, forward + backward
+  double attention_tflops = 0;         // keel's fused attention forward, bf16/f16
+  double attention_bwd_tflops = 0;     // its backward, bf16/f16
   double attention_f32_tflops = 0;     // keel's fused attention in f32
   double bandwidth_gbs = 0;            // achieved HBM bandwidth of an element-wise kernel
   double launch_us = 0;                // device time each launch costs beyond its roofline

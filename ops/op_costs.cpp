@@ -104,7 +104,7 @@ Cost attention_cost(const Tensor& q, const std::vector<int64_t>& window, DType l
   double pairs = 0;
   for (int64_t w : window) pairs += attention_pairs(T, w);
   Cost c;
-  c.kind = profiler::Kind::attention;
+  c.kind = backward ? profiler::Kind::attention_backward : profiler::Kind::attention;
   c.half = half(q.dtype());
   c.flops = (backward ? 10.0 : 4.0) * double(D) * double(B) * pairs;
   const double qkvo = bytes_of(q), lse = bytes_of({B, q.size(1), T}, lse_dtype);
