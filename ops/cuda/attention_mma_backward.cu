@@ -24,7 +24,7 @@
 // With keel::set_deterministic(false) (core/determinism.h; `gpt2 train --deterministic 0`) the
 // unordered kernel runs instead: the key tiles add as they finish, FlashAttention-2's way, with
 // no flag and no wait, and dQ's rounding depends on the order the blocks ran in. On an H100 the
-// backward took 6-7x the forward where FlashAttention-2's takes 3-4x; `bench_attention
+// backward took about 6x the forward where FlashAttention-2's takes about 3x; `bench_attention
 // --nondeterministic` measures how much of that the ordering costs.
 #include "core/determinism.h"
 #include "core/factory.h"
