@@ -90,7 +90,8 @@ __device__ __forceinline__ void probs_and_dlogits(float (&s)[kS][4], float (&dp)
 
 // Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T at their dims Rows, D = dims.D <= Dk, the kernel width (tile
 // columns D..Dk-1 are zeros: attention_tiles.h); lse, dvec (B, H, T) f32; dq_accum (B, H, T, D)
-// f32, zeroed; flags (B*H, kSplit, ceil(T / kBr)) int, zeroed. Grid (B*H, ceil(T / kBc), kSplit),
+// f32, zeroed; flags (B*H, kSplit, ceil(T / kBr)) int, zeroed (null for the unordered kernel,
+// which has no hand-over). Grid (B*H, ceil(T / kBc), kSplit),
 // kThreads threads (Dk <= 128: kBc = 128 keys, 256 threads): block (bh, kt, z) owns keys
 // [kBc kt, kBc kt + kBc) of pair bh and output columns [kOut z, kOut z + kOut). Warp w owns keys
 // 16w..16w+15 (the rows of its S^T); lane (g, t) holds keys g and g + 8 and queries 8n + 2t,
@@ -257,8 +258,9 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
     }
     // The flag counts the key tiles that have added to this query tile; those below kt that see
     // it are exactly [first key tile of qt, kt), so kt's turn comes at that count.
-    int* const flag = flags + (static_cast<int64_t>(bh) * F::kSplit + blockIdx.z) * nq + qt;
+    int* flag = nullptr;
     if constexpr (kOrdered) {
+      flag = flags + (static_cast<int64_t>(bh) * F::kSplit + blockIdx.z) * nq + qt;
       if (threadIdx.x == 0) ptx::spin_wait_equal(flag, kt - key_tiles_for_query_tile(qt, kBr, kBc, T_len, w).begin);
       __syncthreads();  // the lower key tiles' shares of this query tile are all in
     }
@@ -355,21 +357,24 @@ void attention_mma_backward(const Tensor& q_in, const Tensor& k, const Tensor& v
       using F = MmaBwd<HD>;
       const int64_t nq = (T + F::kBr - 1) / F::kBr;
       Tensor dq_accum = empty({B, H, T, D}, {DType::f32, q.device()});
-      Tensor flags = empty({B * H * F::kSplit * nq}, {DType::i32, q.device()});
       detail::count_copy();
       KEEL_CHECK_CUDA(cudaMemsetAsync(dq_accum.raw_data(), 0, dq_accum.numel() * sizeof(float), stream));
-      detail::count_copy();
-      KEEL_CHECK_CUDA(cudaMemsetAsync(flags.raw_data(), 0, flags.numel() * sizeof(int), stream));
+      const bool ordered = deterministic();
+      Tensor flags;  // the ordered kernel's hand-over counters, one per query tile
+      if (ordered) {
+        flags = empty({B * H * F::kSplit * nq}, {DType::i32, q.device()});
+        detail::count_copy();
+        KEEL_CHECK_CUDA(cudaMemsetAsync(flags.raw_data(), 0, flags.numel() * sizeof(int), stream));
+      }
       const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + F::kBc - 1) / F::kBc), F::kSplit);
       auto launch = [&](auto kernel) {
         launch_threads(kernel, grid, F::kThreads, F::kBytes, dev, static_cast<const E*>(q.raw_data()),
                        static_cast<const E*>(k.raw_data()), static_cast<const E*>(v.raw_data()),
                        static_cast<const E*>(dout.raw_data()), static_cast<const float*>(lse.raw_data()),
                        static_cast<const float*>(dvec.raw_data()), static_cast<float*>(dq_accum.raw_data()),
-                       static_cast<int*>(flags.raw_data()), static_cast<E*>(dk.raw_data()),
+                       ordered ? static_cast<int*>(flags.raw_data()) : nullptr, static_cast<E*>(dk.raw_data()),
                        static_cast<E*>(dv.raw_data()), dims);
       };
-      const bool ordered = deterministic();
       if (dims.softcap == 0.0f)  // the usual logit: probs_and_dlogits
         launch(ordered ? attention_mma_backward_kernel<E, HD, true> : attention_mma_backward_unordered_kernel<E, HD, true>);
       else

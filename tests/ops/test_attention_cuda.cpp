@@ -22,6 +22,7 @@
 
 #include "attention_cuda_check.h"
 #include "core/autograd.h"
+#include "core/cuda/counters.h"
 #include "core/determinism.h"
 #include "core/factory.h"
 #include "ops/cuda/attention_tiles.h"
@@ -272,14 +273,21 @@ TEST_CASE("CUDA attention backward with set_deterministic(false): dQ added in an
     INFO(dtype_name(dt));
     const Grads ref = cpu_reference(q.to(dt), k.to(dt), v.to(dt), g.to(dt), window, scale, 0);
     REQUIRE(deterministic());
+    const cuda::Counters before = cuda::counters();
     const Grads ordered = cuda_run(q.to(dt), k.to(dt), v.to(dt), g.to(dt), window, scale, 0);
+    const cuda::Counters with_order = cuda::counters() - before;
     Grads any_order;
+    cuda::Counters any_order_counts;
     {
       const DeterministicGuard off(false);
       CHECK_FALSE(deterministic());
+      const cuda::Counters start = cuda::counters();
       any_order = cuda_run(q.to(dt), k.to(dt), v.to(dt), g.to(dt), window, scale, 0);
+      any_order_counts = cuda::counters() - start;
     }
     CHECK(deterministic());  // the guard restored the default
+    // The unordered kernel ran: it has no hand-over flags, so one memset fewer.
+    CHECK(any_order_counts.copies + 1 == with_order.copies);
     const double tol = tolerance(dt);
     check_close("dq", any_order.dq, ref.dq, tol);
     check_close("dk", any_order.dk, ref.dk, tol);
