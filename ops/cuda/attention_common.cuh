@@ -263,9 +263,11 @@ inline Dims make_dims(const char* op, const Tensor& q, const std::vector<int64_t
   if (H > kMaxHeads)
     throw ShapeError(op, "CUDA attention supports up to " + std::to_string(kMaxHeads) + " heads, got " +
                              std::to_string(H));
-  // Grids are (B*H, T / 64): dim x holds 2^31 - 1 blocks, dim y 65535.
-  if (T > int64_t(65535) * kOwnRows || q.size(0) * H > 2147483647)
-    throw ShapeError(op, "sequence or batch too large for the CUDA attention kernels: " + shape_str(q.shape()));
+  // Grids are (B*H, T / 64) for the f32 kernels, (T / 64, H, B) for the mma kernels (2B for the
+  // backward at widths above 128): dim x holds 2^31 - 1 blocks, dims y and z 65535.
+  if (T > int64_t(65535) * kOwnRows || q.size(0) * H > 2147483647 || 2 * q.size(0) > 65535)
+    throw ShapeError(op, "sequence or batch too large for the CUDA attention kernels: " + shape_str(q.shape()),
+                     "at most 32767 sequences per call: split the batch");
   if (static_cast<int64_t>(window.size()) != H)
     throw ShapeError(op, std::to_string(window.size()) + " windows for " + std::to_string(H) + " heads");
   Dims d{};

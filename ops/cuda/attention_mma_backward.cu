@@ -6,26 +6,31 @@
 // A block owns 128 keys of one (b, h): 8 warps of 16 keys, whose dK and dV stay in registers (f32)
 // for the whole kernel (head dims above 128: narrower tiles and half the columns, MmaBwd). It
 // streams the 64-query tiles that see its keys (attn::query_tiles_for_key_tile), Q and dO
-// double-buffered with cp.async, from the last tile down (see dQ below). Per tile, each warp whose
+// double-buffered with cp.async, from its diagonal tile up (see dQ below). Per tile, each warp whose
 // keys meet the tile's bands computes, in registers, S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x
 // 64 queries), then P^T and dS^T element by element, then dV_w += P^T dO and dK_w += dS^T Q with
 // the accumulators turned into A fragments as in the forward. dS^T also goes to shared memory,
 // where the whole block's 128 keys meet: each warp then computes a 16 x D/2 share of this tile's dQ
 // = dS K.
 //
+// The grid runs the key tiles of one (b, h) next to each other (grid x), as FlashAttention-2's
+// does: the blocks resident at once share their head's Q, dO and f32 dQ in
+// L2 (4 MB a head at T 4096, D 128). With (b, h) first, the resident blocks were ~132 different
+// heads, whose Q, dO and dQ sums (~550 MB at that shape) came from DRAM for every key tile: on an
+// H100 that kernel was memory-bound (1.1 TB/s, 24% of the SMs busy).
+//
 // dQ is accumulated in f32 (dq_accum, then one pass scales it into dq) by every key tile that
 // the query tile sees. Deterministically: the key tiles add their shares to a query tile in
-// increasing order, handed over by a flag per query tile (ptx::spin_wait_equal and
-// red_release_gpu_add), so every element sums its terms in the same order on every run. A key
-// tile waits only for lower key tiles, which a GPU started first. Walking the query tiles from
-// the last one down keeps the waits short: key tile kt reaches query tile qt after kt - 1 did,
-// one tile behind it, instead of after all of key tile 0's other work. The price is that wait
-// plus a __syncthreads per tile, and the f32 buffer (B*H*T*D*4 bytes) with its final pass.
+// decreasing order, handed over by a flag per query tile (ptx::spin_wait_equal and
+// red_release_gpu_add), so every element sums its terms in the same order on every run. That
+// order costs no waiting: key tile kt reaches query tile qt after qt - first(kt) steps, and
+// first(kt + 1) lies kBc / kBr = 2 tiles further on, so kt + 1 got there two steps earlier. The
+// grid starts the highest key tile of a head first (i = 0), so a block waits only for blocks a
+// GPU started before it (never a deadlock). The price is a __syncthreads per tile, the f32 buffer
+// (B*H*T*D*4 bytes) and its final pass.
 // With keel::set_deterministic(false) (core/determinism.h; `gpt2 train --deterministic 0`) the
 // unordered kernel runs instead: the key tiles add as they finish, FlashAttention-2's way, with
-// no flag and no wait, and dQ's rounding depends on the order the blocks ran in. On an H100 the
-// backward took about 6x the forward where FlashAttention-2's takes about 3x; `bench_attention
-// --nondeterministic` measures how much of that the ordering costs.
+// no flag and no wait, and dQ's rounding depends on the order the blocks ran in.
 #include "core/determinism.h"
 #include "core/factory.h"
 #include "ops/cuda/attention_mma.cuh"
@@ -38,8 +43,8 @@ using namespace attn;
 using namespace attn::mma;
 
 // Tile sizes and shared memory (elements of T) for kernel width Dk: K, V (kBc x Dk), Q and dO of
-// two stages (kBr x Dk each), dS^T (kBc x kBr); then f32 lse and D_i of two stages, and the warps'
-// activity flags. bf16 Dk = 128: 145 KB (one block per multiprocessor, as FlashAttention-2);
+// two stages (kBr x Dk each), dS^T (kBc x kBr); then f32 lse and D_i of two stages. bf16 Dk = 128:
+// 145 KB (one block per multiprocessor, as FlashAttention-2);
 // Dk = 64: 81 KB.
 // Up to Dk = 128 a block writes all Dk columns of its dK and dV. At 256, a warp's 16 rows of dK
 // and dV would take 256 f32 registers a thread: there a block writes kOut = 128 of the columns
@@ -56,8 +61,8 @@ struct MmaBwd {
   static constexpr int kRowGroups = kBr / 16, kShare = kOut / (kWarps / kRowGroups);
   static constexpr int kV = kBc * Dk, kQ = 2 * kBc * Dk, kDO = kQ + 2 * kBr * Dk, kDS = kDO + 2 * kBr * Dk;
   static constexpr int kStage = kBr * Dk, kElems = kDS + kBc * kBr;
-  static constexpr int kStats = 2 * kElems;  // byte offset of lse[2][kBr], dvec[2][kBr], active[kWarps]
-  static constexpr int kBytes = kStats + 4 * (4 * kBr + kWarps);
+  static constexpr int kStats = 2 * kElems;  // byte offset of lse[2][kBr], dvec[2][kBr]
+  static constexpr int kBytes = kStats + 4 * 4 * kBr;
   static_assert(kBytes <= 163 * 1024, "must fit an A100's shared memory");
 };
 
@@ -88,12 +93,23 @@ __device__ __forceinline__ void probs_and_dlogits(float (&s)[kS][4], float (&dp)
     }
 }
 
+// The warp's dS^T for queries 16kk..16kk+15 (an A fragment: rows g, g + 8, columns 2t, 2t + 1
+// and those + 8) into the block's swizzled kBc x kBr tile, at constant offsets from the lane's.
+template <int kBr, typename T>
+__device__ __forceinline__ void store_ds(T* dSs, const LaneRow<kBr>& lr, int r0, int kk, const uint32_t (&a)[4]) {
+  *reinterpret_cast<uint32_t*>(dSs + lr.at(r0, 2 * kk)) = a[0];
+  *reinterpret_cast<uint32_t*>(dSs + lr.at(r0 + 8, 2 * kk)) = a[1];
+  *reinterpret_cast<uint32_t*>(dSs + lr.at(r0, 2 * kk + 1)) = a[2];
+  *reinterpret_cast<uint32_t*>(dSs + lr.at(r0 + 8, 2 * kk + 1)) = a[3];
+}
+
 // Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T at their dims Rows, D = dims.D <= Dk, the kernel width (tile
 // columns D..Dk-1 are zeros: attention_tiles.h); lse, dvec (B, H, T) f32; dq_accum (B, H, T, D)
 // f32, zeroed; flags (B*H, kSplit, ceil(T / kBr)) int, zeroed (null for the unordered kernel,
-// which has no hand-over). Grid (B*H, ceil(T / kBc), kSplit),
-// kThreads threads (Dk <= 128: kBc = 128 keys, 256 threads): block (bh, kt, z) owns keys
-// [kBc kt, kBc kt + kBc) of pair bh and output columns [kOut z, kOut z + kOut). Warp w owns keys
+// which has no hand-over). Grid (ceil(T / kBc), H, B * kSplit), kThreads threads (Dk <= 128:
+// kBc = 128 keys, 256 threads): block (i, h, b kSplit + z) owns keys [kBc kt, kBc kt + kBc), kt
+// counted from the end (kt = gridDim.x - 1 - i), of pair bh = b H + h, and output columns
+// [kOut z, kOut z + kOut). Warp w owns keys
 // 16w..16w+15 (the rows of its S^T); lane (g, t) holds keys g and g + 8 and queries 8n + 2t,
 // 8n + 2t + 1.
 // kOrdered: the dQ adds in key-tile order (the default), or as the key tiles finish
@@ -113,17 +129,24 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   T* const Vs = Ks + F::kV;
   T* const dSs = Ks + F::kDS;
   float* const stats = reinterpret_cast<float*>(smem + F::kStats);  // lse log2 e: [s * kBr], dvec: [(2 + s) * kBr]
-  int* const active = reinterpret_cast<int*>(stats + 4 * kBr);
 
-  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
-  const int kt = blockIdx.y, k0 = kt * kBc, nq = (T_len + kBr - 1) / kBr;
-  const int c0 = F::kSplit == 1 ? 0 : blockIdx.z * F::kOut;  // the block's first output column
-  const int64_t base = static_cast<int64_t>(bh) * T_len * D;  // of the packed dq_accum
+  const int h = blockIdx.y, T_len = dims.T, D = dims.D, w = dims.window[h];
+  const int z = F::kSplit == 1 ? 0 : static_cast<int>(blockIdx.z) % F::kSplit;  // which output columns
+  const int bh = static_cast<int>(blockIdx.z) / F::kSplit * dims.H + h;
+  const int kt = gridDim.x - 1 - blockIdx.x, k0 = kt * kBc, nq = (T_len + kBr - 1) / kBr;
+  const int c0 = z * F::kOut;  // the block's first output column
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r0 = 16 * warp, first = k0 + r0;  // the warp's first key: in the tile, in the sequence
   const int keys[2] = {first + g, first + g + 8};
   const TileRange queries = query_tiles_for_key_tile(kt, kBc, kBr, T_len, w);
-  const TileRange mine = first < T_len ? query_tiles_for_key_tile(first / 16, 16, kBr, T_len, w) : TileRange{0, 0};
+  // The query tiles that meet the warp's own keys, and its first key for the final stores, in
+  // shared memory: registers held across the loop for them were what the D = 128 kernels spilled.
+  __shared__ TileRange warp_tiles[F::kWarps];
+  __shared__ int warp_first[F::kWarps];
+  if (lane == 0) {
+    warp_tiles[warp] = first < T_len ? query_tiles_for_key_tile(first / 16, 16, kBr, T_len, w) : TileRange{0, 0};
+    warp_first[warp] = first;
+  }
   const int m0 = 16 * (warp % F::kRowGroups), d0 = c0 + warp / F::kRowGroups * F::kShare;  // its dQ share
 
   // Q and dO tiles: each thread's copies at global offsets computed once (TileStream; at width
@@ -133,10 +156,11 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   // wait in shared memory, read where used (Q's and dO's once per tile): held in registers across
   // the loop, these 64-bit values made this kernel spill.
   const int ldq = dims.q.t, ldo = dims.dout.t;
-  __shared__ int64_t first_row[4];
+  __shared__ int64_t first_row[5];  // and of the pair's rows in the packed dq_accum
   if (threadIdx.x == 0) {
     first_row[0] = dims.q.pair(bh, dims.H), first_row[1] = dims.dout.pair(bh, dims.H);
     first_row[2] = dims.k.pair(bh, dims.H), first_row[3] = dims.v.pair(bh, dims.H);
+    first_row[4] = static_cast<int64_t>(bh) * T_len * D;
   }
   __syncthreads();
   const Stream q_copy(D, ldq), do_copy(D, ldo);
@@ -156,7 +180,7 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
                                         dims.k.t);
   load_tile_async<T, Dk, kBc, kThreads>(Vs, v + first_row[3] + static_cast<int64_t>(k0) * dims.v.t, T_len - k0, D,
                                         dims.v.t);
-  load_stage(queries.end - 1, 0);
+  load_stage(queries.begin, 0);
   ptx::cp_async_commit();
 
   // The lanes' ldmatrix rows (attention_mma.cuh): K's and V's A fragments and the B columns of
@@ -164,28 +188,30 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   // keeps its swizzle: 16 chunks are whole periods.
   const auto a_row = LaneRow<Dk>::a_rows(lane), b_row = LaneRow<Dk>::b_rows(lane);
   const auto ds_row = LaneRow<kBr>::b_rows(lane);
+  LaneRow<kBr> ds_out(g, 0);  // the lane's dS^T stores: row g, the pair 2t of a chunk (which the
+  ds_out.own += 2 * t;        // swizzle's XOR of chunk bits leaves alone)
   float dk_acc[kO][4] = {}, dv_acc[kO][4] = {};
   const float c = (kPlain ? dims.scale : 1.0f) * kLog2e;  // v -> log2 units (probs_and_dlogits)
   const SoftCap cap(dims);
   int* handed = nullptr;  // the flag of the query tile whose dQ this block added last
-  for (int qt = queries.end - 1; qt >= queries.begin; --qt) {
-    const int stage = (queries.end - 1 - qt) & 1, q0 = qt * kBr;
+  for (int qt = queries.begin; qt < queries.end; ++qt) {
+    const int stage = (qt - queries.begin) & 1, q0 = qt * kBr;
     ptx::cp_async_wait<0>();
-    __syncthreads();  // tile qt is in; every warp is done with tile qt + 1, dS^T, and its dQ adds
+    __syncthreads();  // tile qt is in; every warp is done with tile qt - 1, dS^T, and its dQ adds
     if (handed && threadIdx.x == 0) {
       __threadfence();
       ptx::red_release_gpu_add(handed, 1);
     }
-    if (qt > queries.begin) {
-      load_stage(qt - 1, stage ^ 1);
+    if (qt + 1 < queries.end) {
+      load_stage(qt + 1, stage ^ 1);
       ptx::cp_async_commit();
     }
     const T* Qs = Ks + F::kQ + stage * F::kStage;
     const T* dOs = Ks + F::kDO + stage * F::kStage;
     const float* lse_s = stats + stage * kBr;
     const float* dvec_s = stats + (2 + stage) * kBr;
+    const TileRange mine = warp_tiles[warp];
     const bool busy = qt >= mine.begin && qt < mine.end;  // an allowed pair among this warp's keys
-    if (lane == 0) active[warp] = busy;
     if (busy) {
       float s[kS][4] = {}, dp[kS][4] = {};  // S^T = K_w Q^T, dP^T = V_w dO^T
 #pragma unroll
@@ -228,18 +254,19 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
           ptx::mma_m16n8k16<T>(dk_acc[d + 1], as, b1);
         }
         // dS^T rows g, g + 8 of the warp, queries 16kk..16kk+15, for the block's dQ product.
-        *reinterpret_cast<uint32_t*>(dSs + Swizzle<kBr>::offset(r0 + g, 16 * kk + 2 * t)) = as[0];
-        *reinterpret_cast<uint32_t*>(dSs + Swizzle<kBr>::offset(r0 + g + 8, 16 * kk + 2 * t)) = as[1];
-        *reinterpret_cast<uint32_t*>(dSs + Swizzle<kBr>::offset(r0 + g, 16 * kk + 8 + 2 * t)) = as[2];
-        *reinterpret_cast<uint32_t*>(dSs + Swizzle<kBr>::offset(r0 + g + 8, 16 * kk + 8 + 2 * t)) = as[3];
+        store_ds(dSs, ds_out, r0, kk, as);
       }
+    } else {  // no allowed pair: dS^T = 0, so that every warp's rows enter dQ without a test
+      const uint32_t zero[4] = {};
+#pragma unroll
+      for (int kk = 0; kk < kBr / 16; ++kk) store_ds(dSs, ds_out, r0, kk, zero);
     }
-    __syncthreads();  // dS^T and the activity flags of all warps are in
+    __syncthreads();  // dS^T of all warps is in
 
     // This warp's share of dQ: queries m0..m0+15, columns d0..d0+kShare, over the busy warps' keys.
     float dq[kN][4] = {};
+#pragma unroll
     for (int kw = 0; kw < F::kWarps; ++kw) {
-      if (!active[kw]) continue;  // its rows of dS^T were not written this tile
       uint32_t a[4];
       load_a_trans(a, dSs, ds_row, 16 * kw, m0);
       if constexpr (kN == 1) {  // Dk = 16: a share of 8 columns, one n-block
@@ -256,23 +283,34 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
         }
       }
     }
-    // The flag counts the key tiles that have added to this query tile; those below kt that see
-    // it are exactly [first key tile of qt, kt), so kt's turn comes at that count.
+    // The flag counts the key tiles that have added to this query tile; those above kt that see
+    // it are exactly (kt, last key tile of qt], so kt's turn comes at that count.
     int* flag = nullptr;
     if constexpr (kOrdered) {
-      flag = flags + (static_cast<int64_t>(bh) * F::kSplit + blockIdx.z) * nq + qt;
-      if (threadIdx.x == 0) ptx::spin_wait_equal(flag, kt - key_tiles_for_query_tile(qt, kBr, kBc, T_len, w).begin);
-      __syncthreads();  // the lower key tiles' shares of this query tile are all in
+      flag = flags + (static_cast<int64_t>(bh) * F::kSplit + z) * nq + qt;
+      if (threadIdx.x == 0) ptx::spin_wait_equal(flag, key_tiles_for_query_tile(qt, kBr, kBc, T_len, w).end - 1 - kt);
+      __syncthreads();  // the higher key tiles' shares of this query tile are all in
     }
     // Row g, columns 2t, 2t + 1 of each n-block of the share (rows g + 8: 8 D further), one
     // address: fewer live registers than an offset per add, which at D = 256 was a 32-byte spill.
-    float* const dq_row = dq_accum + base + static_cast<int64_t>(q0 + m0 + g) * D + d0 + 2 * t;
+    // A whole share (its 16 rows inside the sequence, its columns inside the head dim: every tile
+    // but the last, unless D is padded) adds without a test, at constant offsets from two rows.
+    float* const dq_row = dq_accum + first_row[4] + static_cast<int64_t>(q0 + m0 + g) * D + d0 + 2 * t;
+    if (q0 + m0 + 16 <= T_len && d0 + F::kShare <= D) {
+      float* const dq_row8 = dq_row + 8 * D;
 #pragma unroll
-    for (int d = 0; d < kN; ++d) {
-      if (d0 + 8 * d >= D) break;  // padding columns from here on (D is a multiple of 8: whole n-blocks)
+      for (int d = 0; d < kN; ++d) {
+        atomicAdd(dq_row + 8 * d, dq[d][0]), atomicAdd(dq_row + 8 * d + 1, dq[d][1]);
+        atomicAdd(dq_row8 + 8 * d, dq[d][2]), atomicAdd(dq_row8 + 8 * d + 1, dq[d][3]);
+      }
+    } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (q0 + m0 + g + 8 * (e >> 1) < T_len) atomicAdd(dq_row + 8 * (e >> 1) * D + 8 * d + (e & 1), dq[d][e]);
+      for (int d = 0; d < kN; ++d) {
+        if (d0 + 8 * d >= D) break;  // padding columns from here on (D is a multiple of 8: whole n-blocks)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (q0 + m0 + g + 8 * (e >> 1) < T_len) atomicAdd(dq_row + 8 * (e >> 1) * D + 8 * d + (e & 1), dq[d][e]);
+      }
     }
     if constexpr (kOrdered) handed = flag;
   }
@@ -294,12 +332,13 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
     }
   __syncwarp();
   dk += dims.dk.pair(bh, dims.H), dv += dims.dv.pair(bh, dims.H);
+  const int key = warp_first[warp];  // = first
   for (int c = lane; c < 16 * kO; c += 32) {
     const int r = c / kO, col = c0 + c % kO * 8;
-    if (first + r >= T_len || col >= D) continue;  // past the sequence, or a padding column (zeros)
-    *reinterpret_cast<uint4*>(dk + static_cast<int64_t>(first + r) * dims.dk.t + col) =
+    if (key + r >= T_len || col >= D) continue;  // past the sequence, or a padding column (zeros)
+    *reinterpret_cast<uint4*>(dk + static_cast<int64_t>(key + r) * dims.dk.t + col) =
         *reinterpret_cast<const uint4*>(Ks + Swizzle<Dk>::offset(r0 + r, col));
-    *reinterpret_cast<uint4*>(dv + static_cast<int64_t>(first + r) * dims.dv.t + col) =
+    *reinterpret_cast<uint4*>(dv + static_cast<int64_t>(key + r) * dims.dv.t + col) =
         *reinterpret_cast<const uint4*>(Vs + Swizzle<Dk>::offset(r0 + r, col));
   }
 }
@@ -366,7 +405,8 @@ void attention_mma_backward(const Tensor& q_in, const Tensor& k, const Tensor& v
         detail::count_copy();
         KEEL_CHECK_CUDA(cudaMemsetAsync(flags.raw_data(), 0, flags.numel() * sizeof(int), stream));
       }
-      const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + F::kBc - 1) / F::kBc), F::kSplit);
+      const dim3 grid(static_cast<unsigned>((T + F::kBc - 1) / F::kBc), static_cast<unsigned>(H),
+                      static_cast<unsigned>(B * F::kSplit));  // a head's key tiles side by side
       auto launch = [&](auto kernel) {
         launch_threads(kernel, grid, F::kThreads, F::kBytes, dev, static_cast<const E*>(q.raw_data()),
                        static_cast<const E*>(k.raw_data()), static_cast<const E*>(v.raw_data()),

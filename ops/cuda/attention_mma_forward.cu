@@ -124,9 +124,11 @@ __device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO]
 // Shapes: q, k, v, out (B, H, T, D) in T at dims.q, .k, .v, .out (Rows; k and v with one row
 // stride), D = dims.D <= Dk, the kernel width (tile
 // columns D..Dk-1 are zeros: attention_tiles.h); lse (B, H, T) f32; max_logit, max_range (H) f32
-// read as bits, zeroed before the launch. Grid (B*H, ceil(T / 128)), kThreads threads: block
-// (bh, y) owns query rows [128 qt, 128 qt + 128) of pair bh = b*H + h, qt counted from the end
-// (the longest query tiles start first). Warp w owns rows 16 kM w .. 16 kM w + 16 kM - 1, m-tile
+// read as bits, zeroed before the launch. Grid (ceil(T / 128), H, B), kThreads threads: block
+// (i, h, b) owns query rows [128 qt, 128 qt + 128) of pair bh = b*H + h, qt counted from the end
+// (the longest query tiles start first). A head's query tiles run side by
+// side (FlashAttention-2's grid), so the blocks resident at once read the K and V of a few heads,
+// which stay in L2, rather than those of ~132 heads. Warp w owns rows 16 kM w .. 16 kM w + 16 kM - 1, m-tile
 // mt the 16 from 16 (kM w + mt); lane (g, t) holds rows g and g + 8 of each.
 template <typename T, int Dk, bool kPlain>
 __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
@@ -140,8 +142,8 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
   T* const Qs = reinterpret_cast<T*>(smem);
   __shared__ unsigned block_logit, block_range;
 
-  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
-  const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kBr;
+  const int h = blockIdx.y, bh = blockIdx.z * dims.H + h, T_len = dims.T, D = dims.D, w = dims.window[h];
+  const int qt = gridDim.x - 1 - blockIdx.x, q0 = qt * kBr;
   q += dims.q.pair(bh, dims.H), k += dims.k.pair(bh, dims.H), v += dims.v.pair(bh, dims.H);
   out += dims.out.pair(bh, dims.H);
   const int ld = dims.k.t;  // K's and V's row stride
@@ -314,7 +316,8 @@ void attention_mma_forward(const Tensor& q_in, const Tensor& k_in, const Tensor&
     with_width<16>(kOp, D, [&]<int HD>() {
       auto launch = [&]<bool kPlain>() {
         using F = MmaFwd<HD, kPlain>;
-        const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((T + F::kBr - 1) / F::kBr));
+        const dim3 grid(static_cast<unsigned>((T + F::kBr - 1) / F::kBr), static_cast<unsigned>(H),
+                        static_cast<unsigned>(B));  // a head's query tiles side by side
         launch_threads(attention_mma_forward_kernel<E, HD, kPlain>, grid, F::kThreads, F::kBytes, dev,
                        static_cast<const E*>(q.raw_data()), static_cast<const E*>(k.raw_data()),
                        static_cast<const E*>(v.raw_data()), static_cast<E*>(out.raw_data()),

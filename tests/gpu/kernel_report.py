@@ -265,27 +265,30 @@ def main_loop(blocks):
 
 def cheapest_path(blocks, head, body, copies):
     """From the loop head back to it, every edge that goes backwards in the code cut (inner loops
-    run once): the path with the most HMMA that issues exactly `copies` LDGSTS, and of those the
-    fewest instructions. Dynamic programming over (block, LDGSTS so far) in code order."""
-    best = {head: {0: (0, 0, None)}}  # block -> LDGSTS before it -> (HMMA, -instructions, came from)
+    run once): the path with the most HMMA that issues exactly `copies` LDGSTS, then the most
+    global reductions (a full tile's dQ adds in the attention backward, which a path around its
+    bounds tests would leave out), and of those the fewest instructions. Dynamic programming over
+    (block, LDGSTS so far) in code order."""
+    best = {head: {0: (0, 0, 0, None)}}  # block -> LDGSTS before it -> (HMMA, RED, -instructions, came from)
     ends = []
     for k in sorted(body):
-        for c, (hm, neg, _) in sorted(best.get(k, {}).items()):
+        for c, (hm, red, neg, _) in sorted(best.get(k, {}).items()):
             ins = blocks[k]["ins"]
             hm, neg = hm + sum(x["base"] == "HMMA" for x in ins), neg - len(ins)
+            red += sum(x["base"] in ("RED", "ATOM", "REDG", "ATOMG") for x in ins)
             c2 = c + sum(x["base"] == "LDGSTS" for x in ins)
             for s in blocks[k]["succ"]:
                 if s == head and c2 == copies:
-                    ends.append((hm, neg, k, c))
-                elif s > k and s in body and (hm, neg) > best.setdefault(s, {}).get(c2, (-1, 0))[:2]:
-                    best[s][c2] = (hm, neg, (k, c))
+                    ends.append((hm, red, neg, k, c))
+                elif s > k and s in body and (hm, red, neg) > best.setdefault(s, {}).get(c2, (-1, 0, 0))[:3]:
+                    best[s][c2] = (hm, red, neg, (k, c))
     if not ends:
         raise ValueError("no path through the loop issues %d cp.async copies" % copies)
-    _, _, k, c = max(ends)
+    _, _, _, k, c = max(ends)
     path = []
     while k is not None:
         path.append(k)
-        k, c = best[k][c][2] or (None, None)
+        k, c = best[k][c][3] or (None, None)
     return path[::-1]
 
 
