@@ -5,7 +5,7 @@
 //
 // One kernel has a faster order-dependent path today: the attention backward on a GPU (bf16 and
 // f16, ops/cuda/attention_mma_backward.cu). Deterministic, the key tiles add their shares of a
-// query tile's dQ in increasing order, each waiting for the one before; off, they add them as
+// query tile's dQ in a fixed order, each waiting for the one before; off, they add them as
 // they finish (f32 atomics, as FlashAttention-2 does), so dQ's rounding, and everything trained
 // from it, can differ from run to run. Everything else is deterministic either way.
 #pragma once
