@@ -16,27 +16,45 @@ Block::Block(const GPT2Config& c, Generator& init, Generator* dropout_gen)
   register_module("mlp", &mlp);
 }
 
+Tensor Residual::sum() const { return delta.defined() ? base + delta : base; }
+
+AddLayerNorm normalize(const Residual& x, const LayerNorm& ln) {
+  if (!x.delta.defined()) return {x.base, ln.forward(x.base)};
+  return add_layernorm(x.base, x.delta, ln.weight, ln.bias, ln.eps);
+}
+
 // The attention's residual add and ln_2 are one op (ops/add_layernorm.h): on a GPU one kernel
-// writes the residual stream h and ln_2(h), where the add wrote h and ln_2 read it back. ln_1
-// stays a layernorm of its own: the add before it is the previous block's last, or the
-// embeddings', and fusing it would reach across blocks.
-// x (B, T, C), a (B, T, C) the attention's output -> (B, T, C)
-Tensor Block::residual_mlp(const Tensor& x, const Tensor& a) const {
+// writes the residual stream h and ln_2(h), where the add wrote h and ln_2 read it back. The MLP's
+// add is left to whoever reads the stream next (Residual): the next block's ln_1, or ln_f.
+// x (B, T, C), a (B, T, C) the attention's output -> {h, mlp(ln_2(h))}, h = x + a
+Residual Block::residual_mlp(const Tensor& x, const Tensor& a) const {
   AddLayerNorm r = add_layernorm(x, a, ln_2.weight, ln_2.bias, ln_2.eps);
-  return r.h + mlp.forward(r.out);
+  return {r.h, mlp.forward(r.out)};
+}
+
+// x (B, T, C) in two parts -> (B, T, C) in two parts
+Residual Block::forward(const Residual& x, Tensor* max_logit, Tensor* max_range) const {
+  const AddLayerNorm in = normalize(x, ln_1);
+  AttentionOutput a = attn.forward(in.out);
+  if (max_logit) *max_logit = a.max_logit;
+  if (max_range) *max_range = a.max_range;
+  return residual_mlp(in.h, a.out);
 }
 
 // x (B, T, C) -> (B, T, C)
 Tensor Block::forward(const Tensor& x, Tensor* max_logit, Tensor* max_range) const {
-  AttentionOutput a = attn.forward(ln_1.forward(x));
-  if (max_logit) *max_logit = a.max_logit;
-  if (max_range) *max_range = a.max_range;
-  return residual_mlp(x, a.out);
+  return forward(Residual{x, {}}, max_logit, max_range).sum();
+}
+
+// x (B, t, C) in two parts -> (B, t, C) in two parts, attending through the KV cache
+Residual Block::forward_cached(const Residual& x, KVCache& cache, int64_t layer) const {
+  const AddLayerNorm in = normalize(x, ln_1);
+  return residual_mlp(in.h, attn.forward_cached(in.out, cache, layer));
 }
 
 // x (B, t, C) -> (B, t, C), attending through the KV cache
 Tensor Block::forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const {
-  return residual_mlp(x, attn.forward_cached(ln_1.forward(x), cache, layer));
+  return forward_cached(Residual{x, {}}, cache, layer).sum();
 }
 
 }  // namespace keel::nn

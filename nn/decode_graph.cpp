@@ -106,8 +106,9 @@ DecodeStep DecodeGraph::run(KVCache& cache, int64_t B) {
 Tensor DecodeGraph::forward(KVCache& cache) const {
   // The position embedding as a lookup of pos_: a view of row P would freeze P into the graph.
   Tensor x = model_.wte.forward(ids_) + model_.wpe.forward(pos_);  // (B, 1, C) + (1, C)
-  for (size_t l = 0; l < model_.h.size(); ++l) x = model_.h[l]->forward_cached(x, cache, static_cast<int64_t>(l));
-  return model_.lm_head->forward(model_.ln_f.forward(x));
+  Residual r{x, {}};
+  for (size_t l = 0; l < model_.h.size(); ++l) r = model_.h[l]->forward_cached(r, cache, static_cast<int64_t>(l));
+  return model_.lm_head->forward(normalize(r, model_.ln_f).out);
 }
 
 }  // namespace keel::nn

@@ -73,10 +73,11 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets, StatsOn stats
   // Per layer: max_logit in [0, L), max_range in [L, 2L), so one concat gathers both.
   const size_t L = h.size();
   std::vector<Tensor> stats(2 * L);
-  for (size_t l = 0; l < L; ++l) x = h[l]->forward(x, &stats[l], &stats[L + l]);
+  Residual r{x, {}};  // each block's last add is done by the next LayerNorm (nn/block.h)
+  for (size_t l = 0; l < L; ++l) r = h[l]->forward(r, &stats[l], &stats[L + l]);
 
   GPT2Output out;
-  x = ln_f.forward(x);
+  x = normalize(r, ln_f).out;
   const int64_t V = config_.vocab_size, Vp = padded_vocab(V, x.device());
   if (Vp == V) {
     out.logits = lm_head->forward(x);
@@ -128,10 +129,14 @@ Tensor GPT2::forward_cached(const Tensor& ids, KVCache& cache, Logits which) {
   // Positions [P, P + t) are rows P.. of the position table: a view of it, so a decode step
   // builds and uploads no position ids (a host synchronisation per token on a GPU).
   Tensor x = wte.forward(ids) + narrow(wpe.weight, 0, P, t);
-  for (size_t l = 0; l < h.size(); ++l) x = h[l]->forward_cached(x, cache, static_cast<int64_t>(l));
+  Residual r{x, {}};
+  for (size_t l = 0; l < h.size(); ++l) r = h[l]->forward_cached(r, cache, static_cast<int64_t>(l));
   cache.advance(t);
-  if (which == Logits::last) x = narrow(x, 1, t - 1, 1);
-  return lm_head->forward(ln_f.forward(x));
+  if (which == Logits::last) {
+    r.base = narrow(r.base, 1, t - 1, 1);
+    if (r.delta.defined()) r.delta = narrow(r.delta, 1, t - 1, 1);
+  }
+  return lm_head->forward(normalize(r, ln_f).out);
 }
 
 }  // namespace keel::nn

@@ -103,36 +103,38 @@ TEST_CASE("profiler on the GPU: one step of a tiny GPT-2, counted exactly") {
   // forward: q, k, v read, out written (f32), the row log-sum-exp (f32) written
   CHECK(totals(s, "attention", Phase::forward).bytes == L * (4 * BT * C * 4 + B * H * T * 4));
 
-  // Adds: the block's last residual add hands its gradient to both inputs as it is (no pass over
-  // memory); the embeddings' (B, T, C) + (T, C) sums the position table's gradient over the batch.
+  // Adds: the embeddings' (B, T, C) + (T, C), whose backward sums the position table's gradient
+  // over the batch. Each block's last residual add is done by the LayerNorm after it (below).
   const Totals addb = totals(s, "AddBackward", Phase::backward);
-  CHECK(addb.calls == L + 1);
+  CHECK(addb.calls == 1);
   CHECK(addb.bytes == BT * C * 4 + T * C * 4);
 
-  // LayerNorm: ln_1 per layer and ln_f, one kernel each; x read, y written, weight and bias
-  // read, mean and rstd written (f32).
+  // LayerNorm alone: only layer 0's ln_1, whose input is the embeddings' sum; x read, y written,
+  // weight and bias read, mean and rstd written (f32).
   const Totals ln = totals(s, "layernorm", Phase::forward);
-  CHECK(ln.calls == L + 1);
-  CHECK(ln.launches == L + 1);
-  CHECK(ln.bytes == (L + 1) * (2 * BT * C * 4 + 2 * C * 4 + 2 * BT * 4));
-  // ln_2 and the attention's residual add before it: one kernel per layer (add_layernorm), 1 + 8
-  // FLOPs per element; x and y read, h and out written, weight and bias read, mean and rstd
-  // written. Its backward: layernorm's (12 FLOPs per element; grad, h, weight, mean and rstd read,
-  // dx, dweight and dbias written) with h's gradient from the block's last add read and added into
-  // dx (1 FLOP per element): dx, dweight's and dbias' partial sums and their final sum, 3 kernels.
-  // h's own node hands its gradient over and launches nothing.
+  CHECK(ln.calls == 1);
+  CHECK(ln.launches == 1);
+  CHECK(ln.bytes == 2 * BT * C * 4 + 2 * C * 4 + 2 * BT * 4);
+  // A residual add and the LayerNorm after it as one kernel (add_layernorm), 2L of them: the
+  // attention's add with ln_2 in every layer, the MLP's add with the next layer's ln_1 or ln_f
+  // (nn::Residual). 1 + 8 FLOPs per element; x and y read, h and out written, weight and bias
+  // read, mean and rstd written. Its backward: layernorm's (12 FLOPs per element; grad, h, weight,
+  // mean and rstd read, dx, dweight and dbias written) with h's gradient from its other use read
+  // and added into dx (1 FLOP per element), except after ln_f, whose h has no other use:
+  // dx, dweight's and dbias' partial sums and their final sum, 3 kernels. h's own node hands its
+  // gradient over and launches nothing; ln_f's h gets no gradient, so it has none.
   const Totals aln = totals(s, "add_layernorm", Phase::forward);
   const Totals alnb = totals(s, "AddLayerNormBackward", Phase::backward);
   const Totals alnr = totals(s, "AddLayerNormResidual", Phase::backward);
-  CHECK(aln.calls == L);
-  CHECK(aln.launches == L);
-  CHECK(aln.flops == L * 9 * BT * C);
-  CHECK(aln.bytes == L * (4 * BT * C * 4 + 2 * C * 4 + 2 * BT * 4));
-  CHECK(alnb.calls == L);
-  CHECK(alnb.launches == 3 * L);
-  CHECK(alnb.flops == L * 13 * BT * C);
-  CHECK(alnb.bytes == L * (4 * BT * C * 4 + 3 * C * 4 + 2 * BT * 4));
-  CHECK(alnr.calls == L);
+  CHECK(aln.calls == 2 * L);
+  CHECK(aln.launches == 2 * L);
+  CHECK(aln.flops == 2 * L * 9 * BT * C);
+  CHECK(aln.bytes == 2 * L * (4 * BT * C * 4 + 2 * C * 4 + 2 * BT * 4));
+  CHECK(alnb.calls == 2 * L);
+  CHECK(alnb.launches == 3 * 2 * L);
+  CHECK(alnb.flops == (2 * L - 1) * 13 * BT * C + 12 * BT * C);
+  CHECK(alnb.bytes == 2 * L * (4 * BT * C * 4 + 3 * C * 4 + 2 * BT * 4) - BT * C * 4);
+  CHECK(alnr.calls == 2 * L - 1);
   CHECK(alnr.launches + alnr.library + alnr.copies == 0);
 
   // The optimizer: AdamW is one fused multi-tensor kernel per 48 parameter tensors of a dtype
