@@ -7,7 +7,9 @@
 
 #include "core/autograd.h"
 #include "core/factory.h"
+#include "core/profiler.h"
 #include "ops/common.h"
+#include "ops/op_costs.h"
 #include "ops/cpu/decode_attention.h"
 #include "ops/cuda/decode_attention.h"
 
@@ -70,6 +72,8 @@ Tensor decode_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   for (int64_t h = 0; h < H; ++h) check_span(kOp, spec, h, position, t, S);
   check_no_grad(kOp, {q, k, v});
 
+  profiler::Scope prof(kOp);
+  if (prof) prof.cost(op_costs::decode_attention(q, spec.window, position, false));
   // One cache for every head: the kernels' "global" group, with nothing to write.
   const DecodeCache cache{Tensor(), Tensor(), k.contiguous(), v.contiguous(), Tensor()};
   Tensor out = empty(q.shape(), {q.dtype(), q.device()});
@@ -121,6 +125,8 @@ Tensor decode_attention_cached(const Tensor& q, const Tensor& k, const Tensor& v
       (cache.position.dtype() != DType::i64 || cache.position.numel() != 1 || cache.position.device() != q.device()))
     throw ShapeError(kOp, "cache.position must be one i64 on q's device: " + detail::describe("position", cache.position));
 
+  profiler::Scope prof(kOp);
+  if (prof) prof.cost(op_costs::decode_attention(q, spec.window, position, true));
   Tensor out = empty({B, 1, H, D}, {q.dtype(), q.device()});  // the memory of (B, H, 1, D)
   kernel_for(q)(q.contiguous(), k.contiguous(), v.contiguous(), cache, spec.window, position, spec.resolved_scale(D),
                 spec.softcap, out);

@@ -122,6 +122,21 @@ Cost attention_backward(const Tensor& q, const std::vector<int64_t>& window, DTy
   return attention_cost(q, window, lse_dtype, true);
 }
 
+Cost decode_attention(const Tensor& q, const std::vector<int64_t>& window, int64_t position, bool writes_kv) {
+  const int64_t B = q.size(0), t = q.size(2), D = q.size(3);
+  double pairs = 0;  // per batch row
+  for (int64_t w : window)
+    for (int64_t j = position; j < position + t; ++j) pairs += double(w > 0 ? std::min(j + 1, w) : j + 1);
+  const double es = double(dtype_size(q.dtype()));
+  Cost c;
+  c.kind = profiler::Kind::attention;
+  c.half = half(q.dtype());
+  c.flops = 4.0 * double(D) * double(B) * pairs;
+  c.bytes = 2.0 * double(B) * pairs * double(D) * es + (writes_kv ? 4 : 2) * bytes_of(q);
+  c.shape = shape_str(q.shape());
+  return c;
+}
+
 Cost layernorm(const Tensor& x, bool bias, DType stats_dtype) {
   const int64_t C = x.size(-1), N = x.numel() / std::max<int64_t>(1, C);
   const double es = double(dtype_size(x.dtype()));

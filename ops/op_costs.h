@@ -48,6 +48,11 @@ double attention_pairs(int64_t T, int64_t w);
 // q (B, H, T, D); lse_dtype is the log-sum-exp's (f32 on CUDA)
 Cost attention(const Tensor& q, const std::vector<int64_t>& window, DType lse_dtype);
 Cost attention_backward(const Tensor& q, const std::vector<int64_t>& window, DType lse_dtype);
+// Decode attention: q (B, H, t, D), the queries at positions position .. position + t - 1 of a
+// cache; query j sees min(j + 1, w) keys (all j + 1 for w = 0). 4 D FLOPs per pair, as the
+// forward; bytes: each seen key's k and v read, q read and the output written, and with
+// `writes_kv` the new tokens' k and v written into the cache.
+Cost decode_attention(const Tensor& q, const std::vector<int64_t>& window, int64_t position, bool writes_kv);
 // x (N, C), mean and rstd (N) in stats_dtype
 Cost layernorm(const Tensor& x, bool bias, DType stats_dtype);
 Cost layernorm_backward(const Tensor& x, DType stats_dtype, bool dx, bool dw, bool db);

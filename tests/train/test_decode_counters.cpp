@@ -51,7 +51,8 @@ void decode_side_by_side(nn::GPT2& model, nn::DecodeGraph& graph, nn::KVCache& e
 }
 
 // variant -> its decode record at context 48 (batch 1), with a captured step per token or eagerly
-std::map<std::string, app::BenchRecord> decode_records(bool graph = true) {
+// (and `profile` eager steps profiled after the timed ones)
+std::map<std::string, app::BenchRecord> decode_records(bool graph = true, int64_t profile = 0) {
   std::map<std::string, app::BenchRecord> out;
   for (auto [name, kind] : {std::pair{"mhsa", nn::AttentionKind::mhsa}, std::pair{"ls", nn::AttentionKind::ls}}) {
     nn::GPT2 model(model_config(kind), 1);
@@ -65,6 +66,7 @@ std::map<std::string, app::BenchRecord> decode_records(bool graph = true) {
     o.warmup = 2;
     o.check_tokens = 2;
     o.graph = graph;
+    o.profile = profile;
     app::bench_sample(model, name, o, [&](const app::BenchRecord& r) {
       if (r["phase"] == "decode") out[name] = r;
     });
@@ -93,6 +95,30 @@ TEST_CASE("a replayed decode step is one graph launch and allocates nothing") {
     CHECK(r["copies"].get<double>() == 1.0);
     CHECK(r["library_calls"].get<double>() == 0.0);
     CHECK(r["allocations"].get<double>() == 0.0);
+  }
+}
+
+TEST_CASE("bench-sample --profile: a token's ops one by one, adding up to the eager step's counts") {
+  KEEL_REQUIRE_CUDA();
+  for (const auto& [variant, r] : decode_records(false, 2)) {
+    INFO(variant << ": " << r.dump());
+    const nlohmann::ordered_json& p = r.at("profile");
+    CHECK(p["steps"].get<int64_t>() == 2);
+    CHECK(p["timing"] == "predicted");  // the emulated GPU: a prediction for an H100
+    CHECK(p["step"]["predicted_ms"].get<double>() > 0);
+    // Every launch of a token belongs to an op (decode attention included), and the profiled
+    // steps ask the GPU for what the timed eager steps did.
+    const auto& counts = p["step"]["counts"];
+    CHECK(p["step"]["outside_ops"]["launches"].get<double>() == 0);
+    CHECK(counts["launches"].get<double>() == r["launches"].get<double>());
+    CHECK(counts["library_calls"].get<double>() == r["library_calls"].get<double>());
+    std::map<std::string, double> calls;
+    for (const auto& op : p["ops"]) calls[op["name"].get<std::string>()] += op["calls_per_step"].get<double>();
+    // Per layer: one decode attention; the attention's add with ln_2 and the MLP's add with the
+    // next LayerNorm (ln_1 or ln_f), one add_layernorm each; layer 0's ln_1 a plain layernorm.
+    CHECK(calls["decode_attention_cached"] == 2);
+    CHECK(calls["add_layernorm"] == 4);
+    CHECK(calls["layernorm"] == 1);
   }
 }
 

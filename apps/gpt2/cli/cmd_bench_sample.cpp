@@ -40,7 +40,7 @@ std::vector<std::pair<std::string, std::unique_ptr<nn::GPT2>>> models_for(const 
     return out;
   }
   int64_t longest = a.opt.prompt_tokens + a.opt.check_tokens;
-  for (int64_t L : a.opt.contexts) longest = std::max(longest, L + a.opt.warmup + a.opt.steps);
+  for (int64_t L : a.opt.contexts) longest = std::max(longest, L + a.opt.warmup + a.opt.steps + a.opt.profile);
   std::stringstream names(a.variants);
   for (std::string v; std::getline(names, v, ',');) {
     nn::GPT2Config c = nn::GPT2Config::preset(a.preset);
@@ -75,6 +75,10 @@ void run_bench_sample(const BenchSampleArgs& a, bool variants_given) {
     model->to(dtype);
     fmt::print("{}: {}\n", variant, model->config().summary());
     std::fflush(stdout);
+    const auto print_profile = [&](const BenchRecord& r, const profiler::Profile& p) {
+      fmt::print("\n  {} B={} context={}: {} eager decode steps profiled (per step = per token)\n{}\n", variant,
+                 r["B"].get<int64_t>(), r["context"].get<int64_t>(), a.opt.profile, profiler::table(p));
+    };
     bench_sample(*model, variant, a.opt, [&](const BenchRecord& r) {
       records.push_back(r);
       lines += r.dump() + "\n";
@@ -84,7 +88,7 @@ void run_bench_sample(const BenchSampleArgs& a, bool variants_given) {
                  r["phase"] == "prefill" ? fmt::format("{:.3f} s", r["seconds"].get<double>())
                                          : fmt::format("{:.2f} ms/token", r["ms"].get<double>()));
       std::fflush(stdout);
-    });
+    }, print_profile);
     model->to(Device::cpu());  // free the device for the next variant
   }
   fmt::print("\n{}", bench_sample_table(records));
@@ -117,6 +121,12 @@ void add_bench_sample_command(CLI::App& app) {
   cmd->add_option("--json", a->json, "also write one JSON object per measurement to this file");
   cmd->add_option("--save-hf", a->save_hf, "write the (first) model as a Hugging Face directory, for the PyTorch anchor");
   cmd->add_flag("--no-graph", a->no_graph, "on CUDA, run each decode step eagerly instead of replaying a captured one");
+  cmd->add_option("--profile", a->opt.profile,
+                  "eager decode steps to profile per batch size and context, after the timed ones: a table per op")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--profile-gpu", a->opt.profile_gpu,
+                  "the GPU whose times the emulated GPU predicts in the profile: H100 | H200")
+      ->check(CLI::IsMember({"H100", "H200"}));
   cmd->callback([a, variants] {
     a->opt.graph = !a->no_graph;
     run_bench_sample(*a, variants->count() > 0);

@@ -90,19 +90,22 @@ std::vector<int32_t> bench_prompt(int64_t P, int64_t V, uint64_t seed) {
 }
 
 void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSampleOptions& o,
-                  const std::function<void(const BenchRecord&)>& emit) {
+                  const std::function<void(const BenchRecord&)>& emit,
+                  const std::function<void(const BenchRecord&, const profiler::Profile&)>& profiled) {
   const nn::GPT2Config& c = model.config();
   const int64_t ctx = c.block_size, P = o.prompt_tokens;
   if (P < 1 || P + o.check_tokens > ctx)
     throw ConfigError("--prompt-tokens", fmt::format("a prompt of {} tokens and {} more do not fit the context {}", P,
                                                      o.check_tokens, ctx),
                       "use a shorter prompt or a model with a longer context (--seq-len)");
+  const int64_t decode_steps = o.warmup + o.steps + o.profile;
   for (int64_t L : o.contexts)
-    if (L < 1 || L + o.warmup + o.steps > ctx)
+    if (L < 1 || L + decode_steps > ctx)
       throw ConfigError("--contexts", fmt::format("context {} and {} decode steps do not fit the context length {}", L,
-                                                  o.warmup + o.steps, ctx),
+                                                  decode_steps, ctx),
                         "drop that context or give the model a longer one (--seq-len)");
   if (o.steps < 1 || o.prefill_reps < 1) throw ConfigError("bench-sample", "--steps and --prefill-reps must be >= 1");
+  if (o.profile < 0) throw ConfigError("--profile", "must be >= 0", "the number of decode steps to profile");
   NoGradGuard no_grad;
   model.eval();
   const Tensor& w = model.wte.weight;
@@ -148,7 +151,7 @@ void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSample
     emit(r);
 
     for (int64_t L : o.contexts) {
-      nn::KVCache kv = model.make_cache(L + o.warmup + o.steps);
+      nn::KVCache kv = model.make_cache(L + decode_steps);
       Generator gen(o.seed + 1);
       reset_peak_memory(dev);
       nn::fill_random(kv, B, L, spec, c.head_dim(), w.dtype(), dev, gen);
@@ -186,6 +189,18 @@ void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSample
       d["syncs"] = double(ops.syncs) / per;
       d["allocations"] = double(ops.allocations) / per;
       d["peak_mem_bytes"] = memory_stats(dev).peak;
+      if (o.profile > 0) {
+        // Eager steps, one profiler step each: what a token's ops cost, one by one.
+        profiler::Session session({dev, o.profile_gpu});
+        for (int64_t s = 0; s < o.profile; ++s) {
+          session.step_begin();
+          next = greedy(model.forward_cached(next, kv, nn::GPT2::Logits::last));
+          session.step_end();
+        }
+        const profiler::Profile p = session.finish();
+        d["profile"] = profiler::to_json(p);
+        if (profiled) profiled(d, p);
+      }
       emit(d);
     }
   }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/profiler.h"
 #include "nn/gpt2.h"
 
 namespace keel::app {
@@ -30,6 +31,11 @@ struct BenchSampleOptions {
   int64_t check_tokens = 8;      // greedy tokens recorded after the prompt
   uint64_t seed = 0;             // the prompt's ids and the random cache
   bool graph = true;             // on CUDA, decode replays a captured step (nn/decode_graph.h)
+  // Eager decode steps profiled per (batch, context) after the timed ones (0: none): per op and
+  // token, launches, bytes and time (CUDA events on a GPU, a prediction for profile_gpu on the
+  // emulated GPU; core/profiler.h). Eager because a replayed graph is one operation.
+  int64_t profile = 0;
+  std::string profile_gpu = "H100";
 };
 
 // One measurement, one JSON object (the schema is in docs/inference.md).
@@ -40,9 +46,12 @@ std::vector<int32_t> bench_prompt(int64_t P, int64_t V, uint64_t seed);
 
 // Times `model` (on its device, in its dtype) under the name `variant`: per batch size, one
 // "prefill" record, then one "decode" record per context, each handed to emit as it is measured.
+// With o.profile, the decode record also holds the profile of the profiled steps ("profile",
+// core/profiler.h's JSON), and `profiled` (when given) gets it first, to print its table.
 // ConfigError when a context or the prompt does not fit the model's context length.
 void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSampleOptions& o,
-                  const std::function<void(const BenchRecord&)>& emit);
+                  const std::function<void(const BenchRecord&)>& emit,
+                  const std::function<void(const BenchRecord&, const profiler::Profile&)>& profiled = nullptr);
 
 // The records as text tables: prefill per variant and batch; decode per batch and context with
 // a column per variant, and LS against MHSA (speed-up and KV-cache ratio) when both are there.
