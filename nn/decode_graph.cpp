@@ -16,7 +16,7 @@ constexpr const char* kOp = "DecodeGraph::step";
 std::vector<const void*> buffers(const KVCache& cache) {
   std::vector<const void*> out;
   for (const LayerKV& l : cache.layers)
-    for (const Tensor* t : {&l.k_local, &l.v_local, &l.k_global, &l.v_global})
+    for (const Tensor* t : {&l.k_local, &l.v_local, &l.k_global, &l.v_global, &l.done})
       out.push_back(t->defined() ? t->raw_data() : nullptr);
   return out;
 }
@@ -93,7 +93,7 @@ DecodeStep DecodeGraph::run(KVCache& cache, int64_t B) {
     }
     // Eager steps on this cache take the host's position again.
     for (LayerKV& l : cache.layers) l.position = Tensor();
-    captured_ = std::move(now);
+    captured_ = buffers(cache);  // as the capture left them (the eager run may have made decode counters)
     ++captures_;
   }
   graph_->replay();

@@ -45,6 +45,14 @@ void make_room(Tensor& c, const Tensor& x, int64_t h, int64_t needed, int64_t ke
   }
   c = fresh;
 }
+
+// The decode counters of a layer (DecodeCache::done) for `rows` query rows, on a GPU: zeros, made
+// once per text (or batch size) and left at zero by every step.
+void make_counters(LayerKV& kv, int64_t rows, Device device) {
+  if (!device.is_cuda() || (kv.done.defined() && kv.done.numel() == rows && kv.done.device() == device)) return;
+  kv.done = zeros({rows}, {DType::i32, device});
+}
+
 }  // namespace
 
 int64_t KVCache::bytes() const {
@@ -83,7 +91,10 @@ Tensor cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, Layer
     make_room(kv.k_global, k, Hg, position + t, position, cache);
     make_room(kv.v_global, v, Hg, position + t, position, cache);
   }
-  // A decode step: the kernel writes the token's key and value into their slots itself.
+  // A decode step: the kernel writes the token's key and value into their slots itself, and on
+  // a GPU the blocks that split a row's keys merge it in the same launch, by a counter per row
+  // (made with the cache, below and in fill_random: not a per-token cost).
+  make_counters(kv, q.size(0) * H, q.device());
   if (position > 0) return decode_attention_cached(q, k, v, kv, spec, position);
 
   // A prompt: the fused attention op, then its keys and values into the cache.
@@ -120,6 +131,7 @@ void fill_random(KVCache& cache, int64_t B, int64_t length, const AttentionSpec&
       write_slots(kv.k_global, randn({B, Hg, length, D}, gen, {dtype, device}), 0);
       write_slots(kv.v_global, randn({B, Hg, length, D}, gen, {dtype, device}), 0);
     }
+    make_counters(kv, B * spec.heads(), device);
   }
   cache.advance(length);
 }

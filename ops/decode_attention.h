@@ -52,6 +52,10 @@ struct DecodeCache {
   Tensor k_local, v_local;
   Tensor k_global, v_global;
   Tensor position{};  // {}: an initialiser list of the four cache tensors alone stays warning-free
+  // On CUDA, (B * H) i32 zeros, or undefined: counters with which the blocks that split a row's
+  // keys find the last of them, which merges the row, so a split step is one launch instead of
+  // two (ops/cuda/decode_attention.cu). Zero again after every launch; ignored on the CPU.
+  Tensor done{};
 };
 
 // q, k, v (B, H, 1, D): the new token at `position`, projected (and q/k-normed). Writes k and v

@@ -8,6 +8,7 @@
 //   cp_async_16, cp_async_commit, cp_async_wait<N>   global -> shared copies that overlap compute
 //   ex2, min_nan                  2^x in one instruction; a minimum that keeps NaN
 //   ld_acquire_gpu, red_release_gpu_add, spin_wait_equal   an ordered hand-over between blocks
+//   atom_add_acq_rel_gpu          a counter that tells the last of several blocks it is the last
 //
 // Fragment layouts (the PTX ISA's; g = lane / 4, t = lane % 4; two 16-bit elements per 32-bit
 // register, the first in the low half):
@@ -192,6 +193,18 @@ __device__ __forceinline__ void red_release_gpu_add(int* p, int v) {
   ::keel::emu::ptx::red_release_add(p, v);
 #else
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+#endif
+}
+// atom.acq_rel.gpu.add: adds v to *p and returns the old value; a release of this thread's
+// earlier accesses (and, after a __syncthreads, its block's) and an acquire of those of every
+// thread whose add it follows: the block that sees the last count may read what the others wrote.
+__device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
+#ifdef KEEL_CUDA_EMULATED
+  return ::keel::emu::ptx::atom_add_acq_rel(p, v);
+#else
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
 #endif
 }
 // Spins until *flag == expected (an acquire). Only a block of lower index may be the one that

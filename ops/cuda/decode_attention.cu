@@ -8,9 +8,12 @@
 // the largest logit so far, l the sum of exp(s - m), and the unnormalised output acc = sum of
 // exp(s - m) v, rescaled by exp(m - m_new) when m grows, as the flash forward does).
 //   n_split == 1  the block owns the whole row and writes out = acc / l itself: one launch.
-//   n_split > 1   it writes (acc, m, l) to a small f32 workspace, and a second kernel merges a
-//                 row's chunks: M = max_s m_s, L = sum_s l_s exp(m_s - M),
-//                 out = sum_s acc_s exp(m_s - M) / L.
+//   n_split > 1   it writes (acc, m, l) to a small f32 workspace, and the row's chunks are
+//                 merged: M = max_s m_s, L = sum_s l_s exp(m_s - M),
+//                 out = sum_s acc_s exp(m_s - M) / L (merge_column). With the cache's counters
+//                 (DecodeCache::done) the last of a row's blocks to finish merges it, in the same
+//                 launch; without them a second kernel does (decode_combine_kernel). Either way
+//                 chunk by chunk in order, so the two give the same bits.
 // Chunks are kChunk keys from the row's first key, however long the row (the rule and its reason
 // are at the launch). A row's keys are [band_start(p, w), p], so a local head's 50 keys fill one
 // chunk and its other chunks are empty blocks that only write (0, -inf, 0): it reads its window
@@ -24,6 +27,7 @@
 // goes out as (B, 1, H, D), the layout c_proj reads.
 #include <algorithm>
 
+#include "core/cuda/ptx.cuh"
 #include "ops/attention_band.h"
 #include "ops/cuda/attention_tiles.h"
 #include "ops/cuda/common.cuh"
@@ -60,9 +64,25 @@ struct DecodeArgs {
   T *k0, *v0;                 // (B, H0, S0, D)
   T *k1, *v1;                 // (B, H - H0, S1, D)
   float* part;                // (R, n_split, D + 2) when n_split > 1
-  T* out;                     // (R, D) when n_split == 1
+  T* out;                     // (R, D): written by the block of a lone split, or by the merge
   const int64_t* position;    // (1): the first query's position, or null: dims.position
+  int* done;                  // (R) zeros: the blocks of a row count themselves; null: a second
+                              // launch merges (decode_combine_kernel)
 };
+
+// Column d of a row merged from its n_split chunks (acc (D), m, l each, D + 2 floats apart),
+// in chunk order. Loads through L2 (__ldcg): in the one-launch merge other blocks wrote them.
+__device__ __forceinline__ float merge_column(const float* pr, int n_split, int D, int d) {
+  float M = -INFINITY;
+  for (int s = 0; s < n_split; ++s) M = fmaxf(M, __ldcg(pr + s * (D + 2) + D));
+  float L = 0.0f, o = 0.0f;
+  for (int s = 0; s < n_split; ++s) {
+    const float c = expf(__ldcg(pr + s * (D + 2) + D) - M);  // an empty chunk (m = -inf) adds nothing
+    L += __ldcg(pr + s * (D + 2) + D + 1) * c;
+    o += __ldcg(pr + s * (D + 2) + d) * c;
+  }
+  return o / L;
+}
 
 // q (R = B*H*t, D), cache (B, H0, S0, D) + (B, H - H0, S1, D) -> out (R, D) when n_split == 1,
 // else part (R, n_split, D + 2) f32: acc (D), m, l per chunk. k_new, v_new (B*H, D) go into
@@ -154,6 +174,22 @@ __global__ void __launch_bounds__(kBlock) decode_partial_kernel(DecodeArgs<T> a,
     out[D] = m;
     out[D + 1] = l;
   }
+  if (a.done == nullptr) return;  // decode_combine_kernel merges
+  // The row's chunks are in once every block of the row has counted itself: the last to count
+  // merges them (the others' writes released by their count, acquired by its own) and sets the
+  // counter back to 0 for the next launch.
+  __shared__ bool last;
+  __syncthreads();  // the block's partial sums are written
+  if (tid == 0) {
+    __threadfence();
+    last = ptx::atom_add_acq_rel_gpu(a.done + r, 1) == static_cast<int>(gridDim.y) - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  const float* pr = a.part + int64_t(r) * gridDim.y * (D + 2);
+  for (int col = tid; col < D; col += kBlock)
+    a.out[int64_t(r) * D + col] = from_f32<T>(merge_column(pr, static_cast<int>(gridDim.y), D, col));
+  if (tid == 0) a.done[r] = 0;
 }
 
 // part (R, n_split, D + 2) -> out (R, D): a row's chunks merged. Grid R, D threads.
@@ -161,16 +197,7 @@ template <typename T>
 __global__ void __launch_bounds__(attn::kMaxHeadDim) decode_combine_kernel(const float* __restrict__ part,
                                                                           T* __restrict__ out, int n_split, int D) {
   const int r = blockIdx.x, d = threadIdx.x;
-  const float* pr = part + int64_t(r) * n_split * (D + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < n_split; ++s) M = fmaxf(M, pr[s * (D + 2) + D]);
-  float L = 0.0f, o = 0.0f;
-  for (int s = 0; s < n_split; ++s) {
-    const float c = expf(pr[s * (D + 2) + D] - M);  // an empty chunk (m = -inf) adds nothing
-    L += pr[s * (D + 2) + D + 1] * c;
-    o += pr[s * (D + 2) + d] * c;
-  }
-  out[int64_t(r) * D + d] = from_f32<T>(o / L);
+  out[int64_t(r) * D + d] = from_f32<T>(merge_column(part + int64_t(r) * n_split * (D + 2), n_split, D, d));
 }
 
 template <typename T>
@@ -238,8 +265,14 @@ void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor
     throw ShapeError(kOp, "a row of " + std::to_string(span) + " keys needs more than 65535 chunks of " +
                               std::to_string(kChunk) + " keys (the grid's y limit)");
   dims.chunk = kChunk;
-  // One split writes the output itself: no workspace, no combine launch.
+  // One split writes the output itself: no workspace, no combine launch. Several merge in the
+  // same launch when the cache brings a counter per row.
   Tensor part = n_split > 1 ? empty({R, n_split, D + 2}, {DType::f32, q.device()}) : Tensor();
+  const bool merge_here = n_split > 1 && cache.done.defined();
+  if (merge_here && (cache.done.dtype() != DType::i32 || cache.done.numel() < R || !cache.done.is_contiguous() ||
+                     cache.done.device() != q.device()))
+    throw ShapeError(kOp, "cache.done must hold an i32 zero per query row (" + std::to_string(R) +
+                              ") on q's device: " + shape_str(cache.done.shape()));
   cudaStream_t stream = detail::stream(dev);
 
   visit_cuda_float(q.dtype(), kOp, [&]<typename T>() {
@@ -252,12 +285,13 @@ void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor
                              ptr_or_null<T>(cache.v_global),
                              ptr_or_null<float>(part),
                              static_cast<T*>(out.raw_data()),
-                             ptr_or_null<const int64_t>(cache.position)};
+                             ptr_or_null<const int64_t>(cache.position),
+                             merge_here ? static_cast<int*>(cache.done.raw_data()) : nullptr};
     auto run = [&]<int HD>() {
       launch_kernel(decode_partial_kernel<T, HD>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(n_split)),
                     dim3(kBlock), 0, stream, args, dims);
       KEEL_CHECK_LAUNCH();
-      if (n_split == 1) return;
+      if (n_split == 1 || merge_here) return;
       launch_kernel(decode_combine_kernel<T>, dim3(static_cast<unsigned>(R)), dim3(static_cast<unsigned>(D)), 0,
                     stream, static_cast<const float*>(part.raw_data()), static_cast<T*>(out.raw_data()),
                     static_cast<int>(n_split), static_cast<int>(D));

@@ -185,6 +185,12 @@ __global__ void handover_kernel(int* flag, int* sum) {
   }
 }
 
+// Every block counts itself in; the one that sees the last count records its index in *last.
+__global__ void last_block_kernel(int* count, int* last) {
+  if (threadIdx.x == 0 && ptx::atom_add_acq_rel_gpu(count, 1) == static_cast<int>(gridDim.x) - 1)
+    *last = static_cast<int>(blockIdx.x);
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -302,4 +308,16 @@ TEST_CASE("emulated PTX: blocks hand over in index order, and a wait for a later
   CHECK(e.find("spin-wait") != std::string::npos);
   CHECK(e.find("only a later block") != std::string::npos);
   cudaFree(flag), cudaFree(sum);
+}
+
+TEST_CASE("emulated PTX: atom.acq_rel.gpu.add returns the count before it, so one block sees the last") {
+  int* count = device_array<int>(1);
+  int* last = device_array<int>(1);
+  KEEL_CHECK_CUDA(cudaMemset(count, 0, sizeof(int)));
+  KEEL_CHECK_CUDA(cudaMemset(last, 0xff, sizeof(int)));
+  launch_kernel(last_block_kernel, 5, 32, 0, nullptr, count, last);
+  KEEL_CHECK_LAUNCH();
+  CHECK(*count == 5);
+  CHECK(*last == 4);  // blocks run in index order here
+  cudaFree(count), cudaFree(last);
 }

@@ -8,6 +8,8 @@
 // key and value.
 #include <doctest/doctest.h>
 
+#include "core/cuda/counters.h"
+#include "core/factory.h"
 #include "cuda_compare.h"
 #include "cuda_test.h"
 #include "decode_cache.h"
@@ -69,6 +71,17 @@ void check_step(int64_t B, int64_t D, const AttentionSpec& spec, int64_t p, DTyp
   REQUIRE(out.device() == kGpu);
   CHECK(out.dtype() == dt);
   CHECK_CLOSE(out, ref, dt);
+  // With a counter per row the split blocks merge the row themselves, in one launch: the same
+  // bits, the counters zero again, one launch (the combine's is gone) when the keys are split.
+  {
+    DecodeCache one = cache.dev;
+    one.done = zeros({B * H}, {DType::i32, kGpu});
+    const cuda::Counters before = cuda::counters();
+    const Tensor merged = decode_attention_cached(q.dev, kn.dev, vn.dev, one, spec, device_position ? 0 : p);
+    CHECK((cuda::counters() - before).launches == 1);
+    CHECK(merged.to(Device::cpu()).to_vector<double>() == out.to(Device::cpu()).to_vector<double>());
+    CHECK(one.done.to(Device::cpu()).to_vector<int64_t>() == std::vector<int64_t>(static_cast<size_t>(B * H), 0));
+  }
   // The token's key and value in their slots, exactly (a copy of the rounded values).
   const int64_t W = spec.max_local_window();
   CHECK(slot_of(cache.dev.k_local, W ? p % W : 0) == slot_of(cache.ref.k_local, W ? p % W : 0));

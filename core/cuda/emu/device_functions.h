@@ -143,6 +143,7 @@ inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b)
   return static_cast<unsigned long long>((static_cast<unsigned __int128>(a) * b) >> 64);
 }
 template <typename T> T __ldg(const T* p) { return *p; }
+template <typename T> T __ldcg(const T* p) { return *p; }
 
 // CUDA's integer min and max overloads (device code calls them unqualified).
 inline int max(int a, int b) { return a > b ? a : b; }

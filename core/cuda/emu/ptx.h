@@ -111,6 +111,7 @@ inline int ld_acquire(const int* p) {
   return std::atomic_ref<int>(*const_cast<int*>(p)).load(std::memory_order_acquire);
 }
 inline void red_release_add(int* p, int v) { std::atomic_ref<int>(*p).fetch_add(v, std::memory_order_release); }
+inline int atom_add_acq_rel(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v, std::memory_order_acq_rel); }
 // Blocks run one after another here, in index order: a flag that does not hold its value when
 // the block looks is one that only a later block (or none) could set, and a GPU would spin on it
 // for ever.
