@@ -16,7 +16,7 @@
 // The grid runs the key tiles of one (b, h) next to each other (grid x), as FlashAttention-2's
 // does: the blocks resident at once share their head's Q, dO and f32 dQ in
 // L2 (4 MB a head at T 4096, D 128). With (b, h) first, the resident blocks were ~132 different
-// heads, whose Q, dO and dQ sums (~550 MB at that shape) came from DRAM for every key tile: on an
+// heads, whose Q, dO and dQ sums (~530 MB, ten times the L2) came from DRAM for every key tile: on an
 // H100 that kernel was memory-bound (1.1 TB/s, 24% of the SMs busy).
 //
 // dQ is accumulated in f32 (dq_accum, then one pass scales it into dq) by every key tile that
@@ -263,7 +263,7 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
     }
     __syncthreads();  // dS^T of all warps is in
 
-    // This warp's share of dQ: queries m0..m0+15, columns d0..d0+kShare, over the busy warps' keys.
+    // This warp's share of dQ: queries m0..m0+15, columns d0..d0+kShare, over every warp's keys.
     float dq[kN][4] = {};
 #pragma unroll
     for (int kw = 0; kw < F::kWarps; ++kw) {
