@@ -159,7 +159,10 @@ void reduce_impl(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tenso
   const Device dev = x.device();
   if (inner == 1) {
     const int threads = row_threads(n, sizeof(T));
-    int splits = choose_splits(outer, n, 2048, w.device);
+    // A max is exact in any order, so its split serves speed alone, and up to 32K elements a row
+    // is less work for one block than a second launch costs (a decode step's argmax over the
+    // vocabulary: one launch). A sum keeps its split, and so its bits.
+    int splits = choose_splits(outer, n, kMax ? 32768 : 2048, w.device);
     int64_t chunk = (n + splits - 1) / splits;
     splits = static_cast<int>((n + chunk - 1) / chunk);
     const int blocks = static_cast<int>(std::min<int64_t>(outer * splits, int64_t(sm_count(w.device)) * 32));

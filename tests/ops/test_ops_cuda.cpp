@@ -186,21 +186,21 @@ TEST_CASE("cuda max and argmax follow the CPU on NaN and ties, on every kernel p
     int64_t first_kind = 0;
   };
   // x (outer, n, inner) reduced over dim 1 (ops/cuda/reduce.cu picks the path from the shape):
-  //  - inner 1, n = 50: row kernel, one block per row (n < 2048: never split);
-  //  - inner 1, n = 20000, outer 1: row kernel split over blocks (choose_splits wants 4 blocks
-  //    per SM from one row and allows n / 2048 = 9 splits: at least 4 on any device), then
-  //    the second pass over the f32 partials and their candidate indices; one tensor per
-  //    kind so each kind takes this path whatever the SM count. Outer 9 as well: split on a
-  //    large GPU, not on a small one;
+  //  - inner 1, n = 50: row kernel, one block per row (a max splits only past 32768);
+  //  - inner 1, n = 100000, outer 1: row kernel split over blocks (choose_splits wants 4 blocks
+  //    per SM from one row and allows n / 32768 = 3 splits: 3 on any device), then the second
+  //    pass over the f32 partials and their candidate indices; one tensor per kind so each kind
+  //    takes this path whatever the SM count. Outer 9 as well: split on a large GPU, not on a
+  //    small one;
   //  - inner 9 or 40, n = 50: column kernel, unsplit (n < 128 allows one split);
   //  - inner 9 or 40, n = 20000, outer 1: column kernel split over 1 or 2 tiles of 32
   //    columns (4 blocks per SM wanted from 1 or 2 tiles, n / 64 = 312 splits allowed: at
   //    least 2 splits on any device).
   // Kinds (tests/ops/max_nan_rows.h): NaN only, NaN first, in the middle, last, two NaNs in
   // different splits, a tie of the maximum across splits, -inf only, -inf then NaN.
-  std::vector<Layout> layouts = {{kNanRowKinds, 50, 1}, {kNanRowKinds, 20000, 1}, {2, 50, kNanRowKinds},
-                                 {1, 50, 40},           {1, 20000, kNanRowKinds}, {1, 20000, 40}};
-  for (int64_t k = 0; k < kNanRowKinds; ++k) layouts.push_back({1, 20000, 1, k});
+  std::vector<Layout> layouts = {{kNanRowKinds, 50, 1}, {kNanRowKinds, 100000, 1}, {2, 50, kNanRowKinds},
+                                 {1, 50, 40},           {1, 20000, kNanRowKinds},  {1, 20000, 40}};
+  for (int64_t k = 0; k < kNanRowKinds; ++k) layouts.push_back({1, 100000, 1, k});
   for (DType dt : kDtypes)
     for (const Layout& l : layouts) {
       CAPTURE(std::string(dtype_name(dt)));
