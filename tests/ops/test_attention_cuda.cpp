@@ -315,6 +315,15 @@ TEST_CASE("CUDA attention rejects what it has no kernel for") {
   CHECK_THROWS_AS(attention(d, d, d, AttentionSpec::mhsa(2)), DTypeError);
   const Tensor many = zeros({1, 129, 4, 32}, {DType::f32, dev});
   CHECK_THROWS_AS(attention(many, many, many, AttentionSpec::mhsa(129)), ShapeError);
+  // The tensor-core kernels' grids hold a batch in dim z (two slots a sequence in the widest
+  // backward): past 32767 sequences one call is refused, with what to do.
+  const Tensor wide = zeros({32768, 1, 1, 8}, {DType::bf16, dev});
+  try {
+    attention(wide, wide, wide, AttentionSpec::mhsa(1));
+    FAIL("no error for a batch of 32768");
+  } catch (const ShapeError& e) {
+    CHECK(e.hint().find("split the batch") != std::string::npos);
+  }
 }
 
 TEST_CASE("CUDA attention matches the CPU with more (batch, head) pairs than the GPU has SMs") {
