@@ -9,6 +9,7 @@
 //   ex2, min_nan                  2^x in one instruction; a minimum that keeps NaN
 //   ld_acquire_gpu, red_release_gpu_add, spin_wait_equal   an ordered hand-over between blocks
 //   atom_add_acq_rel_gpu          a counter that tells the last of several blocks it is the last
+//   red_add_f32x2                 two adjacent f32 atomic adds as one instruction (sm_90)
 //
 // Fragment layouts (the PTX ISA's; g = lane / 4, t = lane % 4; two 16-bit elements per 32-bit
 // register, the first in the low half):
@@ -205,6 +206,19 @@ __device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
   int old;
   asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
+#endif
+}
+// red.global.add.v2.f32 (sm_90): p[0] += a and p[1] += b, atomically each, as one instruction
+// (p 8-byte aligned): half the instructions and L2 requests of two scalar adds, the same sums. On
+// sm_80 it is the two scalar adds.
+__device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::red_add_f32x2(p, a, b);
+#elif __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
 #endif
 }
 // Spins until *flag == expected (an acquire). Only a block of lower index may be the one that

@@ -294,14 +294,15 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
     // Row g, columns 2t, 2t + 1 of each n-block of the share (rows g + 8: 8 D further), one
     // address: fewer live registers than an offset per add, which at D = 256 was a 32-byte spill.
     // A whole share (its 16 rows inside the sequence, its columns inside the head dim: every tile
-    // but the last, unless D is padded) adds without a test, at constant offsets from two rows.
+    // but the last, unless D is padded) adds without a test, at constant offsets from two rows, a
+    // lane's two adjacent columns in one instruction (red_add_f32x2: D and 2t are even).
     float* const dq_row = dq_accum + first_row[4] + static_cast<int64_t>(q0 + m0 + g) * D + d0 + 2 * t;
     if (q0 + m0 + 16 <= T_len && d0 + F::kShare <= D) {
       float* const dq_row8 = dq_row + 8 * D;
 #pragma unroll
       for (int d = 0; d < kN; ++d) {
-        atomicAdd(dq_row + 8 * d, dq[d][0]), atomicAdd(dq_row + 8 * d + 1, dq[d][1]);
-        atomicAdd(dq_row8 + 8 * d, dq[d][2]), atomicAdd(dq_row8 + 8 * d + 1, dq[d][3]);
+        ptx::red_add_f32x2(dq_row + 8 * d, dq[d][0], dq[d][1]);
+        ptx::red_add_f32x2(dq_row8 + 8 * d, dq[d][2], dq[d][3]);
       }
     } else {
 #pragma unroll

@@ -191,6 +191,9 @@ __global__ void last_block_kernel(int* count, int* last) {
     *last = static_cast<int>(blockIdx.x);
 }
 
+// Every thread adds (1, 2) to p[0], p[1] with one vector reduction.
+__global__ void red_add_f32x2_kernel(float* p) { ptx::red_add_f32x2(p, 1.0f, 2.0f); }
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -308,6 +311,16 @@ TEST_CASE("emulated PTX: blocks hand over in index order, and a wait for a later
   CHECK(e.find("spin-wait") != std::string::npos);
   CHECK(e.find("only a later block") != std::string::npos);
   cudaFree(flag), cudaFree(sum);
+}
+
+TEST_CASE("emulated PTX: red.global.add.v2.f32 adds its two values into two adjacent floats") {
+  float* p = device_array<float>(2);
+  KEEL_CHECK_CUDA(cudaMemset(p, 0, 2 * sizeof(float)));
+  launch_kernel(red_add_f32x2_kernel, 3, 32, 0, nullptr, p);
+  KEEL_CHECK_LAUNCH();
+  CHECK(p[0] == 96.0f);
+  CHECK(p[1] == 192.0f);
+  cudaFree(p);
 }
 
 TEST_CASE("emulated PTX: atom.acq_rel.gpu.add returns the count before it, so one block sees the last") {

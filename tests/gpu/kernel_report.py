@@ -263,19 +263,28 @@ def main_loop(blocks):
     return head, loops[head]
 
 
+def reduced(x):
+    """Elements a global reduction instruction adds into (RED.E.ADD.F32x2: 2), else 0."""
+    if x["base"] not in ("RED", "ATOM", "REDG", "ATOMG"):
+        return 0
+    # INSTR's opcode stops at the lower-case x of F32x2, so the width starts the arguments' text.
+    m = re.match(r"x(\d+)", x["args"]) if re.search(r"F\d+$", x["op"]) else None
+    return int(m.group(1)) if m else 1
+
+
 def cheapest_path(blocks, head, body, copies):
     """From the loop head back to it, every edge that goes backwards in the code cut (inner loops
     run once): the path with the most HMMA that issues exactly `copies` LDGSTS, then the most
-    global reductions (a full tile's dQ adds in the attention backward, which a path around its
-    bounds tests would leave out), and of those the fewest instructions. Dynamic programming over
+    elements added by global reductions (a full tile's dQ adds in the attention backward, which a
+    path around their bounds tests would leave out), and of those the fewest instructions. Dynamic programming over
     (block, LDGSTS so far) in code order."""
-    best = {head: {0: (0, 0, 0, None)}}  # block -> LDGSTS before it -> (HMMA, RED, -instructions, came from)
+    best = {head: {0: (0, 0, 0, None)}}  # block -> LDGSTS before it -> (HMMA, elements reduced, -instructions, came from)
     ends = []
     for k in sorted(body):
         for c, (hm, red, neg, _) in sorted(best.get(k, {}).items()):
             ins = blocks[k]["ins"]
             hm, neg = hm + sum(x["base"] == "HMMA" for x in ins), neg - len(ins)
-            red += sum(x["base"] in ("RED", "ATOM", "REDG", "ATOMG") for x in ins)
+            red += sum(reduced(x) for x in ins)
             c2 = c + sum(x["base"] == "LDGSTS" for x in ins)
             for s in blocks[k]["succ"]:
                 if s == head and c2 == copies:

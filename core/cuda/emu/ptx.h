@@ -112,6 +112,10 @@ inline int ld_acquire(const int* p) {
 }
 inline void red_release_add(int* p, int v) { std::atomic_ref<int>(*p).fetch_add(v, std::memory_order_release); }
 inline int atom_add_acq_rel(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v, std::memory_order_acq_rel); }
+inline void red_add_f32x2(float* p, float a, float b) {
+  std::atomic_ref<float>(p[0]).fetch_add(a, std::memory_order_relaxed);
+  std::atomic_ref<float>(p[1]).fetch_add(b, std::memory_order_relaxed);
+}
 // Blocks run one after another here, in index order: a flag that does not hold its value when
 // the block looks is one that only a later block (or none) could set, and a GPU would spin on it
 // for ever.
