@@ -116,8 +116,10 @@ struct TileStream {
 template <int Cols>
 struct LaneRow {
   static constexpr int kSpan = Swizzle<Cols>::kSpan;
-  int own;  // Swizzle<Cols>::offset(r, 8 b)
-  __device__ LaneRow(int r, int b) : own(Swizzle<Cols>::offset(r, 8 * b)) {}
+  int own;  // Swizzle<Cols>::offset(r, 8 b + e)
+  // e < 8: an element inside the chunk (a lane's pair in a 32-bit store), which the XOR of chunk
+  // bits in at() leaves alone.
+  __device__ LaneRow(int r, int b, int e = 0) : own(Swizzle<Cols>::offset(r, 8 * b) + e) {}
   __device__ int at(int R, int C) const { return (own ^ (8 * (C % kSpan))) + R * Cols + 8 * (C - C % kSpan); }
   // The two ways an ldmatrix.x4 names its 32 rows: for an A fragment, or B columns read .trans
   // (row lane & 15, chunk lane >> 4), and for B rows, or an A fragment read .trans (rows lane & 7

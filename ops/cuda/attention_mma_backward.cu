@@ -188,8 +188,8 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   // keeps its swizzle: 16 chunks are whole periods.
   const auto a_row = LaneRow<Dk>::a_rows(lane), b_row = LaneRow<Dk>::b_rows(lane);
   const auto ds_row = LaneRow<kBr>::b_rows(lane);
-  LaneRow<kBr> ds_out(g, 0);  // the lane's dS^T stores: row g, the pair 2t of a chunk (which the
-  ds_out.own += 2 * t;        // swizzle's XOR of chunk bits leaves alone)
+  const LaneRow<kBr> ds_out(g, 0, 2 * t);  // the lane's dS^T stores: row g, the pair 2t of a chunk
+
   float dk_acc[kO][4] = {}, dv_acc[kO][4] = {};
   const float c = (kPlain ? dims.scale : 1.0f) * kLog2e;  // v -> log2 units (probs_and_dlogits)
   const SoftCap cap(dims);
