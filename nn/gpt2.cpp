@@ -49,7 +49,8 @@ GPT2::GPT2(const GPT2Config& config, uint64_t seed)
 }
 
 // ids (B, T), targets (B, T) or undefined -> logits (B, T, V), loss [], max_logit, max_range (L, H)
-GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets, StatsOn stats_on) {
+GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets, StatsOn stats_on,
+                         std::optional<double> loss_grad) {
   static const char* kOp = "GPT2::forward";
   if (!ids.defined() || ids.dim() != 2)
     throw ShapeError(kOp, "ids must be (B, T), got " + (ids.defined() ? shape_str(ids.shape()) : "undefined"));
@@ -81,7 +82,8 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets, StatsOn stats
   const int64_t V = config_.vocab_size, Vp = padded_vocab(V, x.device());
   if (Vp == V) {
     out.logits = lm_head->forward(x);
-    if (targets.defined()) out.loss = cross_entropy(out.logits, targets);  // padded targets are its ignore index
+    // padded targets are cross_entropy's ignore index
+    if (targets.defined()) out.loss = cross_entropy(out.logits, targets, kIgnoreIndex, 0, loss_grad);
   } else {
     // The output layer over Vp >= V rows, the extra ones zero: every dimension of its three
     // matmuls (forward, both gradients) is then a multiple of 128, which cuBLAS's fast kernels
@@ -92,7 +94,7 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets, StatsOn stats
     const Tensor wp = concat({w, zeros({Vp - V, w.size(1)}, {w.dtype(), w.device()})}, 0);  // (Vp, C)
     const Tensor logits = linear(x, wp);                                                    // (B, T, Vp)
     out.logits = narrow(logits, 2, 0, V);
-    if (targets.defined()) out.loss = cross_entropy(logits, targets, kIgnoreIndex, V);
+    if (targets.defined()) out.loss = cross_entropy(logits, targets, kIgnoreIndex, V, loss_grad);
   }
   {
     NoGradGuard no_grad;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "nn/block.h"
@@ -44,8 +45,12 @@ class GPT2 : public Module {
 
   // ids (B, T) i32/i64 token ids, T <= block_size; targets (B, T) token ids, -100 = ignore, or
   // undefined -> logits (B, T, V), loss [], max_logit (L, H), max_range (L, H). ShapeError when
-  // T > block_size.
-  GPT2Output forward(const Tensor& ids, const Tensor& targets = {}, StatsOn stats = StatsOn::host);
+  // T > block_size. loss_grad: the gradient the loss will get in backward (1 for
+  // loss.backward(); a trainer's loss scale / grad_accum; none when unknown): the logits'
+  // gradient is then computed with the loss, in one pass over the logits (cross_entropy's
+  // expected_grad); a wrong value costs time, never correctness.
+  GPT2Output forward(const Tensor& ids, const Tensor& targets = {}, StatsOn stats = StatsOn::host,
+                     std::optional<double> loss_grad = 1.0);
 
   // Generation. An empty cache for this model (local heads keep only their window); `capacity`
   // positions of the global heads are allocated at the first step (0: what it needs, then

@@ -4,6 +4,8 @@
 // (softmax - onehot), so no (N, V) probability tensor is stored between the two passes.
 #pragma once
 
+#include <optional>
+
 #include "core/tensor.h"
 
 namespace keel {
@@ -28,7 +30,15 @@ inline constexpr int64_t kIgnoreIndex = -100;
 // rest is padding, which the softmax never sees and whose gradient is 0. A vocabulary padded to
 // a multiple of 128 keeps the output layer's matmuls on cuBLAS's aligned kernels (nn/gpt2.cpp);
 // the loss and every real column's gradient are what the unpadded logits give.
+//
+// expected_grad: the gradient the loss will get in backward, when the caller knows it (1 for
+// loss.backward(); a trainer's 1 / grad_accum times its loss scale). The forward then computes
+// the logits' gradient as well, in the same pass over the logits as the loss: on a GPU the
+// logits leave DRAM once instead of twice (the "fused classifier"). The backward checks the
+// promise (on the device: no synchronisation) and recomputes where it was wrong, so the result
+// is the same bits either way; a wrong promise only costs the wasted write. Without it (or when
+// no gradient is needed) nothing changes.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = kIgnoreIndex,
-                     int64_t classes = 0);
+                     int64_t classes = 0, std::optional<double> expected_grad = std::nullopt);
 
 }  // namespace keel

@@ -178,22 +178,29 @@ Cost gelu_backward(const Tensor& x) { return elementwise({&x, &x}, x.shape(), x.
 Cost softmax(const Tensor& x) { return elementwise({&x}, x.shape(), x.dtype(), kSoftmaxFwd); }
 Cost softmax_backward(const Tensor& y) { return elementwise({&y, &y}, y.shape(), y.dtype(), kSoftmaxBwd); }
 
-Cost cross_entropy(const Tensor& logits, const Tensor& targets, DType lse_dtype) {
+Cost cross_entropy(const Tensor& logits, const Tensor& targets, DType lse_dtype, bool fused) {
   Cost c;
-  c.flops = kCrossEntropyFwd * n_of(logits);
-  // logits, targets -> lse (N), loss (one f32)
-  c.bytes = bytes_of(logits) + bytes_of(targets) + bytes_of({targets.numel()}, lse_dtype) + 4;
+  c.flops = (kCrossEntropyFwd + (fused ? kCrossEntropyBwd : 0)) * n_of(logits);
+  // logits, targets -> lse (N), loss (one f32); fused: and dlogits in the logits' dtype (the second
+  // read of a row hits L2)
+  c.bytes = bytes_of(logits) + bytes_of(targets) + bytes_of({targets.numel()}, lse_dtype) + 4 +
+            (fused ? bytes_of(logits) : 0);
   c.shape = shape_str(logits.shape());
   return c;
 }
 
-Cost cross_entropy_backward(const Tensor& logits, const Tensor& targets, DType lse_dtype, DType grad_dtype) {
+Cost cross_entropy_backward(const Tensor& logits, const Tensor& targets, DType lse_dtype, DType grad_dtype,
+                            bool fused) {
   Cost c;
+  c.shape = shape_str(logits.shape());
+  if (fused) {  // the forward wrote dlogits: each block reads the gradient, finds it promised, stops
+    c.bytes = 4;
+    return c;
+  }
   c.flops = kCrossEntropyBwd * n_of(logits);
   // logits, targets, lse -> dlogits
   c.bytes = bytes_of(logits) + bytes_of(targets) + bytes_of({targets.numel()}, lse_dtype) +
             bytes_of(logits.shape(), grad_dtype);
-  c.shape = shape_str(logits.shape());
   return c;
 }
 

@@ -67,8 +67,11 @@ Cost gelu_backward(const Tensor& x);
 Cost softmax(const Tensor& x);
 Cost softmax_backward(const Tensor& y);
 // logits (N, V), targets (N)
-Cost cross_entropy(const Tensor& logits, const Tensor& targets, DType lse_dtype);
-Cost cross_entropy_backward(const Tensor& logits, const Tensor& targets, DType lse_dtype, DType grad_dtype);
+// fused: the forward writes the gradient too (ops/cross_entropy.h's expected_grad), and the
+// backward only checks it
+Cost cross_entropy(const Tensor& logits, const Tensor& targets, DType lse_dtype, bool fused = false);
+Cost cross_entropy_backward(const Tensor& logits, const Tensor& targets, DType lse_dtype, DType grad_dtype,
+                            bool fused = false);
 // ids (...), weight (V, C): reads the rows it gathers, writes (..., C)
 Cost embedding(const Tensor& ids, const Tensor& weight);
 // grad (..., C) into a zeroed (V, C) table

@@ -118,6 +118,11 @@ Tensor LossScaler::scale_loss(const Tensor& loss, double factor) const {
   return mul(wide, scale() * factor);
 }
 
+std::optional<double> LossScaler::loss_grad(double factor) const {
+  if (enabled_ && on_device_) return std::nullopt;
+  return scale() * factor;  // scale_loss's constant; the backward of mul(loss, c) gives c
+}
+
 bool LossScaler::unscale_(const std::vector<Tensor>& params) {
   if (!enabled_) return true;
   settle();

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/named_tensors.h"
@@ -42,6 +43,10 @@ class LossScaler {
   // loss), differentiable. The product is never formed in f16: cross_entropy already returns
   // f32, and a bf16/f16 loss is widened first. factor is the 1/accum of gradient accumulation.
   Tensor scale_loss(const Tensor& loss, double factor = 1.0) const;
+  // The gradient the loss gets from scale_loss(loss, factor).backward(): scale() * factor, known
+  // before the forward (GPT2::forward's loss_grad); none while the scale lives on the device,
+  // where reading it would make the host wait.
+  std::optional<double> loss_grad(double factor = 1.0) const;
 
   // Divides every defined gradient by scale() in place. Returns whether all of them are finite
   // afterwards (always true, and nothing is touched, when disabled).

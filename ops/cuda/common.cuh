@@ -101,7 +101,10 @@ __device__ __forceinline__ MaxSum warp_merge(MaxSum v) {
   }
   return v;
 }
-// `scratch`: 64 floats of shared memory.
+// `scratch`: 64 floats of shared memory. Every thread gets the same bits: the compiler contracts
+// merge's a.s * x + b.s * y into an fma, so merge(a, b) and merge(b, a) can differ in the last
+// bit and the lanes of a butterfly with them; lane 0's state is handed to all (the same in
+// every warp, which all merge the same values).
 __device__ __forceinline__ MaxSum block_merge(MaxSum v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   v = warp_merge(v);
@@ -109,7 +112,8 @@ __device__ __forceinline__ MaxSum block_merge(MaxSum v, float* scratch) {
   if (lane == 0) scratch[warp] = v.m, scratch[32 + warp] = v.s;
   __syncthreads();
   MaxSum w = lane < nwarps ? MaxSum{scratch[lane], scratch[32 + lane]} : MaxSum{-INFINITY, 0.0f};
-  return warp_merge(w);
+  w = warp_merge(w);
+  return {__shfl_sync(0xffffffffu, w.m, 0), __shfl_sync(0xffffffffu, w.s, 0)};
 }
 
 // ---- one row per block: the block's threads share a row of n elements. `head` is the number
@@ -208,11 +212,11 @@ inline Where where(const Tensor& t) {
 template <typename T> T* ptr(const Tensor& t) { return static_cast<T*>(t.raw_data()); }
 
 // Threads for a one-block-per-row kernel over rows of n elements: enough that each thread has
-// a few 16-byte packs to load, at least a warp, at most kThreads.
-inline int row_threads(int64_t n, size_t elem) {
+// a few 16-byte packs to load, at least a warp, at most max_threads.
+inline int row_threads(int64_t n, size_t elem, int max_threads = kThreads) {
   int64_t packs = (n * int64_t(elem) + 15) / 16;
   int t = 32;
-  while (t < kThreads && t * 4 < packs) t *= 2;
+  while (t < max_threads && t * 4 < packs) t *= 2;
   return t;
 }
 

@@ -16,12 +16,18 @@ namespace keel::cuda {
 // rows, on the logits' device) are filled in. A target outside [0, V) that is not ignore_index
 // raises IndexError: on the CPU here, on CUDA at the host's next synchronisation (the kernel
 // checks; core/cuda/device_check.h), so the loss never waits for the device.
+// dlogits not null: the caller promises that the loss's gradient will be `grad`, and *dlogits
+// gets the backward's result for it now, in the same pass over the logits as the loss (the
+// logits are read once instead of twice; the backward checks the promise).
 Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t V, int64_t ignore_index, Tensor& lse,
-                             Tensor& count);
+                             Tensor& count, Tensor* dlogits = nullptr, float grad = 1.0f);
 // logits (N, Vp), targets (N), lse (N), grad [] (the loss's gradient, on the logits' device)
 // -> dlogits (N, Vp) = (softmax - onehot(target)) * grad / count over the V classes, zero in
-// the padding columns and in rows where ignored.
+// the padding columns and in rows where ignored. `ready` (if defined): the forward's dlogits for
+// a gradient of `expected`; returned as it is when grad == expected, else overwritten with the
+// result for grad (on CUDA the device compares, so the host never waits).
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t V,
-                              int64_t ignore_index, const Tensor& count, const Tensor& grad);
+                              int64_t ignore_index, const Tensor& count, const Tensor& grad, const Tensor& ready = {},
+                              float expected = 1.0f);
 
 }  // namespace keel::cuda

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "cross_entropy_fused_check.h"
 #include "gradcheck.h"
 #include "ops/cross_entropy.h"
 #include "ops/shape.h"
@@ -205,4 +206,8 @@ TEST_CASE("cross_entropy over the first `classes` columns: padding is never a cl
   CHECK_THROWS_AS(cross_entropy(full, from_vector<int64_t>({5, 0, 0, 0}, {4}), kIgnoreIndex, 5), IndexError);
   CHECK_THROWS_AS(cross_entropy(full, targets, kIgnoreIndex, 8), ValueError);
   CHECK_THROWS_AS(cross_entropy(full, targets, kIgnoreIndex, -1), ValueError);
+}
+
+TEST_CASE("cross_entropy with expected_grad: the forward computes the gradient, the same bits") {
+  for (DType dt : {DType::f32, DType::f64}) cross_entropy_test::check_fused(Device::cpu(), dt);
 }

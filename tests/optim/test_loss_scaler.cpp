@@ -79,6 +79,20 @@ TEST_CASE("LossScaler is a no-op for bf16 and f32") {
   }
 }
 
+TEST_CASE("LossScaler::loss_grad is the gradient scale_loss(loss, factor).backward() gives the loss") {
+  // What the trainer promises cross_entropy (its fused gradient is used when this holds).
+  for (DType dt : {DType::f16, DType::bf16, DType::f32})
+    for (double factor : {1.0, 0.25, 1.0 / 3.0}) {
+      CAPTURE(factor);
+      LossScaler sc(dt);
+      Tensor loss = full({}, 2.5, {DType::f32}).set_requires_grad(true);
+      sc.scale_loss(loss, factor).backward();
+      REQUIRE(sc.loss_grad(factor).has_value());
+      CHECK(static_cast<float>(*sc.loss_grad(factor)) == static_cast<float>(loss.grad().item()));
+      CHECK(*sc.loss_grad(factor) == sc.scale() * factor);
+    }
+}
+
 TEST_CASE("LossScaler rejects bad options and bad state") {
   CHECK_THROWS_AS(LossScaler(DType::f16, {.init_scale = 0}), ConfigError);
   CHECK_THROWS_AS(LossScaler(DType::f16, {.growth_factor = 1.0}), ConfigError);

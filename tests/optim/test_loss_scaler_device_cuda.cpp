@@ -36,6 +36,7 @@ void check_device(Device device) {
   LossScaler host(DType::f16, opt), dev(DType::f16, opt);
   dev.keep_on_device(device);
   CHECK(dev.on_device() == device.is_cuda());
+  CHECK(dev.loss_grad(1.0).has_value() == !device.is_cuda());  // the scale would have to be read back
   Generator gen(5);
   // The gradients' sum of squares per step: overflows at 3, 4, 5 (the third at min_scale), growth
   // after 3 good steps (7-9), a NaN at 10.

@@ -103,6 +103,18 @@ TEST_CASE("profiler on the GPU: one step of a tiny GPT-2, counted exactly") {
   // forward: q, k, v read, out written (f32), the row log-sum-exp (f32) written
   CHECK(totals(s, "attention", Phase::forward).bytes == L * (4 * BT * C * 4 + B * H * T * 4));
 
+  // The loss as the fused classifier (model.forward's loss gradient is 1, that of backward()):
+  // the forward counts the targets, makes one pass per row writing lse, the row's loss and its
+  // gradient (4 + 3 FLOPs per logit), and takes the mean; the backward only checks the gradient.
+  const Totals ce = totals(s, "cross_entropy", Phase::forward);
+  const Totals ceb = totals(s, "CrossEntropyBackward", Phase::backward);
+  CHECK(ce.launches == 3);
+  CHECK(ce.flops == 7 * BT * V);
+  CHECK(ce.bytes == 2 * BT * V * 4 + BT * 4 + BT * 4 + 4);  // logits, dlogits, i32 targets, lse, loss
+  CHECK(ceb.launches == 1);
+  CHECK(ceb.flops == 0);
+  CHECK(ceb.bytes == 4);
+
   // Adds: the embeddings' (B, T, C) + (T, C), whose backward sums the position table's gradient
   // over the batch. Each block's last residual add is done by the LayerNorm after it (below).
   const Totals addb = totals(s, "AddBackward", Phase::backward);

@@ -35,13 +35,15 @@ void Trainer::event(const std::string& kind, const std::string& message, int64_t
 // One micro-batch: batch (2, B, T), ids then targets (placement.h), on the run's device.
 void Trainer::micro_batch(const Tensor& batch, optim::StepReadback& rb, bool last) {
   const auto [ids, targets] = split_batch(batch);
-  nn::GPT2Output out = model_->forward(ids, targets, nn::StatsOn::device);
+  // The loss's gradient is known now, so the loss computes the logits' gradient in its pass.
+  const double factor = 1.0 / double(cfg_.grad_accum);
+  nn::GPT2Output out = model_->forward(ids, targets, nn::StatsOn::device, scaler_->loss_grad(factor));
   // Scaling each loss by 1/accum makes the sum of the micro-batches' gradients the gradient of
   // the mean loss (and by the loss scale for f16, in f32). During the last backward, finished
   // gradients start their reduction over the ranks.
   {
     auto hook = last ? opt_->backward_hook() : nullptr;
-    scaler_->scale_loss(out.loss, 1.0 / double(cfg_.grad_accum)).backward();
+    scaler_->scale_loss(out.loss, factor).backward();
   }
   // The mean loss as `loss += item / accum` in f64, the statistics merged NaN-first (MaxLogit).
   rb.add_quotient(kLoss, out.loss, double(cfg_.grad_accum));
