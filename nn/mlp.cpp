@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "ops/dropout.h"
-#include "ops/linear_gelu.h"
+#include "ops/mlp.h"
 
 namespace keel::nn {
 
@@ -20,9 +20,10 @@ MLP::MLP(const GPT2Config& c, Generator& init, Generator* dropout_gen)
 
 // x (B, T, C) -> (B, T, C)
 Tensor MLP::forward(const Tensor& x) const {
-  // c_fc and the GELU as one op: on a GPU the GELU is the GEMM's epilogue, so the (B, T, 4C)
-  // activation is not read and written again by a kernel of its own (ops/linear_gelu.h).
-  Tensor y = c_proj.forward(linear_gelu(x, c_fc.weight, c_fc.bias));
+  // One op: on a GPU the GELU is c_fc's epilogue, and in the backward its derivative is the
+  // epilogue of c_proj's input gradient, so the (B, T, 4C) activation is not read and written
+  // again by kernels of their own (ops/mlp.h).
+  Tensor y = mlp(x, c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias);
   if (dropout_ > 0 && training()) y = dropout(y, dropout_, *dropout_gen_, true);
   return y;
 }

@@ -49,25 +49,26 @@ Cost matmul_backward(const Shape& grad, const Shape& a, const Shape& b, DType dt
   return c;
 }
 
-Cost linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  const int64_t K = weight.size(1), N = weight.size(0), M = x.numel() / std::max<int64_t>(1, K);
+namespace {
+// (M, K) @ (K, N)^T [+ bias (N)] in `dtype`
+Cost linear_cost(int64_t M, int64_t K, int64_t N, DType dtype, bool bias) {
+  const double es = double(dtype_size(dtype));
   Cost c;
   c.kind = profiler::Kind::matmul;
-  c.half = half(x.dtype());
+  c.half = half(dtype);
   c.aligned = M % 8 == 0 && N % 8 == 0 && K % 8 == 0;
-  c.flops = 2.0 * double(M) * double(N) * double(K) + (bias.defined() ? double(M) * double(N) : 0.0);
-  c.bytes = bytes_of(x) + bytes_of(weight) + bytes_of(bias) + double(M * N) * double(dtype_size(x.dtype()));
+  c.flops = 2.0 * double(M) * double(N) * double(K) + (bias ? double(M) * double(N) : 0.0);
+  c.bytes = (double(M * K) + double(N * K) + (bias ? double(N) : 0.0) + double(M * N)) * es;
   c.shape = fmt::format("[{},{}]x[{},{}]", M, K, K, N);
   c.by_shape = true;
   return c;
 }
-
-Cost linear_backward(const Tensor& grad, int64_t K, bool dx, bool dw, bool db) {
-  const int64_t N = grad.size(-1), M = grad.numel() / std::max<int64_t>(1, N);
-  const double es = double(dtype_size(grad.dtype())), g = double(M * N) * es;
+// grad (M, N) of a product with K in-features
+Cost linear_backward_cost(int64_t M, int64_t N, int64_t K, DType dtype, bool dx, bool dw, bool db) {
+  const double es = double(dtype_size(dtype)), g = double(M * N) * es;
   Cost c;
   c.kind = profiler::Kind::matmul;
-  c.half = half(grad.dtype());
+  c.half = half(dtype);
   c.aligned = M % 8 == 0 && N % 8 == 0 && K % 8 == 0;
   const double one = 2.0 * double(M) * double(N) * double(K);
   if (dx) c.flops += one, c.bytes += g + double(N * K) * es + double(M * K) * es;  // grad, weight -> dx
@@ -76,6 +77,17 @@ Cost linear_backward(const Tensor& grad, int64_t K, bool dx, bool dw, bool db) {
   c.shape = fmt::format("[{},{}]x[{},{}]", M, K, K, N);
   c.by_shape = true;
   return c;
+}
+}  // namespace
+
+Cost linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const int64_t K = weight.size(1);
+  return linear_cost(x.numel() / std::max<int64_t>(1, K), K, weight.size(0), x.dtype(), bias.defined());
+}
+
+Cost linear_backward(const Tensor& grad, int64_t K, bool dx, bool dw, bool db) {
+  const int64_t N = grad.size(-1);
+  return linear_backward_cost(grad.numel() / std::max<int64_t>(1, N), N, K, grad.dtype(), dx, dw, db);
 }
 
 Cost linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, bool pre) {
@@ -90,6 +102,35 @@ Cost linear_gelu_backward(const Tensor& grad, int64_t K, bool dx, bool dw, bool 
   Cost c = linear_backward(grad, K, dx, dw, db);
   const Cost g = gelu_backward(grad);  // grad, pre -> d(pre), all of grad's shape and dtype
   c.flops += g.flops, c.bytes += g.bytes;
+  return c;
+}
+
+Cost mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
+         const Tensor& proj_bias, bool pre) {
+  const int64_t C = fc_weight.size(1), H = fc_weight.size(0), D = proj_weight.size(0);
+  const int64_t M = x.numel() / std::max<int64_t>(1, C);
+  Cost c = linear_gelu(x, fc_weight, fc_bias, pre);
+  const Cost p = linear_cost(M, H, D, x.dtype(), proj_bias.defined());
+  c.flops += p.flops, c.bytes += p.bytes;
+  c.aligned = c.aligned && p.aligned;
+  c.shape = fmt::format("[{},{}]x[{},{}]x[{},{}]", M, C, C, H, H, D);
+  return c;
+}
+
+Cost mlp_backward(const Tensor& grad, int64_t H, int64_t C, bool dx, bool dfc_w, bool dfc_b, bool dproj_w,
+                  bool dproj_b) {
+  const bool fc = dx || dfc_w || dfc_b;
+  const int64_t D = grad.size(-1), M = grad.numel() / std::max<int64_t>(1, D);
+  // c_proj: grad (M, D) -> d(pre) (M, H) when c_fc's gradients are wanted, dproj_w, dproj_b
+  Cost c = linear_backward_cost(M, D, H, grad.dtype(), fc, dproj_w, dproj_b);
+  if (fc) {
+    const double hidden = double(M) * double(H);
+    c.flops += kGeluBwd * hidden, c.bytes += hidden * double(dtype_size(grad.dtype()));  // the epilogue reads pre
+    const Cost f = linear_backward_cost(M, H, C, grad.dtype(), dx, dfc_w, dfc_b);  // c_fc, from d(pre)
+    c.flops += f.flops, c.bytes += f.bytes;
+    c.aligned = c.aligned && f.aligned;
+  }
+  c.shape = fmt::format("[{},{}]x[{},{}]x[{},{}]", M, C, C, H, H, D);
   return c;
 }
 

@@ -43,6 +43,12 @@ Cost linear_backward(const Tensor& grad, int64_t K, bool dx, bool dw, bool db);
 Cost linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, bool pre);
 // grad (..., N): d(pre) = grad gelu'(pre) (gelu_backward's cost), then linear_backward's on it
 Cost linear_gelu_backward(const Tensor& grad, int64_t K, bool dx, bool dw, bool db);
+// ops/mlp.h: linear_gelu then linear; the backward with the GELU's derivative in c_proj's dx
+// product (read of the pre-activation), as on a GPU in bf16/f16. H hidden, C input width.
+Cost mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
+         const Tensor& proj_bias, bool pre);
+Cost mlp_backward(const Tensor& grad, int64_t H, int64_t C, bool dx, bool dfc_w, bool dfc_b, bool dproj_w,
+                  bool dproj_b);
 // (query, key) pairs one head of window w (0 = full causal) allows over T queries.
 double attention_pairs(int64_t T, int64_t w);
 // q (B, H, T, D); lse_dtype is the log-sum-exp's (f32 on CUDA)

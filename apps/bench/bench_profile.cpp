@@ -52,8 +52,9 @@ struct Totals {
 std::string group_of(const profiler::Row& r) {
   if (r.phase == profiler::Phase::optimizer) return "optimizer (AdamW, grad norm, clip)";
   if (r.name == "AccumulateGrad" || r.name == "accumulate_grad") return "gradient accumulation (autograd)";
-  if (r.name == "linear" || r.name == "LinearBackward" || r.name == "linear_gelu" || r.name == "LinearGeluBackward")
-    return "matmuls (linear layers, lm_head)";
+  if (r.name == "linear" || r.name == "LinearBackward" || r.name == "linear_gelu" || r.name == "LinearGeluBackward" ||
+      r.name == "mlp" || r.name == "MLPBackward")
+    return "matmuls (linear layers, MLP, lm_head)";
   if (r.name == "attention" || r.name == "AttentionBackward") return "attention";
   if (r.name == "cross_entropy" || r.name == "CrossEntropyBackward") return "loss (cross-entropy)";
   if (r.name.rfind("copy", 0) == 0 || r.name == "batch_to_device") return "copies";

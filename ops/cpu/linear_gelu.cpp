@@ -16,4 +16,12 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   return y.as_strided(p.shape(), contiguous_strides(p.shape()), y.offset());
 }
 
+// grad (..., N), weight (N, K), pre (..., K) -> (..., K)
+Tensor linear_grad_x_dgelu(const Tensor& grad, const Tensor& weight, const Tensor& pre) {
+  const Tensor dh = linear_grad_x(grad, weight);  // (..., K) contiguous
+  const Tensor d = gelu_backward(dh.as_strided({dh.numel()}, {1}, dh.offset()),
+                                 pre.as_strided({pre.numel()}, {1}, pre.offset()));
+  return d.as_strided(dh.shape(), contiguous_strides(dh.shape()), d.offset());
+}
+
 }  // namespace keel::cpu

@@ -14,4 +14,10 @@ namespace keel::cpu {
 // dtype, which the backward differentiates the GELU at.
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor* pre);
 
+// grad (..., N), weight (N, K), pre (..., K) contiguous -> dpre (..., K) contiguous =
+// (grad @ weight) * gelu'(pre): the gradient reaching linear_gelu's pre-activation through a
+// linear layer on its output (ops/mlp.h). linear_grad_x then gelu_backward, bit for bit, on
+// the CPU.
+Tensor linear_grad_x_dgelu(const Tensor& grad, const Tensor& weight, const Tensor& pre);
+
 }  // namespace keel::cpu

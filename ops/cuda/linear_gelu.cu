@@ -54,4 +54,20 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, Te
   return y.as_strided(p.shape(), contiguous_strides(p.shape()), y.offset());
 }
 
+// grad (..., N), weight (N, K), pre (..., K) -> (..., K)
+Tensor linear_grad_x_dgelu(const Tensor& grad, const Tensor& weight, const Tensor& pre) {
+  dev::require_device(grad, "linear_gelu backward");
+  // f32 is keel's exact dtype: there the derivative is keel's own kernel, as in the forward.
+  if (grad.dtype() != DType::f32) {
+    Shape shape = grad.shape();
+    shape.back() = weight.size(1);
+    Tensor d = empty(shape, {grad.dtype(), grad.device()});
+    if (linear_grad_x_dgelu_lt(grad, weight, pre, d)) return d;
+  }
+  const Tensor dh = linear_grad_x(grad, weight);  // (..., K) contiguous
+  const Tensor d = gelu_backward(dh.as_strided({dh.numel()}, {1}, dh.offset()),
+                                 pre.as_strided({pre.numel()}, {1}, pre.offset()));
+  return d.as_strided(dh.shape(), contiguous_strides(dh.shape()), d.offset());
+}
+
 }  // namespace keel::cuda

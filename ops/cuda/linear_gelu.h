@@ -16,4 +16,11 @@ namespace keel::cuda {
 // dtype, which the backward differentiates the GELU at.
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor* pre);
 
+// grad (..., N), weight (N, K), pre (..., K) contiguous -> dpre (..., K) contiguous =
+// (grad @ weight) * gelu'(pre): the gradient reaching linear_gelu's pre-activation through a
+// linear layer on its output (ops/mlp.h). linear_grad_x then gelu_backward, bit for bit, in
+// f32; in bf16/f16 one cublasLtMatmul with the DGELU epilogue where cuBLASLt offers one (the
+// product is rounded once, after the derivative, where the unfused path rounds it first).
+Tensor linear_grad_x_dgelu(const Tensor& grad, const Tensor& weight, const Tensor& pre);
+
 }  // namespace keel::cuda

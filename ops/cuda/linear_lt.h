@@ -1,6 +1,7 @@
-// Internal to ops/cuda: linear with a GELU epilogue through cuBLASLt, implemented in
-// ops/cuda/matmul.cu (beside linear's bias epilogue and the cuBLAS handles they share) and
-// called by ops/cuda/linear_gelu.cu, which falls back to linear then gelu when this declines.
+// Internal to ops/cuda: linear with a GELU epilogue through cuBLASLt, and its backward's
+// product with the GELU's derivative as the epilogue, implemented in ops/cuda/matmul.cu (beside
+// linear's bias epilogue and the cuBLAS handles they share) and called by ops/cuda/linear_gelu.cu
+// and ops/cuda/mlp.cpp, which fall back to unfused kernels when these decline.
 // Plain C++ (no CUDA headers).
 #pragma once
 
@@ -15,5 +16,12 @@ namespace keel::cuda {
 // False, with nothing queued or written, when cuBLASLt offers no algorithm (x not row-major,
 // N not a multiple of 8 with pre, a bias off 16 bytes, an empty product, ...).
 bool linear_gelu_lt(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, Tensor* pre);
+
+// grad (..., N), weight (N, K), pre (..., K) contiguous, dpre (..., K) contiguous: dpre =
+// (grad @ weight) * gelu'(pre), the gradient of linear(gelu(pre), weight) with respect to pre,
+// in one cublasLtMatmul (epilogue DGELU, pre its aux input; the derivative of the same tanh GELU
+// as the forward's epilogue). False, with nothing queued or written, when cuBLASLt offers no
+// algorithm (K not a multiple of 8, pre off 16 bytes, an empty product, ...).
+bool linear_grad_x_dgelu_lt(const Tensor& grad, const Tensor& weight, const Tensor& pre, Tensor& dpre);
 
 }  // namespace keel::cuda

@@ -201,6 +201,60 @@ Operand batched_operand(const Tensor& t0, const Shape& batch, Tensor& keep) {
   return {base_of(keep), layout_of(keep), keep.size(-2) * keep.size(-1)};
 }
 
+// The descriptors of one cublasLtMatmul, destroyed on every path out, errors included.
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  LtDescs(cublasOperation_t ta, cublasOperation_t tb, cublasLtEpilogue_t epi) {
+    KEEL_CHECK_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  }
+  ~LtDescs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+  LtDescs(const LtDescs&) = delete;
+  LtDescs& operator=(const LtDescs&) = delete;
+  // The epilogue's aux matrix: column-major with leading dimension ld, in D's type (the default).
+  void set_aux(const void* aux, int64_t ld) {
+    KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+  }
+};
+
+// D = A B (alpha 1, beta 0; C is D) on the layouts and epilogue of d, with the algorithm
+// cuBLASLt's heuristic picks for these pointers' alignments. False, with nothing queued, when it
+// offers none.
+bool lt_run(LtDescs& d, int device, const void* A, const void* B, void* D) {
+  Blas& h = blas(device);
+  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&d.pref));
+  const uint64_t ws = kWorkspaceBytes;
+  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // The heuristic assumes 256-byte aligned buffers unless told otherwise; views are not.
+  const uint32_t al_a = alignment_of(A), al_b = alignment_of(B), al_c = alignment_of(D);
+  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(h.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found) !=
+          CUBLAS_STATUS_SUCCESS ||
+      found == 0)
+    return false;  // e.g. operands off the 16-byte alignment the epilogue kernels want
+  const float alpha = 1.0f, beta = 0.0f;
+  detail::count_library_call();
+  KEEL_CHECK_CUBLAS(cublasLtMatmul(h.lt, d.op, &alpha, A, d.a, B, d.b, &beta, D, d.c, D, d.c, &result.algo,
+                                   h.workspace, kWorkspaceBytes, detail::stream(device)));
+  return true;
+}
+
 // x (R, K) row-major, weight (N, K) row-major, bias (N) or undefined -> out (R, N) contiguous =
 // x weight^T + bias in one cublasLtMatmul with the BIAS epilogue; with gelu, out = gelu(that)
 // (GELU_BIAS or GELU), and with aux (R, N) contiguous also aux = that (GELU_AUX_BIAS or GELU_AUX).
@@ -215,30 +269,12 @@ bool linear_lt(const Tensor& x2, const Tensor& w, const Tensor& bias, Tensor& ou
   if (aux && (w.size(0) % 8 != 0 || alignment_of(aux->raw_data()) < 16)) return false;
   const int64_t R = x2.size(0), K = x2.size(1), N = w.size(0);
   const cudaDataType_t t = cuda_type(x2.dtype(), "linear");
-  Blas& h = blas(out.device().index);
-  // RAII for the descriptors: destroyed on every path out, errors included.
-  struct Descs {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    ~Descs() {
-      if (pref) cublasLtMatmulPreferenceDestroy(pref);
-      if (c) cublasLtMatrixLayoutDestroy(c);
-      if (b) cublasLtMatrixLayoutDestroy(b);
-      if (a) cublasLtMatrixLayoutDestroy(a);
-      if (op) cublasLtMatmulDescDestroy(op);
-    }
-  } d;
   // Column-major view: out^T (N x R) = weight (as K x N col-major, op T) * x^T (K x R col-major).
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   const bool has_bias = bias.defined();
   const cublasLtEpilogue_t epi = !gelu ? (has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT)
                                  : aux ? (has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                                        : (has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
-  KEEL_CHECK_CUBLAS(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  LtDescs d(CUBLAS_OP_T, CUBLAS_OP_N, epi);
   if (has_bias) {
     const void* bias_ptr = bias.raw_data();
     KEEL_CHECK_CUBLAS(
@@ -247,38 +283,11 @@ bool linear_lt(const Tensor& x2, const Tensor& w, const Tensor& bias, Tensor& ou
     KEEL_CHECK_CUBLAS(
         cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
   }
-  if (aux) {  // the pre-activation, column-major (N x R) = row-major (R, N), in out's type (the default)
-    void* aux_ptr = aux->raw_data();
-    const int64_t aux_ld = N;
-    KEEL_CHECK_CUBLAS(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_ptr, sizeof(aux_ptr)));
-    KEEL_CHECK_CUBLAS(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-  }
+  if (aux) d.set_aux(aux->raw_data(), N);  // the pre-activation, column-major (N x R) = row-major (R, N)
   KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.a, t, as_int(K, "K"), as_int(N, "N"), as_int(lw.ld, "ld")));
   KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.b, t, as_int(K, "K"), as_int(R, "rows"), as_int(lx.ld, "ld")));
   KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.c, t, as_int(N, "N"), as_int(R, "rows"), as_int(N, "ld")));
-  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&d.pref));
-  const uint64_t ws = kWorkspaceBytes;
-  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  // The heuristic assumes 256-byte aligned buffers unless told otherwise; views are not.
-  const uint32_t al_a = alignment_of(w.raw_data()), al_b = alignment_of(x2.raw_data()), al_c = alignment_of(out.raw_data());
-  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  if (cublasLtMatmulAlgoGetHeuristic(h.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found) !=
-          CUBLAS_STATUS_SUCCESS ||
-      found == 0)
-    return false;  // e.g. operands off the 16-byte alignment the epilogue kernels want
-  const float alpha = 1.0f, beta = 0.0f;
-  detail::count_library_call();
-  KEEL_CHECK_CUBLAS(cublasLtMatmul(h.lt, d.op, &alpha, w.raw_data(), d.a, x2.raw_data(), d.b, &beta, out.raw_data(), d.c,
-                                   out.raw_data(), d.c, &result.algo, h.workspace, kWorkspaceBytes,
-                                   detail::stream(out.device().index)));
-  return true;
+  return lt_run(d, out.device().index, w.raw_data(), x2.raw_data(), out.raw_data());
 }
 }  // namespace
 
@@ -370,6 +379,27 @@ bool linear_gelu_lt(const Tensor& x, const Tensor& weight, const Tensor& bias, T
   Tensor p2 = pre ? pre->as_strided({R, N}, {N, 1}, pre->offset()) : Tensor();
   Tensor xm = mappable(x2), wm = weight.is_contiguous() ? weight : weight.detach().contiguous();
   return linear_lt(xm, wm, bias, o2, true, pre ? &p2 : nullptr);
+}
+
+// grad (..., N), weight (N, K), pre (..., K) contiguous, dpre (..., K) contiguous -> written?
+bool linear_grad_x_dgelu_lt(const Tensor& grad, const Tensor& weight, const Tensor& pre, Tensor& dpre) {
+  Tensor g2 = rows2d(grad);
+  const int64_t R = g2.size(0), N = g2.size(1), K = weight.size(1);
+  // The aux matrix's leading dimension (K here) must be a multiple of 8 (cublasLt.h, EPILOGUE_AUX_LD).
+  if (R == 0 || N == 0 || K == 0 || K % 8 != 0 || alignment_of(pre.raw_data()) < 16) return false;
+  KEEL_CHECK_CUDA(cudaSetDevice(grad.device().index));
+  Tensor gm = mappable(g2), wm = weight.is_contiguous() ? weight : weight.detach().contiguous();
+  const Layout lg = layout_of(gm);
+  if (!lg.row_major) return false;
+  const cudaDataType_t t = cuda_type(grad.dtype(), "linear backward");
+  // Column-major view: dpre^T (K x R) = weight (as K x N col-major, op N) * grad^T (N x R
+  // col-major), then times gelu'(pre^T) (K x R col-major) element by element.
+  LtDescs d(CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DGELU);
+  d.set_aux(pre.raw_data(), K);
+  KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.a, t, as_int(K, "K"), as_int(N, "N"), as_int(K, "ld")));
+  KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.b, t, as_int(N, "N"), as_int(R, "rows"), as_int(lg.ld, "ld")));
+  KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.c, t, as_int(K, "K"), as_int(R, "rows"), as_int(K, "ld")));
+  return lt_run(d, grad.device().index, wm.raw_data(), gm.raw_data(), dpre.raw_data());
 }
 
 // grad (..., N), weight (N, K) -> (..., K)

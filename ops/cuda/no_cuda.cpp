@@ -62,6 +62,7 @@ Tensor gelu_forward(const Tensor&) { no_cuda("gelu"); }
 Tensor gelu_backward(const Tensor&, const Tensor&) { no_cuda("gelu backward"); }
 
 Tensor linear_gelu(const Tensor&, const Tensor&, const Tensor&, Tensor*) { no_cuda("linear_gelu"); }
+Tensor linear_grad_x_dgelu(const Tensor&, const Tensor&, const Tensor&) { no_cuda("linear_gelu backward"); }
 
 Tensor layernorm_forward(const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&) {
   no_cuda("layernorm");

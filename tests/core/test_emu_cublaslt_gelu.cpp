@@ -1,7 +1,8 @@
 // The emulated cuBLASLt's GELU epilogues (core/cuda/emu/cublaslt.cpp), called as keel's linear_gelu
 // calls them (ops/cuda/matmul.cu: linear_lt): D = gelu(op(A) op(B) + bias) in the tanh form, and
 // with GELU_AUX(_BIAS) the value before the GELU in the aux matrix, at its own leading dimension;
-// plus the refusals cublasLt.h documents for the aux matrix. Checked against f64 on the values
+// with DGELU (mlp's backward) D = op(A) op(B) * gelu'(aux), aux read; plus the refusals cublasLt.h
+// documents for the aux matrix. Checked against f64 on the values
 // actually stored; unwritten elements hold NaN. Only the emulated build has these stand-ins.
 #ifdef KEEL_CUDA_EMULATED
 #include <cublasLt.h>
@@ -40,6 +41,10 @@ struct Buf {
 
 double gelu(double v) {
   return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (v + 0.044715 * v * v * v)));
+}
+double gelu_grad(double v) {
+  const double b = std::sqrt(2.0 / std::numbers::pi), t = std::tanh(b * (v + 0.044715 * v * v * v));
+  return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * b * (1.0 + 3.0 * 0.044715 * v * v);
 }
 double output_eps(cudaDataType_t t) { return t == CUDA_R_16F ? 0x1p-11 : t == CUDA_R_16BF ? 0x1p-8 : 0.0; }
 
@@ -194,6 +199,46 @@ TEST_SUITE("cuda") {
         REQUIRE(p.matmul() == CUBLAS_STATUS_SUCCESS);
         check(p, false, &aux, 8);
       }
+    }
+  }
+
+  TEST_CASE("emulated cublasLtMatmul with DGELU: D the product times the GELU's derivative at aux") {
+    for (cudaDataType_t t : {CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF}) {
+      CAPTURE(t);
+      Problem p(t, 16, 11, 19);
+      const int64_t aux_ld = 24;  // padding rows stay NaN: they must not be read
+      Buf aux(t, aux_ld * p.n);
+      for (int64_t j = 0; j < p.n; ++j)
+        for (int64_t i = 0; i < p.m; ++i) aux.put(i + j * aux_ld, 3.0f * std::sin(float(7 * i + 3 * j)));
+      const std::vector<float> before = aux.storage;
+      REQUIRE(p.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DGELU) == CUBLAS_STATUS_SUCCESS);
+      REQUIRE(p.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux.data())) ==
+              CUBLAS_STATUS_SUCCESS);
+      REQUIRE(p.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld) == CUBLAS_STATUS_SUCCESS);
+      REQUIRE(p.heuristic() == CUBLAS_STATUS_SUCCESS);
+      REQUIRE(p.matmul() == CUBLAS_STATUS_SUCCESS);
+      double worst = 0;
+      for (int64_t j = 0; j < p.n; ++j)
+        for (int64_t i = 0; i < p.m; ++i) {
+          const auto [v, bound] = p.value(i, j, false);
+          const double g = gelu_grad(aux.at(i + j * aux_ld)), want = v * g, got = p.d.at(i + j * p.m);
+          // f32 accumulation, f32 tanh's rounding in the derivative (|g| < 1.2), the output's rounding
+          const double tol = (double(p.k + 4) * 0x1p-24 * bound) * 1.2 + 8 * 0x1p-24 * std::fabs(v) +
+                             output_eps(p.t) * std::fabs(want) + 1e-30;
+          worst = std::max(worst, std::isfinite(got) ? std::fabs(got - want) / tol : INFINITY);
+        }
+      INFO("worst error / tolerance " << worst);
+      CHECK(worst <= 1.0);
+      CHECK(std::equal(before.begin(), before.end(), aux.storage.begin(), [](float a, float b) {
+        return (std::isnan(a) && std::isnan(b)) || a == b;
+      }));  // an input: left as it was
+      // No aux pointer: nothing to take the derivative at. DGELU_BGRAD (a bias gradient too) is
+      // not emulated: said so.
+      REQUIRE(p.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(nullptr)) ==
+              CUBLAS_STATUS_SUCCESS);
+      CHECK(p.matmul() == CUBLAS_STATUS_INVALID_VALUE);
+      REQUIRE(p.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DGELU_BGRAD) == CUBLAS_STATUS_SUCCESS);
+      CHECK(p.heuristic() == CUBLAS_STATUS_NOT_SUPPORTED);
     }
   }
 }  // TEST_SUITE("cuda")

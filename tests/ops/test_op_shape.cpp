@@ -59,6 +59,7 @@ SAME_SIGNATURE(layernorm_forward);
 SAME_SIGNATURE(layernorm_backward);
 SAME_SIGNATURE(add_layernorm_forward);
 SAME_SIGNATURE(linear_gelu);
+SAME_SIGNATURE(linear_grad_x_dgelu);
 SAME_SIGNATURE(matmul);
 SAME_SIGNATURE(matmul_grad_a);
 SAME_SIGNATURE(matmul_grad_b);
@@ -117,6 +118,7 @@ TEST_CASE("without CUDA, every CUDA kernel of ops raises DeviceError with the wa
   check_no_cuda("linear_grad_weight", [&] { cuda::linear_grad_weight(t, t); });
   check_no_cuda("linear_grad_bias", [&] { cuda::linear_grad_bias(t); });
   check_no_cuda("linear_gelu", [&] { cuda::linear_gelu(t, t, Tensor(), nullptr); });
+  check_no_cuda("linear_gelu backward", [&] { cuda::linear_grad_x_dgelu(t, t, t); });
   check_no_cuda("reduce_dim", [&] { cuda::reduce_dim(Reduce::sum, t, 1, 2, 2, o); });
   check_no_cuda("scatter_max_grad", [&] { cuda::scatter_max_grad(t, t, 1, 2, 2, o); });
   check_no_cuda("softmax_forward", [&] { cuda::softmax_forward(t, 1, false); });

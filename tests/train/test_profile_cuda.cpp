@@ -62,37 +62,44 @@ TEST_CASE("profiler on the GPU: one step of a tiny GPT-2, counted exactly") {
   using profiler::Phase;
   const double params = double(model.named_parameters().size());  // 2 + 12 per layer + ln_f's 2 = 28
 
-  // Linear layers: c_attn (C -> 3C), attn c_proj (C -> C) and mlp c_proj (4C -> C) per layer, all
-  // with bias (one add per output), and the tied lm_head (C -> V, no bias). c_fc is linear_gelu's.
-  const double matrix = L * 2 * BT * (3 * C * C + C * C + 4 * C * C) + 2 * BT * C * V;
-  const double bias_adds = L * BT * (3 * C + C + C);
+  // Linear layers: c_attn (C -> 3C) and attn c_proj (C -> C) per layer, with bias (one add per
+  // output), and the tied lm_head (C -> V, no bias). The MLP's two are the mlp op's (below).
+  const double matrix = L * 2 * BT * (3 * C * C + C * C) + 2 * BT * C * V;
+  const double bias_adds = L * BT * (3 * C + C);
   const Totals lin = totals(s, "linear", Phase::forward), linb = totals(s, "LinearBackward", Phase::backward);
-  CHECK(lin.calls == 3 * L + 1);
+  CHECK(lin.calls == 2 * L + 1);
   CHECK(lin.flops == matrix + bias_adds);
-  CHECK(lin.library == 3 * L + 1);  // one cuBLAS(Lt) call each, the bias in its epilogue
+  CHECK(lin.library == 2 * L + 1);  // one cuBLAS(Lt) call each, the bias in its epilogue
   CHECK(lin.launches == 0);
   CHECK(linb.flops == 2 * matrix + bias_adds);  // dx and dweight each a product of the forward's size; dbias sums
   // dx, dweight and dbias one operation each; the lm_head has no bias.
-  CHECK(linb.launches + linb.library == 3 * 3 * L + 2);
+  CHECK(linb.launches + linb.library == 3 * 2 * L + 2);
 
-  // c_fc (C -> 4C) with its bias and GELU (10 FLOPs per output), the pre-activation kept for the
-  // backward. In bf16/f16 that is one cuBLASLt call whose epilogue does it all; in f32, as here,
-  // the product with the bias in its epilogue, then keel's gelu kernel (the epilogue's GELU is not
-  // exact enough for f32, ops/cuda/linear_gelu.cu). Bytes are the op's, whichever path: x, weight
-  // and bias read, output and pre-activation written, all f32. The backward: d(pre) = grad gelu'(pre) (16 FLOPs per
-  // element; grad and pre read, d(pre) written), then dx, dweight and dbias from d(pre).
-  const double fc = L * 2 * BT * C * 4 * C, fc_out = L * BT * 4 * C;
-  const Totals lg = totals(s, "linear_gelu", Phase::forward), lgb = totals(s, "LinearGeluBackward", Phase::backward);
-  CHECK(lg.calls == L);
-  CHECK(lg.library == L);
-  CHECK(lg.launches == L);  // f32: the gelu kernel
-  CHECK(lg.flops == fc + fc_out + 10 * fc_out);
-  CHECK(lg.bytes == L * (BT * C + 4 * C * C + 4 * C) * 4 + 2 * fc_out * 4);
-  CHECK(lgb.calls == L);
-  CHECK(lgb.flops == 16 * fc_out + 2 * fc + fc_out);
-  CHECK(lgb.bytes == (3 * fc_out + (fc_out + L * 4 * C * C + L * BT * C) * 2 + fc_out + L * 4 * C) * 4);
-  CHECK(lgb.launches + lgb.library == 4 * L);  // d(pre), dx, dweight, dbias
-  // No gelu op of its own anywhere in the step: the kernel is linear_gelu's.
+  // The MLP, one op (ops/mlp.h): c_fc (C -> 4C) with its bias and GELU (10 FLOPs per output), the
+  // pre-activation kept for the backward, then c_proj (4C -> C) with its bias. In bf16/f16 c_fc is
+  // one cuBLASLt call whose epilogue does it all; in f32, as here, the product with the bias in its
+  // epilogue, then keel's gelu kernel (the epilogue's GELU is not exact enough for f32,
+  // ops/cuda/linear_gelu.cu). Bytes are the op's, whichever path, all f32: x, weight and bias read,
+  // output and pre-activation written, then c_proj's operands and output.
+  const double fc = L * 2 * BT * C * 4 * C, fc_out = L * BT * 4 * C, proj_out = L * BT * C;
+  const double w = L * 4 * C * C;  // each of the two weights, all layers
+  const Totals m = totals(s, "mlp", Phase::forward), mb = totals(s, "MLPBackward", Phase::backward);
+  CHECK(m.calls == L);
+  CHECK(m.library == 2 * L);
+  CHECK(m.launches == L);  // f32: the gelu kernel
+  CHECK(m.flops == fc + fc_out + 10 * fc_out + fc + proj_out);
+  CHECK(m.bytes == (L * BT * C + w + L * 4 * C + 2 * fc_out + (fc_out + w + L * C + proj_out)) * 4);
+  // The backward: c_proj's dweight and dbias, d(pre) = (grad @ c_proj) gelu'(pre) (in bf16/f16
+  // one cuBLASLt call with the DGELU epilogue; 16 FLOPs per element and a read of pre), then c_fc's
+  // dx, dweight and dbias from d(pre).
+  CHECK(mb.calls == L);
+  CHECK(mb.flops == 2 * fc + proj_out + 16 * fc_out + 2 * fc + fc_out);  // dx and dweight: a product each
+  const double proj_bytes = (proj_out + w + fc_out) + (proj_out + fc_out + w) + (proj_out + L * C);
+  const double fc_bytes = (fc_out + w + proj_out) + (fc_out + proj_out + w) + (fc_out + L * 4 * C);
+  CHECK(mb.bytes == (proj_bytes + fc_out + fc_bytes) * 4);
+  // c_proj's dweight and dbias, d(pre) (f32: the product, then gelu's kernel), c_fc's three
+  CHECK(mb.launches + mb.library == 7 * L);
+  // No gelu op of its own anywhere in the step: the kernels are mlp's.
   CHECK(totals(s, "gelu", Phase::forward).calls == 0);
   CHECK(totals(s, "GeluBackward", Phase::backward).calls == 0);
 

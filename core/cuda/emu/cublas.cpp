@@ -164,6 +164,12 @@ float gelu_tanh(float v) {
   return 0.5f * v * (1.0f + std::tanh(kBeta * (v + kAlpha * v * v * v)));
 }
 
+float gelu_tanh_grad(float v) {
+  constexpr float kAlpha = 0.044715f, kBeta = 0.7978845608028654f;
+  const float t = std::tanh(kBeta * (v + kAlpha * v * v * v));
+  return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kBeta * (1.0f + 3.0f * kAlpha * v * v);
+}
+
 // Per batch: pack op(A) and op(B) to f32 (once for a stride-0 operand, the broadcast case), then
 // tiles of D in parallel over column blocks. alpha == 0 or k == 0 reads neither A nor B (as the
 // reference BLAS), and beta == 0 never reads C, so NaN there cannot leak into D.
@@ -197,7 +203,11 @@ void gemm(const GemmArgs& g) {
               float v = product ? g.alpha * acc[jj][ii] : 0.0f;
               if (c) v += g.beta * load(c, g.c.type, i + j * g.c.ld);
               if (g.bias) v += load(g.bias, g.bias_type, i);
-              if (aux) store(aux, g.aux.type, i + j * g.aux.ld, v);
+              if (g.dgelu) {
+                v *= gelu_tanh_grad(load(aux, g.aux.type, i + j * g.aux.ld));
+              } else if (aux) {
+                store(aux, g.aux.type, i + j * g.aux.ld, v);
+              }
               store(d, g.d.type, i + j * g.d.ld, g.gelu ? gelu_tanh(v) : v);
             }
         }

@@ -44,12 +44,17 @@ struct GemmArgs {
   // (product plus bias, rounded to aux.type), then d = gelu(value) in the tanh form.
   bool gelu = false;
   GemmOutput aux;
+  // cuBLASLt's DGELU epilogue: aux is an input instead, the GELU's input, and d = value *
+  // gelu'(aux) (gelu_tanh_grad).
+  bool dgelu = false;
   InputRounding rounding = InputRounding::none;
 };
 
 // GPT-2's GELU in f32, the tanh form keel's kernels use (ops/cuda/gelu.cu):
 // 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))).
 float gelu_tanh(float v);
+// Its derivative at v, as keel's gelu backward kernel computes it (ops/cuda/gelu.cu).
+float gelu_tanh_grad(float v);
 
 // f32, f16 and bf16: the element types the engine reads and writes.
 bool is_supported_type(cudaDataType_t t);

@@ -8,12 +8,13 @@
 // length rows(D) added to every column before the rounding to D's type; with the GELU epilogues
 // D = gelu(that value) in the tanh form (cublas_gemm.h: gelu_tanh), and with GELU_AUX(_BIAS) the
 // value before the GELU is also written to the aux matrix (EPILOGUE_AUX_POINTER, column-major,
-// EPILOGUE_AUX_LD a multiple of 8 and at least rows(D), in D's type). Supported: compute type
+// EPILOGUE_AUX_LD a multiple of 8 and at least rows(D), in D's type); with DGELU the aux matrix
+// is read instead, the GELU's input, and D = value * gelu'(aux). Supported: compute type
 // CUBLAS_COMPUTE_32F (also _PEDANTIC and the _FAST_16F/_16BF/_TF32 variants, which round f32
 // inputs as the GPU does) with f32 scalars; A = B in f32, f16 or bf16; C = D in A's type or f32;
-// epilogues DEFAULT, BIAS, GELU, GELU_BIAS, GELU_AUX and GELU_AUX_BIAS; no batching (layout
-// attributes are not settable). Anything else (RELU, DGELU, the bias gradients, another aux type)
-// is CUBLAS_STATUS_NOT_SUPPORTED, so an unimplemented feature is loud, not wrong.
+// epilogues DEFAULT, BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS and DGELU; no batching
+// (layout attributes are not settable). Anything else (RELU, DGELU_BGRAD, the bias gradients,
+// another aux type) is CUBLAS_STATUS_NOT_SUPPORTED, so an unimplemented feature is loud, not wrong.
 //
 // Alignment (what is enforced, and why): a null or element-misaligned operand, and a bias pointer
 // under 16 bytes of alignment, are CUBLAS_STATUS_EXECUTION_FAILED: on a GPU the kernel faults on
@@ -99,9 +100,12 @@ cublasStatus_t set_field(T& field, const void* buf, size_t size) {
 bool epilogue_bias(uint32_t e) {
   return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
 }
-bool epilogue_aux(uint32_t e) { return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+bool epilogue_aux(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+}
 bool epilogue_gelu(uint32_t e) {
-  return e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || epilogue_aux(e);
+  return e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
+         e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
 }
 
 bool valid_op(int32_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; }
@@ -137,9 +141,10 @@ cublasStatus_t check_problem(const Desc& d, const Layout& a, const Layout& b, co
     return CUBLAS_STATUS_NOT_SUPPORTED;
   g->bias = nullptr;
   g->gelu = epilogue_gelu(d.epilogue);
+  g->dgelu = d.epilogue == CUBLASLT_EPILOGUE_DGELU;
   g->aux = {};
-  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !epilogue_bias(d.epilogue) && !g->gelu)
-    return CUBLAS_STATUS_NOT_SUPPORTED;  // RELU, DGELU, the bias gradients: not emulated (keel uses none)
+  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !epilogue_bias(d.epilogue) && !g->gelu && !g->dgelu)
+    return CUBLAS_STATUS_NOT_SUPPORTED;  // RELU, the bias gradients: not emulated (keel uses none)
   if (epilogue_bias(d.epilogue)) {
     // Which bias types cuBLASLt pairs with which D type varies by version: any float type reads.
     g->bias_type = d.bias_type == -1 ? dl.type : static_cast<cudaDataType_t>(d.bias_type);
@@ -304,7 +309,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
 }
 
 // D (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C (m, n) [+ bias (m) on every column], then
-// [aux (m, n) = that, D = gelu(that)] as the epilogue asks.
+// [aux (m, n) = that, D = gelu(that)] or [D = that * gelu'(aux)] as the epilogue asks.
 cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc,
                                            const void* alpha, const void* A, cublasLtMatrixLayout_t Adesc,
                                            const void* B, cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
@@ -323,7 +328,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasL
   if (C && C == D && (lc.ld != ld.ld || lc.type != ld.type))
     return CUBLAS_STATUS_INVALID_VALUE;  // in place: one layout
   if ((epilogue_bias(d.epilogue) && !d.bias) || (epilogue_aux(d.epilogue) && !d.aux))
-    return CUBLAS_STATUS_INVALID_VALUE;  // nothing to read the bias from, or to write the aux to
+    return CUBLAS_STATUS_INVALID_VALUE;  // nothing to read the bias from, or the aux to or from
   if (g.m == 0 || g.n == 0) return CUBLAS_STATUS_SUCCESS;
   g.alpha = *static_cast<const float*>(alpha);  // scale type f32
   g.beta = *static_cast<const float*>(beta);
