@@ -37,9 +37,12 @@ Attention::Attention(const GPT2Config& c, Generator& init, Generator* dropout_ge
 }
 
 // x (B, T, C) -> q, k, v (B, H, T, D)
-std::vector<Tensor> Attention::project(const Tensor& x) const {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  std::vector<Tensor> qkv = split(c_attn.forward(x), {C, C, C}, -1);  // 3 x (B, T, C)
+std::vector<Tensor> Attention::project(const Tensor& x) const { return split_heads(c_attn.forward(x)); }
+
+// c_attn's output (B, T, 3C) -> q, k, v (B, H, T, D)
+std::vector<Tensor> Attention::split_heads(const Tensor& qkv_out) const {
+  const int64_t B = qkv_out.size(0), T = qkv_out.size(1), C = qkv_out.size(2) / 3;
+  std::vector<Tensor> qkv = split(qkv_out, {C, C, C}, -1);  // 3 x (B, T, C)
   for (Tensor& t : qkv) {
     t = reshape(t, {B, T, n_head_, head_dim_});  // (B, T, H, D)
   }
@@ -86,8 +89,13 @@ Tensor Attention::probabilities(const Tensor& x) const {
 
 // x (B, t, C) at positions [cache.length(), + t) -> (B, t, C), through the KV cache
 Tensor Attention::forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const {
-  const int64_t B = x.size(0), t = x.size(1), C = x.size(2);
-  std::vector<Tensor> qkv = project(x);
+  return forward_cached_qkv(c_attn.forward(x), cache, layer);
+}
+
+// qkv (B, t, 3C), c_attn's output -> (B, t, C)
+Tensor Attention::forward_cached_qkv(const Tensor& qkv_out, KVCache& cache, int64_t layer) const {
+  const int64_t B = qkv_out.size(0), t = qkv_out.size(1), C = qkv_out.size(2) / 3;
+  std::vector<Tensor> qkv = split_heads(qkv_out);
   Tensor y = cached_attention(qkv[0], qkv[1], qkv[2], cache.layers[static_cast<size_t>(layer)], cache, cache.length(),
                               spec_);  // (B, t, H, D)
   return c_proj.forward(reshape(y, {B, t, C}));

@@ -37,6 +37,9 @@ class Attention : public Module {
   // values join layer `layer` of the cache, and they attend to everything cached before them.
   // -> (B, t, C)
   Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const;
+  // The same from c_attn's output qkv (B, t, 3C), for a caller that computed it fused with the
+  // LayerNorm before it (Block::forward_cached, ops/add_layernorm_linear.h) -> (B, t, C)
+  Tensor forward_cached_qkv(const Tensor& qkv, KVCache& cache, int64_t layer) const;
 
   // x (B, T, C) -> (B, H, T, T): the attention probabilities forward() uses, materialised (zero
   // where the head may not look). For inspection (attention maps), not for training: it costs T^2.
@@ -57,6 +60,8 @@ class Attention : public Module {
 
   // x (B, T, C) -> q, k, v (B, H, T, D), q and k normalised for qk_norm
   std::vector<Tensor> project(const Tensor& x) const;
+  // c_attn's output (B, T, 3C) -> the same
+  std::vector<Tensor> split_heads(const Tensor& qkv) const;
 };
 
 }  // namespace keel::nn

@@ -23,6 +23,10 @@ AddLayerNorm normalize(const Residual& x, const LayerNorm& ln) {
   return add_layernorm(x.base, x.delta, ln.weight, ln.bias, ln.eps);
 }
 
+AddLayerNormLinear normalize_linear(const Residual& x, const LayerNorm& ln, const Linear& lin, bool gelu) {
+  return add_layernorm_linear(x.base, x.delta, ln.weight, ln.bias, ln.eps, lin.weight, lin.bias, gelu);
+}
+
 // The attention's residual add and ln_2 are one op (ops/add_layernorm.h): on a GPU one kernel
 // writes the residual stream h and ln_2(h), where the add wrote h and ln_2 read it back. The MLP's
 // add is left to whoever reads the stream next (Residual): the next block's ln_1, or ln_f.
@@ -47,9 +51,14 @@ Tensor Block::forward(const Tensor& x, Tensor* max_logit, Tensor* max_range) con
 }
 
 // x (B, t, C) in two parts -> (B, t, C) in two parts, attending through the KV cache
+// Each LayerNorm together with the product that reads it (ln_1 and c_attn, ln_2 and c_fc with
+// its GELU): on a GPU one launch each for a decode step's few rows (ops/add_layernorm_linear.h).
 Residual Block::forward_cached(const Residual& x, KVCache& cache, int64_t layer) const {
-  const AddLayerNorm in = normalize(x, ln_1);
-  return residual_mlp(in.h, attn.forward_cached(in.out, cache, layer));
+  const AddLayerNormLinear in = normalize_linear(x, ln_1, attn.c_attn);
+  const Tensor a = attn.forward_cached_qkv(in.out, cache, layer);
+  if (mlp.drops()) return residual_mlp(in.h, a);
+  const AddLayerNormLinear m = normalize_linear(Residual{in.h, a}, ln_2, mlp.c_fc, true);
+  return {m.h, mlp.c_proj.forward(m.out)};
 }
 
 // x (B, t, C) -> (B, t, C), attending through the KV cache

@@ -5,6 +5,7 @@
 #include "nn/layernorm.h"
 #include "nn/mlp.h"
 #include "ops/add_layernorm.h"
+#include "ops/add_layernorm_linear.h"
 
 namespace keel::nn {
 
@@ -20,6 +21,9 @@ struct Residual {
 
 // x -> h = x summed, out = ln(h), one op when x comes in two parts
 AddLayerNorm normalize(const Residual& x, const LayerNorm& ln);
+// x -> h = x summed, out = lin(ln(h)) (gelu'd when asked), one op (ops/add_layernorm_linear.h):
+// a decode step's LayerNorm with the linear layer that reads it
+AddLayerNormLinear normalize_linear(const Residual& x, const LayerNorm& ln, const Linear& lin, bool gelu = false);
 
 class Block : public Module {
  public:

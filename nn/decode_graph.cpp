@@ -108,7 +108,7 @@ Tensor DecodeGraph::forward(KVCache& cache) const {
   Tensor x = model_.wte.forward(ids_) + model_.wpe.forward(pos_);  // (B, 1, C) + (1, C)
   Residual r{x, {}};
   for (size_t l = 0; l < model_.h.size(); ++l) r = model_.h[l]->forward_cached(r, cache, static_cast<int64_t>(l));
-  return model_.lm_head->forward(normalize(r, model_.ln_f).out);
+  return normalize_linear(r, model_.ln_f, *model_.lm_head).out;
 }
 
 }  // namespace keel::nn

@@ -138,7 +138,7 @@ Tensor GPT2::forward_cached(const Tensor& ids, KVCache& cache, Logits which) {
     r.base = narrow(r.base, 1, t - 1, 1);
     if (r.delta.defined()) r.delta = narrow(r.delta, 1, t - 1, 1);
   }
-  return lm_head->forward(normalize(r, ln_f).out);
+  return normalize_linear(r, ln_f, *lm_head).out;
 }
 
 }  // namespace keel::nn

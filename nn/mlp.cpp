@@ -24,7 +24,7 @@ Tensor MLP::forward(const Tensor& x) const {
   // epilogue of c_proj's input gradient, so the (B, T, 4C) activation is not read and written
   // again by kernels of their own (ops/mlp.h).
   Tensor y = mlp(x, c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias);
-  if (dropout_ > 0 && training()) y = dropout(y, dropout_, *dropout_gen_, true);
+  if (drops()) y = dropout(y, dropout_, *dropout_gen_, true);
   return y;
 }
 

@@ -13,6 +13,9 @@ class MLP : public Module {
 
   // x (B, T, C) -> (B, T, C)
   Tensor forward(const Tensor& x) const;
+  // Whether forward drops out (dropout > 0, in training): a caller that fuses c_fc elsewhere
+  // (Block::forward_cached) must then call forward.
+  bool drops() const { return dropout_ > 0 && training(); }
 
   Linear c_fc;
   Linear c_proj;

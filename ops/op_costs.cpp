@@ -105,6 +105,16 @@ Cost linear_gelu_backward(const Tensor& grad, int64_t K, bool dx, bool dw, bool 
   return c;
 }
 
+Cost add_layernorm_linear(const Tensor& x, bool residual, bool ln_bias, const Tensor& weight, const Tensor& bias,
+                          bool gelu) {
+  const int64_t C = x.size(-1), M = x.numel() / std::max<int64_t>(1, C), N = weight.size(0);
+  const double es = double(dtype_size(x.dtype())), rows = double(M) * double(C);
+  Cost c = linear_cost(M, C, N, x.dtype(), bias.defined());  // x's rows, weight, bias -> out
+  c.flops += (residual ? rows : 0.0) + kLayerNormFwd * rows + (gelu ? kGeluFwd * double(M) * double(N) : 0.0);
+  c.bytes += (residual ? 2 * rows * es : 0.0) + (ln_bias ? 2.0 : 1.0) * double(C) * es;  // y read, h written; ln
+  return c;
+}
+
 Cost mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
          const Tensor& proj_bias, bool pre) {
   const int64_t C = fc_weight.size(1), H = fc_weight.size(0), D = proj_weight.size(0);

@@ -65,6 +65,10 @@ Cost layernorm_backward(const Tensor& x, DType stats_dtype, bool dx, bool dw, bo
 // x + y then layernorm as one op, x and y (N, C): 1 + kLayerNormFwd FLOPs per element; x and
 // y read, h and the output written, once each, with layernorm's weight, bias and statistics.
 Cost add_layernorm(const Tensor& x, bool bias, DType stats_dtype);
+// ops/add_layernorm_linear.h's kernel: x (..., C) [+ y, h written] normalised, times weight (N, C)
+// [+ bias] [GELU]; the normalised rows never leave the chip
+Cost add_layernorm_linear(const Tensor& x, bool residual, bool ln_bias, const Tensor& weight, const Tensor& bias,
+                          bool gelu);
 // h (N, C): layernorm_backward's cost on h, plus, with `residual`, the gradient of h from its
 // other uses read and added into dx (one FLOP per element).
 Cost add_layernorm_backward(const Tensor& h, DType stats_dtype, bool dx, bool dw, bool db, bool residual);

@@ -2,27 +2,18 @@
 // Flat grid-stride loops with 16-byte packs; the formulas are the CPU kernel's, in f32.
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gelu.h"
+#include "ops/cuda/gelu.cuh"
 
 namespace keel::cuda {
 
 namespace {
 using namespace dev;
 
-constexpr float kAlpha = 0.044715f;
-constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
-
 struct GeluFn {
-  __device__ __forceinline__ float operator()(float v, float) const {
-    return 0.5f * v * (1.0f + tanhf(kBeta * (v + kAlpha * v * v * v)));
-  }
+  __device__ __forceinline__ float operator()(float v, float) const { return gelu_tanh(v); }
 };
-// grad * gelu'(v): with t = tanh(beta (v + alpha v^3)),
-//   gelu'(v) = 0.5 (1 + t) + 0.5 v (1 - t^2) beta (1 + 3 alpha v^2).
 struct GeluGradFn {
-  __device__ __forceinline__ float operator()(float v, float g) const {
-    const float t = tanhf(kBeta * (v + kAlpha * v * v * v));
-    return g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kBeta * (1.0f + 3.0f * kAlpha * v * v));
-  }
+  __device__ __forceinline__ float operator()(float v, float g) const { return g * gelu_tanh_grad(v); }
 };
 
 // out (N) = fn(x, g) over N elements; g may be null (0).

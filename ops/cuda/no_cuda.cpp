@@ -4,6 +4,7 @@
 // instead of ops/cuda/*.cu when KEEL_CUDA is OFF; the signatures are those of ops/cuda/*.h.
 #include "core/error.h"
 #include "ops/cuda/add_layernorm.h"
+#include "ops/cuda/add_layernorm_linear.h"
 #include "ops/cuda/arith.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cross_entropy.h"
@@ -62,6 +63,11 @@ Tensor gelu_forward(const Tensor&) { no_cuda("gelu"); }
 Tensor gelu_backward(const Tensor&, const Tensor&) { no_cuda("gelu backward"); }
 
 Tensor linear_gelu(const Tensor&, const Tensor&, const Tensor&, Tensor*) { no_cuda("linear_gelu"); }
+bool add_layernorm_linear_fits(int64_t, int64_t, DType) { return false; }
+Tensor add_layernorm_linear(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, const Tensor&,
+                            const Tensor&, bool, Tensor&) {
+  no_cuda("add_layernorm_linear");
+}
 Tensor linear_grad_x_dgelu(const Tensor&, const Tensor&, const Tensor&) { no_cuda("linear_gelu backward"); }
 
 Tensor layernorm_forward(const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&) {

@@ -24,6 +24,7 @@
 #include "ops/cpu/softmax.h"
 #include "ops/cross_entropy.h"
 #include "ops/cuda/add_layernorm.h"
+#include "ops/cuda/add_layernorm_linear.h"
 #include "ops/cuda/arith.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cross_entropy.h"
@@ -119,6 +120,9 @@ TEST_CASE("without CUDA, every CUDA kernel of ops raises DeviceError with the wa
   check_no_cuda("linear_grad_bias", [&] { cuda::linear_grad_bias(t); });
   check_no_cuda("linear_gelu", [&] { cuda::linear_gelu(t, t, Tensor(), nullptr); });
   check_no_cuda("linear_gelu backward", [&] { cuda::linear_grad_x_dgelu(t, t, t); });
+  check_no_cuda("add_layernorm_linear",
+                [&] { cuda::add_layernorm_linear(t, Tensor(), t, Tensor(), 1e-5, t, Tensor(), false, x); });
+  CHECK_FALSE(cuda::add_layernorm_linear_fits(1, 2, DType::f32));  // the front end composes instead
   check_no_cuda("reduce_dim", [&] { cuda::reduce_dim(Reduce::sum, t, 1, 2, 2, o); });
   check_no_cuda("scatter_max_grad", [&] { cuda::scatter_max_grad(t, t, 1, 2, 2, o); });
   check_no_cuda("softmax_forward", [&] { cuda::softmax_forward(t, 1, false); });

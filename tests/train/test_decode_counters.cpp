@@ -114,11 +114,15 @@ TEST_CASE("bench-sample --profile: a token's ops one by one, adding up to the ea
     CHECK(counts["library_calls"].get<double>() == r["library_calls"].get<double>());
     std::map<std::string, double> calls;
     for (const auto& op : p["ops"]) calls[op["name"].get<std::string>()] += op["calls_per_step"].get<double>();
-    // Per layer: one decode attention; the attention's add with ln_2 and the MLP's add with the
-    // next LayerNorm (ln_1 or ln_f), one add_layernorm each; layer 0's ln_1 a plain layernorm.
+    // Per layer: one decode attention; each LayerNorm with the product that reads it, one
+    // add_layernorm_linear launch each (ln_1 with c_attn, ln_2 with c_fc, and ln_f with the
+    // lm_head); cuBLAS only for the two c_proj; no LayerNorm of its own.
     CHECK(calls["decode_attention_cached"] == 2);
-    CHECK(calls["add_layernorm"] == 4);
-    CHECK(calls["layernorm"] == 1);
+    CHECK(calls["add_layernorm_linear"] == 2 * 2 + 1);
+    CHECK(calls["linear"] == 2 * 2);
+    CHECK(calls["add_layernorm"] == 0);
+    CHECK(calls["layernorm"] == 0);
+    CHECK(r["library_calls"].get<double>() == 2 * 2);
   }
 }
 
