@@ -2,6 +2,7 @@
 
 #include "ops/add_layernorm.h"
 #include "ops/arith.h"
+#include "ops/shape.h"
 
 namespace keel::nn {
 
@@ -21,6 +22,11 @@ Tensor Residual::sum() const { return delta.defined() ? base + delta : base; }
 AddLayerNorm normalize(const Residual& x, const LayerNorm& ln) {
   if (!x.delta.defined()) return {x.base, ln.forward(x.base)};
   return add_layernorm(x.base, x.delta, ln.weight, ln.bias, ln.eps);
+}
+
+Residual embedded(const Tensor& tok, const Tensor& pos) {
+  if (tok.size(0) == 1) return {tok, reshape(pos, tok.shape())};
+  return {tok + pos, {}};
 }
 
 AddLayerNormLinear normalize_linear(const Residual& x, const LayerNorm& ln, const Linear& lin, bool gelu) {

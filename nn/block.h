@@ -19,6 +19,11 @@ struct Residual {
   Tensor sum() const;  // (B, T, C)
 };
 
+// tok (B, t, C), pos (t, C) -> the residual stream tok + pos for generation. With one sequence
+// pos has tok's shape and goes on as the second part, which layer 0's LayerNorm adds in its own
+// kernel; a batch broadcasts it, so the add is done here.
+Residual embedded(const Tensor& tok, const Tensor& pos);
+
 // x -> h = x summed, out = ln(h), one op when x comes in two parts
 AddLayerNorm normalize(const Residual& x, const LayerNorm& ln);
 // x -> h = x summed, out = lin(ln(h)) (gelu'd when asked), one op (ops/add_layernorm_linear.h):

@@ -6,7 +6,6 @@
 #include "core/factory.h"
 #include "ops/arith.h"
 #include "ops/reduce.h"
-#include "ops/shape.h"
 
 namespace keel::nn {
 
@@ -106,9 +105,7 @@ DecodeStep DecodeGraph::run(KVCache& cache, int64_t B) {
 // ids_ (B, 1) at position pos_ -> logits (B, 1, V); the cache's length is pos_'s value
 Tensor DecodeGraph::forward(KVCache& cache) const {
   // The position embedding as a lookup of pos_: a view of row P would freeze P into the graph.
-  // With one sequence it has the token's shape, and layer 0's LayerNorm adds it (GPT2::forward_cached).
-  const Tensor tok = model_.wte.forward(ids_), pos = model_.wpe.forward(pos_);  // (B, 1, C), (1, C)
-  Residual r = ids_.size(0) == 1 ? Residual{tok, reshape(pos, tok.shape())} : Residual{tok + pos, {}};
+  Residual r = embedded(model_.wte.forward(ids_), model_.wpe.forward(pos_));  // (B, 1, C), (1, C)
   for (size_t l = 0; l < model_.h.size(); ++l) r = model_.h[l]->forward_cached(r, cache, static_cast<int64_t>(l));
   return normalize_linear(r, model_.ln_f, *model_.lm_head).out;
 }

@@ -129,10 +129,8 @@ Tensor GPT2::forward_cached(const Tensor& ids, KVCache& cache, Logits which) {
     throw ShapeError(kOp, "the cache has " + std::to_string(cache.layers.size()) + " layers, the model " +
                               std::to_string(config_.n_layer), "make it with make_cache()");
   // Positions [P, P + t) are rows P.. of the position table: a view of it, so a decode step
-  // builds and uploads no position ids (a host synchronisation per token on a GPU). With one
-  // sequence they have its shape, and layer 0's LayerNorm adds them in its own kernel.
-  const Tensor tok = wte.forward(ids), pos = narrow(wpe.weight, 0, P, t);  // (B, t, C), (t, C)
-  Residual r = ids.size(0) == 1 ? Residual{tok, reshape(pos, tok.shape())} : Residual{tok + pos, {}};
+  // builds and uploads no position ids (a host synchronisation per token on a GPU).
+  Residual r = embedded(wte.forward(ids), narrow(wpe.weight, 0, P, t));  // (B, t, C), (t, C)
   for (size_t l = 0; l < h.size(); ++l) r = h[l]->forward_cached(r, cache, static_cast<int64_t>(l));
   cache.advance(t);
   if (which == Logits::last) {
