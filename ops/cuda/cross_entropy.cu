@@ -106,19 +106,18 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// row_loss (N), count [] -> loss [] = sum / count (0 when count is 0), in f32 (L = f32, or f64 for
-// f64 logits) whatever the logits' dtype: a bf16/f16 loss would be quantized, and overflow under
-// f16 loss scaling. One block of 1024 threads, a fixed order of adds.
-template <typename L>
+// row_loss (N), count [] -> loss [] = sum / count (0 when count is 0), in f32 whatever the
+// logits' dtype: a bf16/f16 loss would be quantized, and overflow under f16 loss scaling. One
+// block of 1024 threads, a fixed order of adds.
 __global__ void ce_mean_kernel(const float* __restrict__ row_loss, int64_t N, const int64_t* __restrict__ count,
-                               L* __restrict__ loss) {
+                               float* __restrict__ loss) {
   __shared__ float scratch[32];
   float s = 0.0f;
   for (int64_t r = threadIdx.x; r < N; r += blockDim.x) s += row_loss[r];
   s = block_sum(s, scratch);
   if (threadIdx.x == 0) {
     const int64_t n = count[0];
-    loss[0] = static_cast<L>(n > 0 ? s / static_cast<float>(n) : 0.0f);
+    loss[0] = n > 0 ? s / static_cast<float>(n) : 0.0f;
   }
 }
 
@@ -180,7 +179,7 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
                       ptr<const int64_t>(count), grad, vec, pd);
         KEEL_CHECK_LAUNCH();
       }
-      launch_kernel(ce_mean_kernel<float>, 1, 1024, 0, w.stream, ptr<const float>(row_loss), N,
+      launch_kernel(ce_mean_kernel, 1, 1024, 0, w.stream, ptr<const float>(row_loss), N,
                     ptr<const int64_t>(count), ptr<float>(loss));
       KEEL_CHECK_LAUNCH();
     });

@@ -12,8 +12,8 @@ namespace keel::cuda {
 
 // logits (N, Vp), targets (N) i32/i64, contiguous; the first V >= 1 of each row's Vp >= V
 // columns are the classes, the rest padding (a vocabulary padded for the GPU's matmuls) that no
-// softmax sees -> loss [] (f32; f64 for f64 logits); lse (N) and count [] i64 (the non-ignored
-// rows, on the logits' device) are filled in. A target outside [0, V) that is not ignore_index
+// softmax sees -> loss [] (f32, whatever the logits' dtype); lse (N) and count [] i64 (the
+// non-ignored rows, on the logits' device) are filled in. A target outside [0, V) that is not ignore_index
 // raises IndexError: on the CPU here, on CUDA at the host's next synchronisation (the kernel
 // checks; core/cuda/device_check.h), so the loss never waits for the device.
 // dlogits not null: the caller promises that the loss's gradient will be `grad`, and *dlogits
