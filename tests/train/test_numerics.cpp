@@ -16,6 +16,7 @@
 #include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/run/max_logit.h"
 #include "apps/gpt2/run/metrics.h"
+#include "apps/gpt2/train/mfu.h"
 #include "apps/gpt2/train/step_signals.h"
 #include "apps/gpt2/train/trainer.h"
 #include "nn/hf.h"

@@ -11,7 +11,8 @@
 
 #include "apps/gpt2/cli/train_flags.h"
 #include "apps/gpt2/run/checkpoint.h"
-#include "apps/gpt2/train/setup.h"
+#include "apps/gpt2/run/placement.h"
+#include "apps/gpt2/train/train_config.h"
 #include "apps/gpt2/train/trainer.h"
 #include "core/factory.h"
 #include "core/io.h"

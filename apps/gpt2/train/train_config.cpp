@@ -212,4 +212,14 @@ std::string differing_fields(const nlohmann::json& saved, const nlohmann::json& 
   return out;
 }
 
+nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size) {
+  nn::GPT2Config m = nn::GPT2Config::preset(cfg.preset);
+  m.vocab_size = vocab_size;
+  if (cfg.seq_len) m.block_size = *cfg.seq_len;  // learned positions exactly as long as the run's sequences
+  cfg.model.apply_to(m);
+  m.fill_ls_shape();  // a preset without an LS shape (gpt2-124m) gets the paper's
+  m.validate();
+  return m;
+}
+
 }  // namespace keel::app

@@ -109,4 +109,8 @@ nlohmann::json launch_identity_of(const TrainConfig& cfg);
 std::string differing_fields(const nlohmann::json& saved, const nlohmann::json& now,
                              const std::string& saved_label = "saved", const std::string& now_label = "now");
 
+// The model a TrainConfig describes for a dataset with `vocab_size` tokens: its preset, the
+// run's sequence length as the context, the overrides; validated (ConfigError).
+nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size);
+
 }  // namespace keel::app

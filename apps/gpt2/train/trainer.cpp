@@ -1,6 +1,15 @@
 // The training loop. Read Trainer::run() top to bottom: set-up (trainer_setup.cpp: data, model,
-// optimizer, resume), then one iteration per optimizer step (train_step), then logging,
-// evaluation and checkpoints.
+// optimizer, resume), then one train_step per optimizer step, reported (logged, and checkpointed
+// or validated when due) at the steps that need the host to see its numbers.
+//
+// A step takes two choices, each in one place:
+//  - how the forward and backward run (forward_backward): op by op from the host, or, with
+//    --cuda-graph 1 on one GPU, as one replay of a captured CUDA graph (step_graph.h) that runs
+//    the very same kernels;
+//  - who decides whether the step is applied and by what factor it is clipped (train_step): on
+//    one process the device does (AdamW::step_gated), so the host never waits for the step and
+//    reads its scalars only when it reports; with several ranks or ZeRO-1 the host does, and
+//    reads them at once (finish_on_host).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -12,6 +21,7 @@
 
 #include "apps/gpt2/infer/eval.h"
 #include "apps/gpt2/run/checkpoint.h"
+#include "apps/gpt2/run/placement.h"
 #include "apps/gpt2/train/step_profiler.h"
 #include "apps/gpt2/train/stop_request.h"
 #include "apps/gpt2/train/trainer_impl.h"
@@ -32,8 +42,9 @@ void Trainer::event(const std::string& kind, const std::string& message, int64_t
   log_->write(r);
 }
 
-// One micro-batch: batch (2, B, T), ids then targets (placement.h), on the run's device.
-void Trainer::micro_batch(const Tensor& batch, optim::StepReadback& rb, bool last) {
+// One micro-batch: batch (2, B, T), ids then targets (placement.h), on the run's device. Its
+// forward and backward; its loss and attention statistics added into the step's scalars.
+void Trainer::micro_batch(const Tensor& batch, optim::StepReadback& scalars, bool last) {
   const auto [ids, targets] = split_batch(batch);
   // The loss's gradient is known now, so the loss computes the logits' gradient in its pass.
   const double factor = 1.0 / double(cfg_.grad_accum);
@@ -46,53 +57,64 @@ void Trainer::micro_batch(const Tensor& batch, optim::StepReadback& rb, bool las
     scaler_->scale_loss(out.loss, factor).backward();
   }
   // The mean loss as `loss += item / accum` in f64, the statistics merged NaN-first (MaxLogit).
-  rb.add_quotient(kLoss, out.loss, double(cfg_.grad_accum));
-  rb.merge_max(kMaxLogit, out.max_logit);
-  rb.merge_max(max_range_slot(), out.max_range);
+  scalars.add_quotient(StepScalars::kLoss, out.loss, double(cfg_.grad_accum));
+  scalars.merge_max(scalars_.max_logit(), out.max_logit);
+  scalars.merge_max(scalars_.max_range(), out.max_range);
 }
 
-// One optimizer step, launched. Returns its result where the optimizer read the step's scalars
-// to decide it; nothing where the device decided, the scalars waiting in the step's row of
-// pending_scalars_ for read_pending.
-std::optional<StepResult> Trainer::train_step(double lr) {
-  const int64_t k = static_cast<int64_t>(pending_.size()) - 1;  // this step's row (pushed by run())
-  optim::StepReadback row(view(slice(pending_scalars_, 0, k, k + 1), {readback_slots()}));
-  opt_->zero_grad();  // bf16/f16 parameters get f32 gradient buffers: the micro-batches add up in f32
-  if (graph_) {
-    graph_->readback().reset();
-    // The step's micro-batches as one (2 * accum, B, T) tensor: one copy into the graph's buffer,
-    // and the replay runs them all, each on its slice, as the loop below does.
-    const Tensor batches = [&] {
-      profiler::Scope prof("batch_to_device", profiler::Phase::host);
-      std::vector<Tensor> micro;
-      for (int64_t i = 0; i < cfg_.grad_accum; ++i) micro.push_back(batch_tensor(loader_->next(), Device::cpu()));
-      return micro.size() == 1 ? micro[0] : concat(micro, 0);
-    }();
-    // The graph's key: the loss factor its kernels were captured with. A scale kept on the
-    // device is read there by the captured kernel, so the graph holds whatever it becomes.
-    graph_->run(batches, scaler_->on_device() ? 1.0 : scaler_->scale(), [&](const Tensor& b, optim::StepReadback& rb) {
-      // One rank (check_graph_fits), so the backward hook would have nothing to reduce.
-      for (int64_t i = 0; i < cfg_.grad_accum; ++i) micro_batch(slice(b, 0, 2 * i, 2 * i + 2), rb, false);
-    });
-    if (deferred_) copy_(row.buffer(), graph_->readback().buffer());  // the graph's scalars live in its own buffer
-  } else {
-    row.reset();
+// The forward and backward of the step's micro-batches, their scalars gathered in `scalars`.
+void Trainer::forward_backward(optim::StepReadback& scalars) {
+  if (!graph_) {  // op by op
+    scalars.reset();
     for (int64_t micro = 0; micro < cfg_.grad_accum; ++micro) {
       const Tensor batch = [&] {
         profiler::Scope prof("batch_to_device", profiler::Phase::host);
         return batch_tensor(loader_->next(), device_);
       }();
-      micro_batch(batch, row, micro + 1 == cfg_.grad_accum);
+      micro_batch(batch, scalars, micro + 1 == cfg_.grad_accum);
     }
+    return;
   }
+  // --cuda-graph 1: the step's micro-batches as one (2 * accum, B, T) tensor, one copy into the
+  // graph's buffer, and one replay that runs them all, each on its slice, as the loop above does.
+  // One rank (check_graph_fits), so the backward hook would have nothing to reduce.
+  graph_->readback().reset();
+  const Tensor batches = [&] {
+    profiler::Scope prof("batch_to_device", profiler::Phase::host);
+    std::vector<Tensor> micro;
+    for (int64_t i = 0; i < cfg_.grad_accum; ++i) micro.push_back(batch_tensor(loader_->next(), Device::cpu()));
+    return micro.size() == 1 ? micro[0] : concat(micro, 0);
+  }();
+  // The graph's key: the loss factor its kernels were captured with. A scale kept on the device
+  // is read there by the captured kernel, so the graph holds whatever it becomes.
+  graph_->run(batches, scaler_->on_device() ? 1.0 : scaler_->scale(), [&](const Tensor& b, optim::StepReadback& rb) {
+    for (int64_t i = 0; i < cfg_.grad_accum; ++i) micro_batch(slice(b, 0, 2 * i, 2 * i + 2), rb, false);
+  });
+  copy_(scalars.buffer(), graph_->readback().buffer());  // the graph's scalars live at its fixed address
+}
+
+// One optimizer step, launched: its scalars go into the newest row of pending_scalars_.
+void Trainer::train_step(double lr) {
+  if (pending_.empty()) pending_since_ = std::chrono::steady_clock::now();
+  const int64_t row = static_cast<int64_t>(pending_.size());
+  optim::StepReadback scalars(view(slice(pending_scalars_, 0, row, row + 1), {scalars_.size()}));
+  Pending& step = pending_.emplace_back(Pending{step_, lr, std::nullopt});
+
+  opt_->zero_grad();  // bf16/f16 parameters get f32 gradient buffers: the micro-batches add up in f32
+  forward_backward(scalars);
+
   const profiler::PhaseGuard optimizer_phase(profiler::Phase::optimizer);
-  if (deferred_) {
-    opt_->finish_step_on_device(*scaler_, cfg_.grad_clip, lr, row, kLoss, loss_scale_slot());
-    return std::nullopt;
-  }
-  optim::StepReadback& rb = graph_ ? graph_->readback() : row;
-  const double norm = opt_->finish_gradients(*scaler_, cfg_.grad_clip, &rb);  // reads rb: the step's wait
-  StepResult s = result_of(rb.read());
+  if (device_decides_)  // unscale, norm, clip and AdamW, applied on the device when finite; nothing read
+    opt_->finish_step_on_device(*scaler_, cfg_.grad_clip, lr, scalars, StepScalars::kLoss, scalars_.loss_scale());
+  else
+    step.result = finish_on_host(lr, scalars);
+}
+
+// Several ranks, or ZeRO-1: the host decides the step, since each rank's loss is its own until
+// the ranks average it, and ZeRO's norm sums every rank's slice. The scalars are read now.
+StepResult Trainer::finish_on_host(double lr, optim::StepReadback& scalars) {
+  const double norm = opt_->finish_gradients(*scaler_, cfg_.grad_clip, &scalars);  // reads them: the step's wait
+  StepResult s = scalars_.result(scalars.read(), scaler_->enabled());
   s.grad_norm = norm;  // ZeRO's norm sums every rank's slice; the slot holds this rank's
   s.loss = mean_over_ranks(*dist_.comm, s.loss);
   max_over_ranks(*dist_.comm, s.stats.max_logit);
@@ -106,33 +128,14 @@ std::optional<StepResult> Trainer::train_step(double lr) {
   return s;
 }
 
-// A step's scalars (readback_slots(), as train_step's row holds them) -> its result: the rule
-// the device applied (AdamW::step_gated) read again on the host.
-StepResult Trainer::result_of(const std::vector<double>& v) const {
-  StepResult s;
-  s.loss = v[size_t(kLoss)];
-  s.grad_norm = std::sqrt(v[size_t(optim::StepReadback::kGradSumSq)]);
-  auto stat = [&](int64_t first) { return std::vector<float>(v.begin() + first, v.begin() + first + heads()); };
-  s.stats.max_logit = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
-  s.stats.max_range = MaxLogit(mcfg_.n_layer, mcfg_.n_head);
-  s.stats.max_logit.merge(stat(kMaxLogit));
-  s.stats.max_range.merge(stat(max_range_slot()));
-  s.finite = std::isfinite(s.grad_norm) && std::isfinite(s.loss);
-  s.skipped = !s.finite;
-  s.loss_scale = scaler_->enabled() ? v[size_t(loss_scale_slot())] : 1.0;  // after the step's update
-  return s;
-}
-
 // The scalars of every pending step the device decided, in one copy: their one host wait.
 void Trainer::read_pending() {
   const int64_t n = static_cast<int64_t>(pending_.size());
-  if (n > 0 && !pending_.back().result) {
-    profiler::Scope prof("step_readback", profiler::Phase::optimizer);
-    const std::vector<double> rows = slice(pending_scalars_, 0, 0, n).to_vector<double>();
-    const auto width = static_cast<ptrdiff_t>(readback_slots());
-    for (int64_t k = 0; k < n; ++k)
-      pending_[size_t(k)].result = result_of(std::vector<double>(rows.begin() + k * width, rows.begin() + (k + 1) * width));
-  }
+  if (n == 0 || pending_.back().result) return;
+  profiler::Scope prof("step_readback", profiler::Phase::optimizer);
+  const std::vector<double> rows = slice(pending_scalars_, 0, 0, n).to_vector<double>();
+  for (int64_t k = 0; k < n; ++k)
+    pending_[size_t(k)].result = scalars_.result(rows.data() + k * scalars_.size(), scaler_->enabled());
 }
 
 // The pending steps logged in order, as if each had been read when it ran; the time since the
@@ -245,10 +248,8 @@ TrainResult Trainer::run() {
 
   for (; step_ < cfg_.max_steps; ++step_) {
     const double lr = schedule_.lr_at(step_);
-    if (pending_.empty()) pending_since_ = std::chrono::steady_clock::now();
     step_profiler.begin(step_);
-    pending_.push_back({step_, lr, std::nullopt});
-    pending_.back().result = train_step(lr);
+    train_step(lr);
     const bool last = step_ + 1 == cfg_.max_steps;
     const bool stop = any_rank(*dist_.comm, stop_request.requested());  // any rank's stops all
     const bool save = (cfg_.ckpt_every > 0 && (step_ + 1) % cfg_.ckpt_every == 0) || last || stop;
@@ -257,7 +258,7 @@ TrainResult Trainer::run() {
     // logs, one before a checkpoint or validation (a diverged run must stop before it saves), a
     // stop, or a full table of pending steps. Progress lines of the steps between are printed
     // when they are reported.
-    const bool report = !deferred_ || step_ % cfg_.log_every == 0 || last || save || validate ||
+    const bool report = !device_decides_ || step_ % cfg_.log_every == 0 || last || save || validate ||
                         static_cast<int64_t>(pending_.size()) == pending_scalars_.size(0);
     if (report) read_pending();
     step_profiler.end(step_);

@@ -1,16 +1,18 @@
-// The training loop of `gpt2 train`.
+// The training loop of `gpt2 train`: train(cfg) runs (or resumes) one run.
 //
-// One optimizer step, as a student would trace it (trainer.cpp, train_step):
-//   for each of grad_accum micro-batches: ids/targets from the loader -> model.forward ->
-//     (loss * loss_scale / grad_accum).backward(), gradients adding up in the parameters
-//     (with several ranks, the last micro-batch's backward starts the gradient all-reduce);
-//   the loss and the attention statistics of each micro-batch gathered on the device;
-//   unscale (f16), global-norm clip (its norm read from the device together with the loss and
-//     statistics: one host wait per step), a NaN/inf check, AdamW with the schedule's lr (a step
-//     with a NaN/inf is not applied: f16 backs off its loss scale and goes on, f32/bf16 stop
-//     or skip as --on-nonfinite says);
-//   log loss, lr, grad norm, max attention logit per layer and head, tokens/s, MFU, memory;
-//   every --ckpt-every steps a checkpoint, then every --val-every steps a validation.
+// One optimizer step (trainer.cpp, Trainer::train_step), as docs/training.md traces it:
+//   zero_grad; for each of grad_accum micro-batches: the loader's ids and targets ->
+//     model.forward -> (loss * loss_scale / grad_accum).backward(), gradients adding up in the
+//     parameters; the loss and the attention statistics gathered into the step's scalars on the
+//     device (step_scalars.h);
+//   then the optimizer: unscale (f16), the gradients' global norm, the clip's factor, and AdamW
+//     with the schedule's lr, applied only when the loss and the norm are finite. On one process
+//     (the CPU or one GPU) the device takes that decision and nothing is read back; with several
+//     ranks or ZeRO-1 the host reads the scalars and decides;
+//   at a step that reports (--log-every, a checkpoint, a validation, the end): the pending steps'
+//     scalars read in one copy and logged (loss, lr, grad norm, max attention logit per layer and
+//     head, tokens/s, MFU, memory); every --ckpt-every steps a checkpoint, every --val-every a
+//     validation.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,6 @@
 #include <string>
 
 #include "apps/gpt2/run/max_logit.h"
-#include "apps/gpt2/train/setup.h"
 #include "apps/gpt2/train/train_config.h"
 #include "core/device.h"
 #include "core/dist/comm.h"

@@ -17,6 +17,7 @@
 #include "apps/gpt2/train/distributed.h"
 #include "apps/gpt2/train/resume.h"
 #include "apps/gpt2/train/step_graph.h"
+#include "apps/gpt2/train/step_scalars.h"
 #include "apps/gpt2/train/step_signals.h"
 #include "apps/gpt2/train/trainer.h"
 #include "core/determinism.h"
@@ -28,13 +29,6 @@
 #include "optim/step_readback.h"
 
 namespace keel::app {
-
-// What one optimizer step left for the log: its loss, norm, statistics, and whether it was applied.
-struct StepResult {
-  double loss = 0, grad_norm = 0, loss_scale = 1;  // loss_scale: f16's, after the step's update
-  bool finite = true, skipped = false;
-  StepStats stats;  // the attention statistics, merged over micro-batches and ranks
-};
 
 class Trainer {
  public:
@@ -48,9 +42,10 @@ class Trainer {
   void build_optimizer();
   void resume_from(const std::filesystem::path& ckpt);
   void start_log();
-  std::optional<StepResult> train_step(double lr);
-  void micro_batch(const Tensor& batch, optim::StepReadback& rb, bool last);
-  StepResult result_of(const std::vector<double>& scalars) const;
+  void train_step(double lr);
+  void forward_backward(optim::StepReadback& scalars);
+  void micro_batch(const Tensor& batch, optim::StepReadback& scalars, bool last);
+  StepResult finish_on_host(double lr, optim::StepReadback& scalars);
   void read_pending();
   void report_pending();
   void log_step(int64_t step, const StepResult& s, double lr, double seconds);
@@ -86,27 +81,21 @@ class Trainer {
   double flops_per_token_ = 0, peak_ = 0, elapsed_ = 0;
   SpikeDetector spikes_{cfg_.spike_factor};  // on the losses of recent steps
   TrainResult result_;
-  // The step's scalars on the device until they are read (optim/step_readback.h): the norm's
-  // slot, the loss, max_logit and max_range (L * H each), then the loss scale after the step.
-  int64_t heads() const { return mcfg_.n_layer * mcfg_.n_head; }
-  static constexpr int64_t kLoss = 1, kMaxLogit = 2;
-  int64_t max_range_slot() const { return kMaxLogit + heads(); }
-  int64_t loss_scale_slot() const { return kMaxLogit + 2 * heads(); }
-  int64_t readback_slots() const { return loss_scale_slot() + 1; }
+  StepScalars scalars_;  // where each of a step's scalars sits in its row (step_scalars.h)
 
-  // Steps taken but not yet reported. Where the optimizer decides on the device (one rank), a
-  // step's scalars stay in its row of pending_scalars_ and the host reads all the
-  // pending rows in one copy at the next step that logs, prints, validates, checkpoints or stops:
-  // the only host wait of those steps. Elsewhere the optimizer has read them already, and each
-  // step is reported at once.
+  // Steps taken but not yet reported. Where the optimizer decides on the device (one process),
+  // a step's scalars stay in its row of pending_scalars_, and the host reads every pending row in
+  // one copy at the next step that reports (logs, checkpoints, validates or stops): the only host
+  // wait of those steps. Where the host decides (several ranks, ZeRO-1), it reads them at once and
+  // the table has one row.
   struct Pending {
     int64_t step;
     double lr;
     std::optional<StepResult> result;  // known once its scalars are on the host
   };
   static constexpr int64_t kMaxPending = 4096;  // rows of pending_scalars_: a few MB at most
-  bool deferred_ = false;
-  Tensor pending_scalars_;  // (min(log_every, kMaxPending), readback_slots()) f64 on device_
+  bool device_decides_ = false;                 // opt_->decides_on_device()
+  Tensor pending_scalars_;  // (min(log_every, kMaxPending), scalars_.size()) f64 on device_
   std::vector<Pending> pending_;
   std::chrono::steady_clock::time_point pending_since_;  // when the first pending step began
 };

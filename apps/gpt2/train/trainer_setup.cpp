@@ -7,7 +7,9 @@
 #include <filesystem>
 
 #include "apps/gpt2/run/checkpoint.h"
+#include "apps/gpt2/run/placement.h"
 #include "apps/gpt2/train/memory_check.h"
+#include "apps/gpt2/train/mfu.h"
 #include "apps/gpt2/train/trainer_impl.h"
 #include "core/factory.h"
 #include "core/io.h"
@@ -108,12 +110,13 @@ void Trainer::build_optimizer() {
   opt_ = optim::make_data_parallel_adamw(dist_.comm, model_->named_parameters(), adamw, cfg_.zero,
                                          parse_dtype(cfg_.reduce_dtype), size_t(cfg_.bucket_mb * (1 << 20)));
   scaler_ = std::make_unique<optim::LossScaler>(dtype_);
-  if (cfg_.cuda_graph) graph_ = std::make_unique<StepGraph>(model_->parameters(), device_, readback_slots());
-  // Steps between logged ones queue without the host waiting for the device (trainer.cpp).
-  deferred_ = opt_->decides_on_device();
-  if (deferred_) scaler_->keep_on_device(device_);  // f16's scale, read and updated there
-  const int64_t capacity = deferred_ ? std::min<int64_t>(cfg_.log_every, kMaxPending) : 1;
-  pending_scalars_ = zeros({capacity, readback_slots()}, {DType::f64, device_});
+  scalars_ = StepScalars{mcfg_.n_layer, mcfg_.n_head};
+  if (cfg_.cuda_graph) graph_ = std::make_unique<StepGraph>(model_->parameters(), device_, scalars_.size());
+  // One process: the device decides each step, and steps queue between reports (trainer.cpp).
+  device_decides_ = opt_->decides_on_device();
+  if (device_decides_) scaler_->keep_on_device(device_);  // f16's scale, read and updated there
+  const int64_t rows = device_decides_ ? std::min<int64_t>(cfg_.log_every, kMaxPending) : 1;
+  pending_scalars_ = zeros({rows, scalars_.size()}, {DType::f64, device_});
   schedule_ = {cfg_.lr, cfg_.min_lr, std::min(cfg_.warmup_steps, cfg_.max_steps), cfg_.max_steps};
   schedule_.validate();
   flops_per_token_ = train_flops_per_token(mcfg_, T_);

@@ -1,20 +1,15 @@
-// What a training run derives from its config: the model it asks for and the FLOP counts behind
-// MFU. (Device and dtype names and batch tensors: apps/gpt2/run/placement.h.)
+// Model FLOPs utilisation (MFU): the FLOPs a training step does per token, and the device's dense
+// peak that the achieved FLOP/s are divided by. The trainer logs MFU with every step.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "apps/gpt2/run/placement.h"
-#include "apps/gpt2/train/train_config.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "nn/config.h"
 
 namespace keel::app {
-
-// The model a TrainConfig describes for a dataset with `vocab_size` tokens.
-nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size);
 
 // Training FLOPs per token (forward + backward = 3 x forward): every matmul, plus attention
 // counted only over the keys each head's window lets a query see.

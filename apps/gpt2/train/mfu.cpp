@@ -1,26 +1,11 @@
-#include <fmt/format.h>
+#include "apps/gpt2/train/mfu.h"
 
-#include <algorithm>
-#include <cmath>
 #include <optional>
 #include <string>
 
-#include "apps/gpt2/train/setup.h"
-#include "core/autograd.h"
 #include "core/cuda/runtime.h"
-#include "ops/reduce.h"
 
 namespace keel::app {
-
-nn::GPT2Config model_config(const TrainConfig& cfg, uint32_t vocab_size) {
-  nn::GPT2Config m = nn::GPT2Config::preset(cfg.preset);
-  m.vocab_size = vocab_size;
-  if (cfg.seq_len) m.block_size = *cfg.seq_len;  // learned positions exactly as long as the run's sequences
-  cfg.model.apply_to(m);
-  m.fill_ls_shape();  // a preset without an LS shape (gpt2-124m) gets the paper's
-  m.validate();
-  return m;
-}
 
 double train_flops_per_token(const nn::GPT2Config& m, int64_t T) {
   const double C = double(m.n_embd), V = double(m.vocab_size), D = double(m.head_dim());
