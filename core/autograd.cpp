@@ -127,30 +127,32 @@ std::vector<Tensor> AccumulateGrad::backward(const Tensor& grad_output) {
   return {};
 }
 
-void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) {
+namespace {
+
+// The gradient the backward starts from: grad_in, or 1 for a scalar root.
+Tensor root_gradient(const Tensor& root, const Tensor& grad_in) {
   if (!root.requires_grad())
     throw AutogradError("backward", "this tensor does not require grad and has no grad_fn",
                         "set requires_grad on the leaves before computing it, outside NoGradGuard");
-  Tensor grad = grad_in;
-  if (!grad.defined()) {
+  if (!grad_in.defined()) {
     if (root.numel() != 1)
       throw AutogradError("backward", "backward() on a non-scalar tensor of shape " + shape_str(root.shape()) +
                                           " needs an explicit gradient",
                           "reduce to a scalar (e.g. keel::sum or mean) or pass the gradient of the same shape");
-    grad = ones(root.shape(), {root.dtype(), root.device()});
-  } else if (grad.shape() != root.shape()) {
-    throw ShapeError("backward", "gradient of shape " + shape_str(grad.shape()) + " for a tensor of shape " +
-                                     shape_str(root.shape()));
+    return ones(root.shape(), {root.dtype(), root.device()});
   }
-  NoGradGuard no_grad;  // backward itself is not recorded (no higher-order gradients)
+  if (grad_in.shape() != root.shape())
+    throw ShapeError("backward", "gradient of shape " + shape_str(grad_in.shape()) + " for a tensor of shape " +
+                                     shape_str(root.shape()));
+  return grad_in;
+}
 
-  std::shared_ptr<Node> start = root.grad_fn() ? root.grad_fn() : std::make_shared<AccumulateGrad>(root.impl_ptr());
-
-  // Count, for every node reachable from the loss, how many edges lead into it. Iterative DFS
-  // so that deep graphs (long sequences of ops) cannot overflow the stack.
-  std::unordered_map<Node*, int> dependencies;
-  std::vector<Node*> stack{start.get()};
-  dependencies[start.get()] = 0;
+// For every node reachable from start, how many edges lead into it: the number of consumers
+// whose gradients it must receive before it can run. Iterative, so that deep graphs (long
+// sequences of ops) cannot overflow the stack.
+std::unordered_map<Node*, int> count_consumers(Node* start) {
+  std::unordered_map<Node*, int> consumers{{start, 0}};
+  std::vector<Node*> stack{start};
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
@@ -160,85 +162,121 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
                           "recompute the forward pass, or pass retain_graph=true to the first backward()");
     for (auto& next : n->next) {
       if (!next) continue;
-      auto [it, inserted] = dependencies.try_emplace(next.get(), 0);
+      auto [it, inserted] = consumers.try_emplace(next.get(), 0);
       ++it->second;
       if (inserted) stack.push_back(next.get());
     }
   }
+  return consumers;
+}
 
-  // A leaf used by several ops has one AccumulateGrad node per use: its gradient is final
-  // when the last of them has run. Counted only when someone listens.
-  std::unordered_map<TensorImpl*, int> pending_leaf;
-  if (t_grad_ready_hook)
-    for (auto& [n, _] : dependencies)
+// Data parallelism's hook (GradReadyHookGuard): told when a leaf's gradient is final. A leaf
+// used by several ops has one AccumulateGrad node per use, so its gradient is final when the
+// last of them has run. Counts nothing when nobody listens.
+class LeafReadyHook {
+ public:
+  explicit LeafReadyHook(const std::unordered_map<Node*, int>& nodes) {
+    if (!t_grad_ready_hook) return;
+    for (auto& [n, _] : nodes)
       if (auto* acc = dynamic_cast<AccumulateGrad*>(n))
-        if (auto leaf = acc->leaf()) ++pending_leaf[leaf.get()];
+        if (auto leaf = acc->leaf()) ++uses_left_[leaf.get()];
+  }
+  void ran(Node* n) {
+    if (!t_grad_ready_hook) return;
+    if (auto* acc = dynamic_cast<AccumulateGrad*>(n))
+      if (auto leaf = acc->leaf(); leaf && --uses_left_[leaf.get()] == 0) t_grad_ready_hook(leaf);
+  }
 
-  // Kahn's algorithm: a node runs once every consumer has delivered its gradient.
-  std::unordered_map<Node*, Tensor> grads;
-  // The nodes whose pending gradient the engine may add into in place: one it made (a sum), or
-  // one a fresh_gradients() node returned. Any other may be shared (a view's backward passes
-  // its gradient through), so a second gradient for it goes into a copy.
-  std::unordered_set<Node*> owned;
-  grads[start.get()] = grad;
+ private:
+  std::unordered_map<TensorImpl*, int> uses_left_;
+};
+
+// The gradients the nodes that have not run yet have received so far: each is the sum of what
+// its consumers sent. A sum goes in place only into a gradient the engine owns (one it made by
+// adding, or one a fresh_gradients() node returned); any other may be shared (a view's
+// backward passes its gradient through), so a second contribution to it goes into a copy.
+class PendingGradients {
+ public:
+  void put(Node* n, Tensor g) { grads_[n] = std::move(g); }
+
+  Tensor take(Node* n) {
+    Tensor g = std::move(grads_[n]);
+    grads_.erase(n);
+    owned_.erase(n);
+    return g;
+  }
+
+  // A node whose backward adds its gradient into its one input's pending gradient (SliceBackward
+  // writes its window of it) does so when the engine owns that gradient: true when it did, and
+  // the input then has nothing new to sum.
+  bool add_through(Node* n, const Tensor& g) {
+    Node* next = n->next.size() == 1 ? n->next[0].get() : nullptr;
+    if (!next || !owned_.count(next)) return false;
+    profiler::Scope prof(n->name(), profiler::Phase::backward);
+    if (prof) prof.cost(n->add_into_cost(g));
+    return n->add_into(g, grads_[next]);
+  }
+
+  // n's input gradients (input_grads[i] for n->next[i]) added to the pending ones.
+  void deliver(const Node& n, const std::vector<Tensor>& input_grads) {
+    for (size_t i = 0; i < n.next.size() && i < input_grads.size(); ++i) {
+      Node* next = n.next[i].get();
+      if (!next || !input_grads[i].defined()) continue;
+      auto it = grads_.find(next);
+      if (it == grads_.end() || !it->second.defined()) {
+        grads_[next] = input_grads[i];
+        if (n.fresh_gradients()) owned_.insert(next);
+        continue;
+      }
+      // A tensor used twice: the two contributions summed.
+      profiler::Scope prof("accumulate_grad", profiler::Phase::backward);
+      if (prof) prof.cost(accumulate_cost(input_grads[i], it->second.dtype(), false));
+      if (!owned_.count(next)) {
+        it->second = it->second.clone();
+        owned_.insert(next);
+      }
+      accumulate_into(it->second, input_grads[i]);
+    }
+  }
+
+ private:
+  std::unordered_map<Node*, Tensor> grads_;
+  std::unordered_set<Node*> owned_;
+};
+
+// Every op's backward is profiled here, in one place, under its node's name.
+std::vector<Tensor> run_node(Node& n, const Tensor& g) {
+  profiler::Scope prof(n.name(), profiler::Phase::backward);
+  if (prof) prof.cost(n.cost(g));
+  return n.backward(g);
+}
+
+}  // namespace
+
+// Reverse-mode autodiff, as micrograd does it: run every node after all the nodes that consume
+// its output (Kahn's algorithm on the recorded graph, from the loss down), each node turning its
+// output's gradient into its inputs' gradients, and the gradients of a value used twice summed.
+void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) {
+  const Tensor grad = root_gradient(root, grad_in);
+  NoGradGuard no_grad;  // backward itself is not recorded (no higher-order gradients)
+  std::shared_ptr<Node> start = root.grad_fn() ? root.grad_fn() : std::make_shared<AccumulateGrad>(root.impl_ptr());
+  std::unordered_map<Node*, int> consumers = count_consumers(start.get());
+  LeafReadyHook leaf_ready(consumers);
+  PendingGradients pending;
+  pending.put(start.get(), grad);
   std::vector<Node*> ready{start.get()};
   while (!ready.empty()) {
     Node* n = ready.back();
     ready.pop_back();
-    Tensor g = std::move(grads[n]);
-    grads.erase(n);
-    owned.erase(n);
-    // A node that adds its gradient into its input's pending one (SliceBackward) does so when
-    // the engine owns that gradient; its input then has nothing new to sum.
-    if (Node* next = n->next.size() == 1 ? n->next[0].get() : nullptr; next && owned.count(next)) {
-      bool added;
-      {
-        profiler::Scope prof(n->name(), profiler::Phase::backward);
-        if (prof) prof.cost(n->add_into_cost(g));
-        added = n->add_into(g, grads[next]);
-      }
-      if (added) {
-        if (--dependencies[next] == 0) ready.push_back(next);
-        if (!retain_graph) {
-          n->release();
-          n->released = true;
-        }
-        continue;
-      }
+    const Tensor g = pending.take(n);
+    if (!pending.add_through(n, g)) {
+      std::vector<Tensor> input_grads = run_node(*n, g);
+      leaf_ready.ran(n);
+      pending.deliver(*n, input_grads);
     }
-    std::vector<Tensor> input_grads;
-    {
-      // Every op's backward is profiled here, in one place, under its node's name.
-      profiler::Scope prof(n->name(), profiler::Phase::backward);
-      if (prof) prof.cost(n->cost(g));
-      input_grads = n->backward(g);
-    }
-    if (t_grad_ready_hook)
-      if (auto* acc = dynamic_cast<AccumulateGrad*>(n))
-        if (auto leaf = acc->leaf(); leaf && --pending_leaf[leaf.get()] == 0) t_grad_ready_hook(leaf);
-    for (size_t i = 0; i < n->next.size(); ++i) {
-      Node* next = n->next[i].get();
-      if (!next) continue;
-      if (i < input_grads.size() && input_grads[i].defined()) {
-        auto it = grads.find(next);
-        if (it == grads.end() || !it->second.defined()) {
-          grads[next] = input_grads[i];
-          if (n->fresh_gradients()) owned.insert(next);
-        } else {
-          // A tensor used twice: sum the two contributions, into the pending gradient when the
-          // engine owns it, else into a copy it then owns.
-          profiler::Scope prof("accumulate_grad", profiler::Phase::backward);
-          if (prof) prof.cost(accumulate_cost(input_grads[i], it->second.dtype(), false));
-          if (!owned.count(next)) {
-            it->second = it->second.clone();
-            owned.insert(next);
-          }
-          accumulate_into(it->second, input_grads[i]);
-        }
-      }
-      if (--dependencies[next] == 0) ready.push_back(next);
-    }
-    if (!retain_graph) {
+    for (auto& next : n->next)  // a node runs once every consumer has delivered its gradient
+      if (next && --consumers[next.get()] == 0) ready.push_back(next.get());
+    if (!retain_graph) {  // free what the node saved for its backward
       n->release();
       n->released = true;
     }
