@@ -6,12 +6,14 @@
 // summing (+=) the gradients that reach a node along several paths. Leaves that require grad
 // are reached through an AccumulateGrad node, which adds into leaf.grad.
 //
-// Writing an op (see ops/ for many):
+// Writing an op (ops/gelu.cpp, in full):
 //
 //   struct GeluBackward : Node {
-//     Tensor x;                                   // saved for backward
+//     Tensor x;                                   // saved for backward: the input
 //     const char* name() const override { return "GeluBackward"; }
-//     std::vector<Tensor> backward(const Tensor& gy) override { return {gelu_grad(x, gy)}; }
+//     std::vector<Tensor> backward(const Tensor& grad) override {  // dL/dy -> {dL/dx}
+//       return {x.device().is_cuda() ? cuda::gelu_backward(grad, x) : cpu::gelu_backward(grad, x)};
+//     }
 //     void release() override { x = {}; }         // free what was saved
 //   };
 //   Tensor y = ...forward...;

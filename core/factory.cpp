@@ -47,7 +47,6 @@ Tensor full(const Shape& shape, double value, Options opt) {
 }
 Tensor zeros(const Shape& shape, Options opt) { return full(shape, 0.0, opt); }
 Tensor ones(const Shape& shape, Options opt) { return full(shape, 1.0, opt); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), {t.dtype(), t.device()}); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), {t.dtype(), t.device()}); }
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), {t.dtype(), t.device()}); }
 Tensor scalar(double value, Options opt) { return full({}, value, opt); }

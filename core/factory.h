@@ -21,7 +21,6 @@ Tensor empty(const Shape& shape, Options opt = {});
 Tensor zeros(const Shape& shape, Options opt = {});
 Tensor ones(const Shape& shape, Options opt = {});
 Tensor full(const Shape& shape, double value, Options opt = {});
-Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor empty_like(const Tensor& t);  // same shape, dtype, device; contiguous; uninitialised
 Tensor scalar(double value, Options opt = {});  // shape []

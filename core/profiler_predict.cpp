@@ -45,12 +45,6 @@ std::string lower(std::string s) {
 
 }  // namespace
 
-std::vector<std::string> gpu_model_names() {
-  std::vector<std::string> names;
-  for (const GpuModel& g : models()) names.push_back(g.name);
-  return names;
-}
-
 const GpuModel& gpu_model(const std::string& name) {
   for (const GpuModel& g : models())
     if (lower(g.name) == lower(name)) return g;

@@ -34,7 +34,6 @@ struct GpuModel {
 
 // "H100" or "H200" (case-insensitive); ConfigError names the models for any other.
 const GpuModel& gpu_model(const std::string& name);
-std::vector<std::string> gpu_model_names();
 
 double predict_us(const GpuModel& gpu, const Cost& cost, const cuda::Counters& counts);
 

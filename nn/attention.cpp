@@ -87,11 +87,6 @@ Tensor Attention::probabilities(const Tensor& x) const {
   return softmax(s + from_vector(mask, {n_head_, T, T}, {s.dtype(), s.device()}), -1);
 }
 
-// x (B, t, C) at positions [cache.length(), + t) -> (B, t, C), through the KV cache
-Tensor Attention::forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const {
-  return forward_cached_qkv(c_attn.forward(x), cache, layer);
-}
-
 // qkv (B, t, 3C), c_attn's output -> (B, t, C)
 Tensor Attention::forward_cached_qkv(const Tensor& qkv_out, KVCache& cache, int64_t layer) const {
   const int64_t B = qkv_out.size(0), t = qkv_out.size(1), C = qkv_out.size(2) / 3;

@@ -33,12 +33,10 @@ class Attention : public Module {
 
   // x (B, T, C) -> out (B, T, C), max_logit (H), max_range (H)
   AttentionOutput forward(const Tensor& x) const;
-  // Generation: x (B, t, C) holds the tokens at positions [cache.length(), + t); their keys and
-  // values join layer `layer` of the cache, and they attend to everything cached before them.
-  // -> (B, t, C)
-  Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const;
-  // The same from c_attn's output qkv (B, t, 3C), for a caller that computed it fused with the
-  // LayerNorm before it (Block::forward_cached, ops/add_layernorm_linear.h) -> (B, t, C)
+  // Generation: qkv (B, t, 3C), c_attn's output for the tokens at positions [cache.length(), + t)
+  // (which Block::forward_cached computes fused with the LayerNorm before it,
+  // ops/add_layernorm_linear.h); their keys and values join layer `layer` of the cache, and they
+  // attend to everything cached before them. -> (B, t, C)
   Tensor forward_cached_qkv(const Tensor& qkv, KVCache& cache, int64_t layer) const;
 
   // x (B, T, C) -> (B, H, T, T): the attention probabilities forward() uses, materialised (zero

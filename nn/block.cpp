@@ -67,9 +67,4 @@ Residual Block::forward_cached(const Residual& x, KVCache& cache, int64_t layer)
   return {m.h, mlp.c_proj.forward(m.out)};
 }
 
-// x (B, t, C) -> (B, t, C), attending through the KV cache
-Tensor Block::forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const {
-  return forward_cached(Residual{x, {}}, cache, layer).sum();
-}
-
 }  // namespace keel::nn

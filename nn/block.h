@@ -40,8 +40,7 @@ class Block : public Module {
   // The same on the unsummed stream: GPT2 chains its blocks this way.
   Residual forward(const Residual& x, Tensor* max_logit = nullptr, Tensor* max_range = nullptr) const;
   // Generation through layer `layer` of the KV cache: x (B, t, C) at positions
-  // [cache.length(), + t) -> (B, t, C)
-  Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const;
+  // [cache.length(), + t), unsummed as GPT2 chains its blocks -> (B, t, C), unsummed
   Residual forward_cached(const Residual& x, KVCache& cache, int64_t layer) const;
 
   LayerNorm ln_1;

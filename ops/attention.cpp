@@ -149,7 +149,7 @@ struct AttentionPackedBackward : Node {
   std::vector<int64_t> window;
   double scale = 1, softcap = 0;
 
-  const char* name() const override { return "AttentionBackward"; }
+  const char* name() const override { return "AttentionPackedBackward"; }
   std::vector<Tensor> backward(const Tensor& grad_out) override {
     Tensor dout = grad_out.detach().contiguous();
     if (dout.dtype() != qkv.dtype()) dout = dout.to(qkv.dtype());

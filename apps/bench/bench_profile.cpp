@@ -55,7 +55,7 @@ std::string group_of(const profiler::Row& r) {
   if (r.name == "linear" || r.name == "LinearBackward" || r.name == "linear_gelu" || r.name == "LinearGeluBackward" ||
       r.name == "mlp" || r.name == "MLPBackward")
     return "matmuls (linear layers, MLP, lm_head)";
-  if (r.name == "attention" || r.name == "AttentionBackward") return "attention";
+  if (r.name == "attention" || r.name == "AttentionBackward" || r.name == "AttentionPackedBackward") return "attention";
   if (r.name == "cross_entropy" || r.name == "CrossEntropyBackward") return "loss (cross-entropy)";
   if (r.name.rfind("copy", 0) == 0 || r.name == "batch_to_device") return "copies";
   return "element-wise (layernorm, gelu, add, embedding, ...)";

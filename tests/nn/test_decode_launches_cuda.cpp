@@ -78,7 +78,7 @@ TEST_CASE("CUDA decode: the paper's attention layer at batch 1 is c_attn, one la
     fill_random(cache, 1, 100, attn.spec(), c.head_dim(), DType::f32, kGpu, gen);
     const Tensor x = randn({1, 1, c.n_embd}, gen, {DType::f32, kGpu});
     const cuda::Counters before = cuda::counters();
-    const Tensor y = attn.forward_cached(x, cache, 0);
+    const Tensor y = attn.forward_cached_qkv(attn.c_attn.forward(x), cache, 0);
     const cuda::Counters step = cuda::counters() - before;
     MESSAGE(step.summary());
     CHECK(y.shape() == Shape{1, 1, c.n_embd});

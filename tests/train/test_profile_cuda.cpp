@@ -106,7 +106,7 @@ TEST_CASE("profiler on the GPU: one step of a tiny GPT-2, counted exactly") {
   // Causal attention: T(T+1)/2 pairs per head, 4 D FLOPs each forward, 10 D backward.
   const double pairs = L * B * H * T * (T + 1) / 2;
   CHECK(totals(s, "attention", Phase::forward).flops == 4 * D * pairs);
-  CHECK(totals(s, "AttentionBackward", Phase::backward).flops == 10 * D * pairs);
+  CHECK(totals(s, "AttentionPackedBackward", Phase::backward).flops == 10 * D * pairs);  // the model packs q, k, v
   // forward: q, k, v read, out written (f32), the row log-sum-exp (f32) written
   CHECK(totals(s, "attention", Phase::forward).bytes == L * (4 * BT * C * 4 + B * H * T * 4));
 
