@@ -3,7 +3,9 @@
 //   <!-- snippet: tests/docs/snippet_nn.cpp -->
 // and that file holds the same lines between `// snippet-begin` and `// snippet-end` markers (one
 // or more regions, concatenated; each region's common indentation removed). The test files are
-// compiled into test_doc_snippets and run, so a doc that drifts from the API fails here.
+// compiled into test_doc_snippets and run, so a doc that drifts from the API fails here. A block
+// announced as a tutorial step instead (`<!-- tutorial: new ops/silu.h -->`, docs/ops.md) is
+// compiled and run by the tutorial's own check, tests/docs/op_tutorial.sh.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -57,6 +59,7 @@ std::vector<std::string> marked_regions(const std::vector<std::string>& code) {
 
 struct Snippet {
   std::string doc, test_file;
+  bool tutorial = false;  // a step of a tutorial, which tests/docs/op_tutorial.sh applies and tests
   size_t line = 0;  // the fence's line number in the doc, from 1
   std::vector<std::string> body;
 };
@@ -72,6 +75,7 @@ std::vector<Snippet> cpp_snippets(const fs::path& root, const std::string& doc) 
       const std::string rest = lines[i - 1].substr(tag.size());
       s.test_file = rest.substr(0, rest.find(' '));
     }
+    s.tutorial = i > 0 && lines[i - 1].rfind("<!-- tutorial: ", 0) == 0;
     for (++i; i < lines.size() && trim_right(lines[i]) != "```"; ++i) s.body.push_back(trim_right(lines[i]));
     out.push_back(std::move(s));
   }
@@ -90,6 +94,7 @@ TEST_CASE("every C++ snippet in the README and docs/ is the code of a compiled t
   for (const auto& doc : docs) {
     for (const Snippet& s : cpp_snippets(root, doc)) {
       INFO(s.doc << ":" << s.line);
+      if (s.tutorial) continue;
       REQUIRE_MESSAGE(!s.test_file.empty(), "a ```cpp block without a `<!-- snippet: tests/docs/FILE.cpp -->` line "
                                             "above it: put its code in a compiled test and name it there");
       const auto regions = marked_regions(read_lines(root / s.test_file));
