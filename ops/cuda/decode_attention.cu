@@ -205,17 +205,11 @@ T* ptr_or_null(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr;
 }
 
-}  // namespace
+constexpr const char* kOp = "decode_attention (CUDA)";
 
-// q (B, H, t, D), k_new, v_new (B, H, 1, D) or undefined, cache (B, Hl, S0, D) + (B, H - Hl, S1, D)
-// -> out (B, H, t, D)
-void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor& v_new, const DecodeCache& cache,
-                              const std::vector<int64_t>& window, int64_t position, double scale, double softcap,
-                              Tensor& out) {
-  constexpr const char* kOp = "decode_attention (CUDA)";
-  const int64_t B = q.size(0), H = q.size(1), t = q.size(2), D = q.size(3);
-  const int64_t R = B * H * t;
-  if (R == 0 || D == 0) return;
+// ShapeError unless one launch can take q's R rows: a kernel for head dim D, at most kMaxHeads
+// heads (their windows travel by value), and R within the grid's x limit.
+void check_launchable(const Tensor& q, int64_t H, int64_t D, int64_t R) {
   if (!attn::head_dim_supported(D))
     throw ShapeError(kOp, "head dim D = " + std::to_string(D) + " has no CUDA kernel",
                      "the CUDA attention kernels take head dims that are multiples of 8 from 8 to " +
@@ -224,6 +218,13 @@ void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor
     throw ShapeError(kOp, "CUDA decode attention supports up to " + std::to_string(kMaxHeads) + " heads, got " +
                               std::to_string(H));
   if (R > 2147483647) throw ShapeError(kOp, "too many query rows for one launch: " + shape_str(q.shape()));
+}
+
+// The kernel's dims for q (B, H, t, D) against the cache, and span: the most keys a row reads,
+// which decides the split (split_count).
+DecodeDims decode_dims(const Tensor& q, const DecodeCache& cache, const std::vector<int64_t>& window,
+                       int64_t position, double scale, double softcap, int64_t& span) {
+  const int64_t H = q.size(1), t = q.size(2), D = q.size(3);
   DecodeDims dims{};
   dims.position = position;
   dims.H = static_cast<int>(H);
@@ -234,7 +235,7 @@ void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor
   dims.D = static_cast<int>(D);
   dims.scale = static_cast<float>(scale);
   dims.softcap = static_cast<float>(softcap);
-  int64_t span = 0;  // the most keys a row reads: the last query's
+  dims.chunk = kChunk;
   for (int64_t h = 0; h < H; ++h) {
     if (cache.position.defined()) {
       // The position is read on the device (a decode step captured in a CUDA graph, where a host
@@ -248,31 +249,70 @@ void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor
     dims.window[h] = window[h] >= position + t ? 0 : static_cast<int>(window[h]);
     span = std::max(span, position + t - band_start(position + t - 1, window[h]));
   }
-  const int dev = q.device().index;
-  KEEL_CHECK_CUDA(cudaSetDevice(dev));
-  // One rule for the split, the same whether the position is on the host (an eager step: span is
-  // the keys the row has) or on the device (a replayed graph: span is the slots the cache has):
-  // chunks of kChunk keys counted from the row's first key. A chunk's keys, its f32 partial sums
-  // and the order the combine adds them in then depend only on the keys present, and the chunks
-  // a larger grid adds are empty, adding exact zeros (and a lone chunk's own normalisation,
-  // acc / l, is the combine's with M = m), so eager and replayed steps agree bit for bit at
-  // every length. Sizing the chunks by the length (or the capacity) would round differently in
-  // the two. A fixed size also keeps a short row cheap: up to kChunk keys it is one launch with
-  // no workspace. Long rows get more blocks than the multiprocessors need at large batch, each
-  // merged by the combine at D + 2 floats: small next to the kChunk keys and values it read.
+  return dims;
+}
+
+// One rule for the split, the same whether the position is on the host (an eager step: span is
+// the keys the row has) or on the device (a replayed graph: span is the slots the cache has):
+// chunks of kChunk keys counted from the row's first key. A chunk's keys, its f32 partial sums
+// and the order the combine adds them in then depend only on the keys present, and the chunks
+// a larger grid adds are empty, adding exact zeros (and a lone chunk's own normalisation,
+// acc / l, is the combine's with M = m), so eager and replayed steps agree bit for bit at
+// every length. Sizing the chunks by the length (or the capacity) would round differently in
+// the two. A fixed size also keeps a short row cheap: up to kChunk keys it is one launch with
+// no workspace. Long rows get more blocks than the multiprocessors need at large batch, each
+// merged by the combine at D + 2 floats: small next to the kChunk keys and values it read.
+int64_t split_count(int64_t span) {
   const int64_t n_split = std::max<int64_t>(1, (span + kChunk - 1) / kChunk);
   if (n_split > 65535)
     throw ShapeError(kOp, "a row of " + std::to_string(span) + " keys needs more than 65535 chunks of " +
                               std::to_string(kChunk) + " keys (the grid's y limit)");
-  dims.chunk = kChunk;
+  return n_split;
+}
+
+// ShapeError unless `done` (the cache's counters, for the one-launch merge) holds an i32 zero per
+// query row on q's device.
+void check_done_counters(const Tensor& done, const Tensor& q, int64_t R) {
+  if (done.dtype() != DType::i32 || done.numel() < R || !done.is_contiguous() || done.device() != q.device())
+    throw ShapeError(kOp, "cache.done must hold an i32 zero per query row (" + std::to_string(R) +
+                              ") on q's device: " + shape_str(done.shape()));
+}
+
+// The launches for kernel width HD: the partial kernel over (row, chunk), then the combine unless
+// a lone chunk or the one-launch merge has finished the rows.
+template <typename T, int HD>
+void launch_decode(const DecodeArgs<T>& args, const DecodeDims& dims, int64_t R, int64_t n_split, bool merge_here,
+                   cudaStream_t stream) {
+  launch_kernel(decode_partial_kernel<T, HD>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(n_split)),
+                dim3(kBlock), 0, stream, args, dims);
+  KEEL_CHECK_LAUNCH();
+  if (n_split == 1 || merge_here) return;
+  launch_kernel(decode_combine_kernel<T>, dim3(static_cast<unsigned>(R)), dim3(static_cast<unsigned>(dims.D)), 0,
+                stream, static_cast<const float*>(args.part), args.out, static_cast<int>(n_split), dims.D);
+  KEEL_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+// q (B, H, t, D), k_new, v_new (B, H, 1, D) or undefined, cache (B, Hl, S0, D) + (B, H - Hl, S1, D)
+// -> out (B, H, t, D)
+void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor& v_new, const DecodeCache& cache,
+                              const std::vector<int64_t>& window, int64_t position, double scale, double softcap,
+                              Tensor& out) {
+  const int64_t B = q.size(0), H = q.size(1), t = q.size(2), D = q.size(3);
+  const int64_t R = B * H * t;
+  if (R == 0 || D == 0) return;
+  check_launchable(q, H, D, R);
+  int64_t span = 0;  // the most keys a row reads: the last query's
+  const DecodeDims dims = decode_dims(q, cache, window, position, scale, softcap, span);
+  const int dev = q.device().index;
+  KEEL_CHECK_CUDA(cudaSetDevice(dev));
+  const int64_t n_split = split_count(span);
   // One split writes the output itself: no workspace, no combine launch. Several merge in the
   // same launch when the cache brings a counter per row.
   Tensor part = n_split > 1 ? empty({R, n_split, D + 2}, {DType::f32, q.device()}) : Tensor();
   const bool merge_here = n_split > 1 && cache.done.defined();
-  if (merge_here && (cache.done.dtype() != DType::i32 || cache.done.numel() < R || !cache.done.is_contiguous() ||
-                     cache.done.device() != q.device()))
-    throw ShapeError(kOp, "cache.done must hold an i32 zero per query row (" + std::to_string(R) +
-                              ") on q's device: " + shape_str(cache.done.shape()));
+  if (merge_here) check_done_counters(cache.done, q, R);
   cudaStream_t stream = detail::stream(dev);
 
   visit_cuda_float(q.dtype(), kOp, [&]<typename T>() {
@@ -287,22 +327,12 @@ void decode_attention_forward(const Tensor& q, const Tensor& k_new, const Tensor
                              static_cast<T*>(out.raw_data()),
                              ptr_or_null<const int64_t>(cache.position),
                              merge_here ? static_cast<int*>(cache.done.raw_data()) : nullptr};
-    auto run = [&]<int HD>() {
-      launch_kernel(decode_partial_kernel<T, HD>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(n_split)),
-                    dim3(kBlock), 0, stream, args, dims);
-      KEEL_CHECK_LAUNCH();
-      if (n_split == 1 || merge_here) return;
-      launch_kernel(decode_combine_kernel<T>, dim3(static_cast<unsigned>(R)), dim3(static_cast<unsigned>(D)), 0,
-                    stream, static_cast<const float*>(part.raw_data()), static_cast<T*>(out.raw_data()),
-                    static_cast<int>(n_split), static_cast<int>(D));
-      KEEL_CHECK_LAUNCH();
-    };
     switch (attn::kernel_width(D, 16)) {
-      case 16: return run.template operator()<16>();
-      case 32: return run.template operator()<32>();
-      case 64: return run.template operator()<64>();
-      case 128: return run.template operator()<128>();
-      default: return run.template operator()<256>();
+      case 16: return launch_decode<T, 16>(args, dims, R, n_split, merge_here, stream);
+      case 32: return launch_decode<T, 32>(args, dims, R, n_split, merge_here, stream);
+      case 64: return launch_decode<T, 64>(args, dims, R, n_split, merge_here, stream);
+      case 128: return launch_decode<T, 128>(args, dims, R, n_split, merge_here, stream);
+      default: return launch_decode<T, 256>(args, dims, R, n_split, merge_here, stream);
     }
   });
 }
