@@ -14,9 +14,7 @@ namespace {
 constexpr size_t kMaxPoints = 1200;  // beyond this a series is drawn as a min/max envelope
 constexpr double kCharWidth = 6.6;   // rough width of an 11px sans-serif glyph, for layout
 
-struct Point {
-  double x, y;
-};
+struct Point { double x, y; };
 
 // Ticks on a 1-2-5 grid covering [lo, hi] with about `target` intervals.
 std::vector<double> nice_ticks(double lo, double hi, int target, double* step_out) {
@@ -63,6 +61,206 @@ std::vector<Point> decimate(const std::vector<Point>& pts) {
     if (gap) out.push_back({pts[e - 1].x, std::numeric_limits<double>::quiet_NaN()});
   }
   return out;
+}
+
+// The plot area of a line chart and its axes: each one's domain and ticks, and the maps from data
+// to pixels. A log y axis runs from 10^y0 to 10^y1.
+struct Plot {
+  double left = 0, right = 0, top = 0, bottom = 0;
+  bool log = false;
+  double y0 = 0, y1 = 1, ystep = 1;
+  std::vector<double> yticks;
+  bool log_x = false;
+  double xmin = 0, xmax = 1, xstep = 1, lx0 = 0, lx1 = 1;
+  std::vector<double> xticks;
+  double px(double x) const {
+    const double t = log_x ? (std::log(x) - lx0) / (lx1 - lx0) : (x - xmin) / (xmax - xmin);
+    return left + t * (right - left);
+  }
+  double py(double y) const {
+    const double t = log ? (std::log10(y) - y0) / (y1 - y0) : (y - y0) / (y1 - y0);
+    return bottom - t * (bottom - top);
+  }
+};
+
+// The <svg> element's opening, a white background and the title.
+std::string chart_title(const ChartOptions& opt, double em) {
+  const double W = opt.width, H = opt.height;
+  std::string s;
+  auto out = std::back_inserter(s);
+  fmt::format_to(out, "<svg class=\"chart\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+                 "font-family=\"sans-serif\" font-size=\"{2}\">\n", opt.width, opt.height, opt.font_size);
+  fmt::format_to(out, "<rect width=\"{}\" height=\"{}\" fill=\"#fff\"/>\n", W, H);
+  fmt::format_to(out, "<text x=\"{}\" y=\"{:.0f}\" text-anchor=\"middle\" font-size=\"{}\" "
+                 "font-weight=\"bold\">{}</text>\n", W / 2, 17 * em, opt.font_size + 2, escape(opt.title));
+  return s;
+}
+
+// Legend rows under the title, wrapped to the chart width; returns the last row's baseline.
+double legend(std::string& s, const std::vector<Series>& series, double left, double right, double em) {
+  double lx = left, ly = 34 * em;
+  for (const auto& se : series) {
+    if (!se.in_legend) continue;
+    const double w = 26 + kCharWidth * em * static_cast<double>(se.label.size()) + 14;
+    if (lx + w > right && lx > left) lx = left, ly += 16 * em;
+    fmt::format_to(std::back_inserter(s),
+                   "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" "
+                   "stroke-width=\"3\"/><text x=\"{4}\" y=\"{5}\">{6}</text>\n",
+                   lx, ly - 4, lx + 20, se.color, lx + 25, ly, escape(se.label));
+    lx += w;
+  }
+  return ly;
+}
+
+// Data ranges over finite points (positive ones only, for a log axis: pmin).
+struct Extent { double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY, pmin = INFINITY; };
+
+Extent extent(const std::vector<Series>& series) {
+  Extent e;
+  for (const auto& se : series)
+    for (size_t i = 0; i < se.x.size() && i < se.y.size(); ++i) {
+      if (!std::isfinite(se.x[i])) continue;
+      // x spans non-finite points too: how long a run went on after diverging is visible.
+      e.xmin = std::min(e.xmin, se.x[i]), e.xmax = std::max(e.xmax, se.x[i]);
+      if (!std::isfinite(se.y[i])) continue;
+      e.ymin = std::min(e.ymin, se.y[i]), e.ymax = std::max(e.ymax, se.y[i]);
+      if (se.y[i] > 0) e.pmin = std::min(e.pmin, se.y[i]);
+    }
+  return e;
+}
+
+// The y axis's scale, domain and ticks, for data with finite points.
+void fit_y_axis(Plot& p, const ChartOptions& opt, const Extent& e) {
+  double ymin = e.ymin, ymax = e.ymax;
+  if (std::isfinite(opt.y_max) && opt.y_max < ymax && opt.y_max > ymin) ymax = opt.y_max;
+  p.log = opt.y_scale == Scale::Log ? std::isfinite(e.pmin)
+          : opt.y_scale == Scale::Auto ? ymin > 0 && ymax / ymin > 100
+                                       : false;
+  if (p.log) {
+    p.y0 = std::floor(std::log10(e.pmin)), p.y1 = std::ceil(std::log10(ymax));
+    if (p.y1 <= p.y0) p.y1 = p.y0 + 1;
+    for (double d = p.y0; d <= p.y1; ++d) {
+      p.yticks.push_back(std::pow(10.0, d));
+      if (p.y1 - p.y0 <= 2 && d < p.y1)
+        for (double m : {2.0, 5.0}) p.yticks.push_back(m * std::pow(10.0, d));
+    }
+  } else {
+    if (ymax - ymin < 1e-12 * std::max(1.0, std::abs(ymax))) ymin -= 1, ymax += 1;
+    nice_ticks(ymin, ymax, 5, &p.ystep);
+    // Extend to whole ticks so the top and bottom of the plot are labelled.
+    p.y0 = std::floor(ymin / p.ystep + 1e-9) * p.ystep;
+    p.y1 = std::ceil(ymax / p.ystep - 1e-9) * p.ystep;
+    p.yticks = nice_ticks(p.y0, p.y1, static_cast<int>(std::lround((p.y1 - p.y0) / p.ystep)), &p.ystep);
+  }
+}
+
+// The x axis's scale, domain and ticks (the given ones, or chosen for the plot's width).
+void fit_x_axis(Plot& p, const ChartOptions& opt, const Extent& e) {
+  double xmin = e.xmin, xmax = e.xmax;
+  p.log_x = opt.log_x && xmin > 0;
+  if (xmax <= xmin) p.log_x ? (xmin /= 2, xmax *= 2) : (xmin -= 1, xmax += 1);
+  if (!p.log_x && xmin > 0 && xmin <= 0.05 * (xmax - xmin)) xmin = 0;  // steps from 1: start the axis at 0
+  p.xticks = opt.x_ticks;
+  if (p.xticks.empty()) {
+    p.xticks = nice_ticks(xmin, xmax, std::max(2, static_cast<int>((p.right - p.left) / 90)), &p.xstep);
+    if (opt.integer_x && p.xstep < 1)
+      p.xticks = nice_ticks(xmin, xmax, std::max(1, static_cast<int>(xmax - xmin)), &p.xstep);
+  }
+  // A log axis gets 4% of margin at each end, so the first and last points are not on the frame.
+  p.lx0 = p.log_x ? std::log(xmin) - 0.04 * std::log(xmax / xmin) : 0;
+  p.lx1 = p.log_x ? std::log(xmax) + 0.04 * std::log(xmax / xmin) : 1;
+  p.xmin = xmin, p.xmax = xmax;
+}
+
+// Grid lines, tick labels and the two axis labels.
+void draw_axes(std::string& s, const Plot& p, const ChartOptions& opt, double em) {
+  auto out = std::back_inserter(s);
+  for (double t : p.yticks) {
+    const double y = p.py(t);
+    fmt::format_to(out,
+                   "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#e4e4e4\"/>"
+                   "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\" fill=\"#444\">{5}</text>\n",
+                   p.left, y, p.right, p.left - 5, y + 4, p.log ? short_number(t) : tick_label(t, p.ystep));
+  }
+  for (double t : p.xticks) {
+    const double x = p.px(t);
+    fmt::format_to(out,
+                   "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#e4e4e4\"/>"
+                   "<line x1=\"{0:.1f}\" y1=\"{2}\" x2=\"{0:.1f}\" y2=\"{3}\" stroke=\"#888\"/>"
+                   "<text x=\"{0:.1f}\" y=\"{4}\" text-anchor=\"middle\" fill=\"#444\">{5}</text>\n",
+                   x, p.top, p.bottom, p.bottom + 4, p.bottom + 16 * em,
+                   opt.x_ticks.empty() ? tick_label(t, p.xstep) : short_number(t));
+  }
+  fmt::format_to(out, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+                 (p.left + p.right) / 2, double(opt.height) - 10, escape(opt.x_label));
+  fmt::format_to(out, "<text transform=\"translate({:.0f} {}) rotate(-90)\" text-anchor=\"middle\">{}{}</text>\n",
+                 14 * em, (p.top + p.bottom) / 2, escape(opt.y_label), p.log ? " (log scale)" : "");
+}
+
+// One series as a <path>, decimated, lifting the pen over non-finite points (and, on a log
+// axis, non-positive ones).
+void draw_line(std::string& s, const Series& se, const Plot& p) {
+  std::vector<Point> pts;
+  const size_t n = std::min(se.x.size(), se.y.size());
+  for (size_t i = 0; i < n; ++i) {
+    const bool drawable = std::isfinite(se.y[i]) && (!p.log || se.y[i] > 0);
+    pts.push_back({se.x[i], drawable ? se.y[i] : std::numeric_limits<double>::quiet_NaN()});
+  }
+  std::string path;
+  bool pen_down = false;
+  for (const auto& q : decimate(pts)) {
+    if (!std::isfinite(q.y)) {
+      pen_down = false;
+      continue;
+    }
+    fmt::format_to(std::back_inserter(path), "{}{:.1f},{:.1f}", pen_down ? " L" : " M", p.px(q.x), p.py(q.y));
+    pen_down = true;
+  }
+  if (!path.empty())
+    fmt::format_to(std::back_inserter(s), "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" "
+                   "stroke-opacity=\"{}\" stroke-linejoin=\"round\"><title>{}</title></path>\n",
+                   path.substr(1), se.color, se.stroke_width, se.opacity, escape(se.label));
+}
+
+// Marks: a triangle above the finite point nearest each marked x.
+void draw_marks(std::string& markers, const Series& se, const Plot& p) {
+  const size_t n = std::min(se.x.size(), se.y.size());
+  for (double mx : se.marks) {
+    size_t best = n;
+    for (size_t i = 0; i < n; ++i)
+      if (std::isfinite(se.y[i]) && (!p.log || se.y[i] > 0) &&
+          (best == n || std::abs(se.x[i] - mx) < std::abs(se.x[best] - mx)))
+        best = i;
+    if (best == n) continue;
+    fmt::format_to(std::back_inserter(markers),
+                   "<path d=\"M{:.1f},{:.1f} l-5,-9 h10 z\" fill=\"{}\" stroke=\"#fff\"><title>{}: loss "
+                   "spike at step {}</title></path>\n",
+                   p.px(se.x[best]), std::max(p.py(se.y[best]) - 3, p.top + 9), se.color, escape(se.label), mx);
+  }
+}
+
+// Divergence: the first non-finite y after a finite one; the line ends in a cross.
+void draw_divergence(std::string& markers, const Series& se, const Plot& p) {
+  const size_t n = std::min(se.x.size(), se.y.size());
+  for (size_t i = 1, last = n; i < n; ++i) {
+    if (std::isfinite(se.y[i])) {
+      last = i;
+      continue;
+    }
+    if (std::isfinite(se.y[i - 1])) last = i - 1;
+    if (last == n) continue;
+    const double cx = p.px(se.x[last]);
+    const double cy = std::clamp(p.log && se.y[last] <= 0 ? p.bottom : p.py(se.y[last]), p.top + 20, p.bottom);
+    const bool near_left = cx < p.left + 70;  // keep the label off the y axis
+    fmt::format_to(std::back_inserter(markers),
+                   "<g stroke=\"{0}\" stroke-width=\"2.5\"><title>{1}: non-finite at step {2}"
+                   "</title><path d=\"M{3:.1f},{4:.1f} l10,10 m0,-10 l-10,10\"/></g>"
+                   "<text x=\"{5:.1f}\" y=\"{6:.1f}\" fill=\"{0}\" font-weight=\"bold\" "
+                   "text-anchor=\"{7}\">diverged</text>\n",
+                   se.color, escape(se.label), se.x[i], cx - 5, cy - 5, near_left ? cx + 8 : cx - 8, cy - 8,
+                   near_left ? "start" : "end");
+    break;
+  }
 }
 
 }  // namespace
@@ -168,189 +366,31 @@ std::vector<double> moving_average(const std::vector<double>& y, size_t window) 
 }
 
 std::string line_chart(const std::vector<Series>& series, const ChartOptions& opt) {
-  const double W = opt.width, H = opt.height;
-  std::string s;
-  auto out = std::back_inserter(s);
-  fmt::format_to(out,
-                 "<svg class=\"chart\" width=\"{0}\" "
-                 "height=\"{1}\" viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" "
-                 "font-size=\"{2}\">\n",
-                 opt.width, opt.height, opt.font_size);
   const double em = opt.font_size / 11;  // layout below was drawn for 11px text
-  fmt::format_to(out, "<rect width=\"{}\" height=\"{}\" fill=\"#fff\"/>\n", W, H);
-  fmt::format_to(out,
-                 "<text x=\"{}\" y=\"{:.0f}\" text-anchor=\"middle\" font-size=\"{}\" "
-                 "font-weight=\"bold\">{}</text>\n",
-                 W / 2, 17 * em, opt.font_size + 2, escape(opt.title));
-
-  // Legend rows under the title, wrapped to the chart width.
-  const double left = 64 * em, right = W - 18;
-  double lx = left, ly = 34 * em;
-  for (const auto& se : series) {
-    if (!se.in_legend) continue;
-    const double w = 26 + kCharWidth * em * static_cast<double>(se.label.size()) + 14;
-    if (lx + w > right && lx > left) lx = left, ly += 16 * em;
-    fmt::format_to(out,
-                   "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" "
-                   "stroke-width=\"3\"/><text x=\"{4}\" y=\"{5}\">{6}</text>\n",
-                   lx, ly - 4, lx + 20, se.color, lx + 25, ly, escape(se.label));
-    lx += w;
-  }
-  const double top = ly + 14 * em, bottom = H - 44 * em;
-
-  // Data ranges over finite points (positive ones only, for a log axis).
-  double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY, pmin = INFINITY;
-  for (const auto& se : series)
-    for (size_t i = 0; i < se.x.size() && i < se.y.size(); ++i) {
-      if (!std::isfinite(se.x[i])) continue;
-      // x spans non-finite points too: how long a run went on after diverging is visible.
-      xmin = std::min(xmin, se.x[i]), xmax = std::max(xmax, se.x[i]);
-      if (!std::isfinite(se.y[i])) continue;
-      ymin = std::min(ymin, se.y[i]), ymax = std::max(ymax, se.y[i]);
-      if (se.y[i] > 0) pmin = std::min(pmin, se.y[i]);
-    }
-  fmt::format_to(out,
-                 "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
-                 "stroke=\"#888\"/>\n",
-                 left, top, right - left, bottom - top);
-  if (!(ymin <= ymax)) {
-    fmt::format_to(out, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#888\">no data"
-                   "</text>\n</svg>\n", (left + right) / 2, (top + bottom) / 2);
+  std::string s = chart_title(opt, em);
+  Plot p;
+  p.left = 64 * em, p.right = opt.width - 18.0;
+  p.top = legend(s, series, p.left, p.right, em) + 14 * em, p.bottom = opt.height - 44 * em;
+  const Extent e = extent(series);
+  fmt::format_to(std::back_inserter(s), "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
+                 "stroke=\"#888\"/>\n", p.left, p.top, p.right - p.left, p.bottom - p.top);
+  if (!(e.ymin <= e.ymax)) {
+    fmt::format_to(std::back_inserter(s), "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#888\">no data"
+                   "</text>\n</svg>\n", (p.left + p.right) / 2, (p.top + p.bottom) / 2);
     return s;
   }
-  if (std::isfinite(opt.y_max) && opt.y_max < ymax && opt.y_max > ymin) ymax = opt.y_max;
-  const bool log = opt.y_scale == Scale::Log ? std::isfinite(pmin)
-                   : opt.y_scale == Scale::Auto ? ymin > 0 && ymax / ymin > 100
-                                                : false;
-
-  // Y domain and ticks.
-  std::vector<double> yticks;
-  double y0, y1, ystep = 1;
-  if (log) {
-    y0 = std::floor(std::log10(pmin)), y1 = std::ceil(std::log10(ymax));
-    if (y1 <= y0) y1 = y0 + 1;
-    for (double d = y0; d <= y1; ++d) {
-      yticks.push_back(std::pow(10.0, d));
-      if (y1 - y0 <= 2 && d < y1)
-        for (double m : {2.0, 5.0}) yticks.push_back(m * std::pow(10.0, d));
-    }
-  } else {
-    if (ymax - ymin < 1e-12 * std::max(1.0, std::abs(ymax))) ymin -= 1, ymax += 1;
-    nice_ticks(ymin, ymax, 5, &ystep);
-    // Extend to whole ticks so the top and bottom of the plot are labelled.
-    y0 = std::floor(ymin / ystep + 1e-9) * ystep;
-    y1 = std::ceil(ymax / ystep - 1e-9) * ystep;
-    yticks = nice_ticks(y0, y1, static_cast<int>(std::lround((y1 - y0) / ystep)), &ystep);
-  }
-  const bool log_x = opt.log_x && xmin > 0;
-  if (xmax <= xmin) log_x ? (xmin /= 2, xmax *= 2) : (xmin -= 1, xmax += 1);
-  if (!log_x && xmin > 0 && xmin <= 0.05 * (xmax - xmin)) xmin = 0;  // steps from 1: start the axis at 0
-  double xstep = 1;
-  std::vector<double> xticks = opt.x_ticks;
-  if (xticks.empty()) {
-    xticks = nice_ticks(xmin, xmax, std::max(2, static_cast<int>((right - left) / 90)), &xstep);
-    if (opt.integer_x && xstep < 1) xticks = nice_ticks(xmin, xmax, std::max(1, static_cast<int>(xmax - xmin)), &xstep);
-  }
-  // A log axis gets 4% of margin at each end, so the first and last points are not on the frame.
-  const double lx0 = log_x ? std::log(xmin) - 0.04 * std::log(xmax / xmin) : 0;
-  const double lx1 = log_x ? std::log(xmax) + 0.04 * std::log(xmax / xmin) : 1;
-  const auto px = [&](double x) {
-    const double t = log_x ? (std::log(x) - lx0) / (lx1 - lx0) : (x - xmin) / (xmax - xmin);
-    return left + t * (right - left);
-  };
-  const auto py = [&](double y) {
-    const double t = log ? (std::log10(y) - y0) / (y1 - y0) : (y - y0) / (y1 - y0);
-    return bottom - t * (bottom - top);
-  };
-
-  for (double t : yticks) {
-    const double y = py(t);
-    fmt::format_to(out,
-                   "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#e4e4e4\"/>"
-                   "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\" fill=\"#444\">{5}</text>\n",
-                   left, y, right, left - 5, y + 4, log ? short_number(t) : tick_label(t, ystep));
-  }
-  for (double t : xticks) {
-    const double x = px(t);
-    fmt::format_to(out,
-                   "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#e4e4e4\"/>"
-                   "<line x1=\"{0:.1f}\" y1=\"{2}\" x2=\"{0:.1f}\" y2=\"{3}\" stroke=\"#888\"/>"
-                   "<text x=\"{0:.1f}\" y=\"{4}\" text-anchor=\"middle\" fill=\"#444\">{5}</text>\n",
-                   x, top, bottom, bottom + 4, bottom + 16 * em,
-                   opt.x_ticks.empty() ? tick_label(t, xstep) : short_number(t));
-  }
-  fmt::format_to(out, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-                 (left + right) / 2, H - 10, escape(opt.x_label));
-  fmt::format_to(out,
-                 "<text transform=\"translate({:.0f} {}) rotate(-90)\" text-anchor=\"middle\">{}{}"
-                 "</text>\n",
-                 14 * em, (top + bottom) / 2, escape(opt.y_label), log ? " (log scale)" : "");
-
+  fit_y_axis(p, opt, e);
+  fit_x_axis(p, opt, e);
+  draw_axes(s, p, opt, em);
   // A nested <svg> is the plot's viewport: it clips lines above y_max without clipPath ids,
   // which would have to be unique across every chart of the page.
-  fmt::format_to(out, "<svg x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
-                 "viewBox=\"{0} {1} {2} {3}\">\n", left, top, right - left, bottom - top);
+  fmt::format_to(std::back_inserter(s), "<svg x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" "
+                 "viewBox=\"{0} {1} {2} {3}\">\n", p.left, p.top, p.right - p.left, p.bottom - p.top);
   std::string markers;
   for (const auto& se : series) {
-    std::vector<Point> pts;
-    const size_t n = std::min(se.x.size(), se.y.size());
-    for (size_t i = 0; i < n; ++i) {
-      const bool drawable = std::isfinite(se.y[i]) && (!log || se.y[i] > 0);
-      pts.push_back({se.x[i], drawable ? se.y[i] : std::numeric_limits<double>::quiet_NaN()});
-    }
-    std::string path;
-    bool pen_down = false;
-    for (const auto& p : decimate(pts)) {
-      if (!std::isfinite(p.y)) {
-        pen_down = false;
-        continue;
-      }
-      fmt::format_to(std::back_inserter(path), "{}{:.1f},{:.1f}", pen_down ? " L" : " M", px(p.x),
-                     py(p.y));
-      pen_down = true;
-    }
-    if (!path.empty())
-      fmt::format_to(out,
-                     "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" "
-                     "stroke-opacity=\"{}\" stroke-linejoin=\"round\"><title>{}</title></path>\n",
-                     path.substr(1), se.color, se.stroke_width, se.opacity, escape(se.label));
-
-    // Marks: a triangle above the finite point nearest each marked x.
-    for (double mx : se.marks) {
-      size_t best = n;
-      for (size_t i = 0; i < n; ++i)
-        if (std::isfinite(se.y[i]) && (!log || se.y[i] > 0) &&
-            (best == n || std::abs(se.x[i] - mx) < std::abs(se.x[best] - mx)))
-          best = i;
-      if (best == n) continue;
-      fmt::format_to(std::back_inserter(markers),
-                     "<path d=\"M{:.1f},{:.1f} l-5,-9 h10 z\" fill=\"{}\" stroke=\"#fff\"><title>{}: loss "
-                     "spike at step {}</title></path>\n",
-                     px(se.x[best]), std::max(py(se.y[best]) - 3, top + 9), se.color, escape(se.label), mx);
-    }
-
-    // Divergence: the first non-finite y after a finite one; the line ends in a cross.
-    if (!se.mark_divergence) continue;
-    for (size_t i = 1, last = n; i < n; ++i) {
-      if (std::isfinite(se.y[i])) {
-        last = i;
-        continue;
-      }
-      if (std::isfinite(se.y[i - 1])) last = i - 1;
-      if (last == n) continue;
-      const double cx = px(se.x[last]);
-      const double cy =
-          std::clamp(log && se.y[last] <= 0 ? bottom : py(se.y[last]), top + 20, bottom);
-      const bool near_left = cx < left + 70;  // keep the label off the y axis
-      fmt::format_to(std::back_inserter(markers),
-                     "<g stroke=\"{0}\" stroke-width=\"2.5\"><title>{1}: non-finite at step {2}"
-                     "</title><path d=\"M{3:.1f},{4:.1f} l10,10 m0,-10 l-10,10\"/></g>"
-                     "<text x=\"{5:.1f}\" y=\"{6:.1f}\" fill=\"{0}\" font-weight=\"bold\" "
-                     "text-anchor=\"{7}\">diverged</text>\n",
-                     se.color, escape(se.label), se.x[i], cx - 5, cy - 5,
-                     near_left ? cx + 8 : cx - 8, cy - 8, near_left ? "start" : "end");
-      break;
-    }
+    draw_line(s, se, p);
+    draw_marks(markers, se, p);
+    if (se.mark_divergence) draw_divergence(markers, se, p);
   }
   s += "</svg>\n" + markers + "</svg>\n";
   return s;
