@@ -25,21 +25,70 @@ std::string ramp(double v, double lo, double hi) {
   return fmt::format("rgb({},{},{})", rgb[0], rgb[1], rgb[2]);
 }
 
+// What the heatmap shows of one run: the train records that carry the statistic, the steps of the
+// loss spikes, and the rows: L layers of H heads.
+struct HeatmapData {
+  std::vector<const MetricsRecord*> train;
+  std::vector<int64_t> spikes;
+  size_t L = 0, H = 0;
+};
+
+HeatmapData collect(const std::vector<MetricsRecord>& records, StatField field) {
+  HeatmapData d;
+  for (const auto& r : records) {
+    if (r.kind == RecordKind::Train && !(r.*field).empty()) {
+      d.train.push_back(&r);
+      d.L = std::max(d.L, (r.*field).size());
+      for (const auto& row : r.*field) d.H = std::max(d.H, row.size());
+    }
+    if (r.kind == RecordKind::Event && r.event == "spike") d.spikes.push_back(r.step);
+  }
+  return d;
+}
+
+// cell[l * H + h][c]: the largest value of layer l's head h over the records in step bin c (of
+// cols), -inf where no record fell in the bin. Bin c covers steps
+// [first + c*span/cols, first + (c+1)*span/cols).
+std::vector<std::vector<double>> bin_max(const HeatmapData& d, StatField field, size_t cols, int64_t first,
+                                         double span) {
+  std::vector<std::vector<double>> cell(d.L * d.H, std::vector<double>(cols, -INFINITY));
+  for (const MetricsRecord* r : d.train) {
+    const auto c = std::min(cols - 1, static_cast<size_t>(double(r->step - first) / span * double(cols)));
+    const auto& stat = r->*field;
+    for (size_t l = 0; l < stat.size(); ++l)
+      for (size_t h = 0; h < stat[l].size(); ++h) {
+        double& v = cell[l * d.H + h][c];
+        const double x = stat[l][h];
+        if (!std::isfinite(x)) v = NAN;  // a non-finite head marks its bin for good
+        else if (!std::isnan(v)) v = std::max(v, x);
+      }
+  }
+  return cell;
+}
+
+// The colour key at x = kx beside a plot from top to bottom: 20 swatches from hi (top) down to
+// lo, both ends labelled, and `key` above it.
+std::string colour_key(double lo, double hi, double kx, double top, double bottom, const std::string& key) {
+  const double kh = std::max(bottom - top, 80.0);
+  std::string s;
+  for (int i = 0; i < 20; ++i) {
+    const double t = 1 - (i + 0.5) / 20;
+    const double v = lo > 0 && hi > lo ? std::exp(std::log(lo) + t * (std::log(hi) - std::log(lo))) : lo;
+    s += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"18\" height=\"{:.2f}\" fill=\"{}\"/>", kx, top + kh * i / 20, kh / 20 + 0.3, ramp(v, lo, hi));
+  }
+  s += fmt::format("\n<text x=\"{}\" y=\"{}\">{}</text><text x=\"{}\" y=\"{:.1f}\">{}</text>"
+                   "<text x=\"{}\" y=\"{:.1f}\" font-size=\"12\">{}</text>\n",
+                   kx + 22, top + 12, short_number(hi), kx + 22, top + kh, short_number(lo), kx - 4, top - 8,
+                   escape(key));
+  return s;
+}
+
 }  // namespace
 
 std::string logit_heatmap(const std::vector<MetricsRecord>& records, double lo, double hi, const std::string& title,
                           size_t columns, StatField field, const std::string& key) {
-  std::vector<const MetricsRecord*> train;
-  std::vector<int64_t> spikes;
-  size_t L = 0, H = 0;
-  for (const auto& r : records) {
-    if (r.kind == RecordKind::Train && !(r.*field).empty()) {
-      train.push_back(&r);
-      L = std::max(L, (r.*field).size());
-      for (const auto& row : r.*field) H = std::max(H, row.size());
-    }
-    if (r.kind == RecordKind::Event && r.event == "spike") spikes.push_back(r.step);
-  }
+  const HeatmapData data = collect(records, field);
+  const auto& [train, spikes, L, H] = data;
   const double W = 760, left = 92, right = W - 110, top = 56, row_h = std::clamp(260.0 / double(std::max<size_t>(L * H, 1)), 7.0, 22.0);
   const double bottom = top + row_h * double(L * H), Htot = bottom + 62;
   std::string s = fmt::format(
@@ -52,19 +101,7 @@ std::string logit_heatmap(const std::vector<MetricsRecord>& records, double lo, 
   const int64_t first = train.front()->step, last = train.back()->step;
   const size_t cols = std::min(columns, train.size());
   const double span = double(last - first + 1), cw = (right - left) / double(cols);
-  // Bin c covers steps [first + c*span/cols, first + (c+1)*span/cols).
-  std::vector<std::vector<double>> cell(L * H, std::vector<double>(cols, -INFINITY));
-  for (const MetricsRecord* r : train) {
-    const auto c = std::min(cols - 1, static_cast<size_t>(double(r->step - first) / span * double(cols)));
-    const auto& stat = r->*field;
-    for (size_t l = 0; l < stat.size(); ++l)
-      for (size_t h = 0; h < stat[l].size(); ++h) {
-        double& v = cell[l * H + h][c];
-        const double x = stat[l][h];
-        if (!std::isfinite(x)) v = NAN;  // a non-finite head marks its bin for good
-        else if (!std::isnan(v)) v = std::max(v, x);
-      }
-  }
+  const std::vector<std::vector<double>> cell = bin_max(data, field, cols, first, span);
   for (size_t row = 0; row < L * H; ++row) {
     for (size_t c = 0; c < cols; ++c) {
       const double v = cell[row][c];
@@ -97,17 +134,7 @@ std::string logit_heatmap(const std::vector<MetricsRecord>& records, double lo, 
   }
   if (!spikes.empty())
     s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#1f5fbf\" font-size=\"13\">&#9660; loss spike</text>\n", left, top - 16);
-  // Colour key.
-  const double kx = right + 16, kh = std::max(bottom - top, 80.0);
-  for (int i = 0; i < 20; ++i) {
-    const double t = 1 - (i + 0.5) / 20;
-    const double v = lo > 0 && hi > lo ? std::exp(std::log(lo) + t * (std::log(hi) - std::log(lo))) : lo;
-    s += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"18\" height=\"{:.2f}\" fill=\"{}\"/>", kx, top + kh * i / 20, kh / 20 + 0.3, ramp(v, lo, hi));
-  }
-  s += fmt::format("\n<text x=\"{}\" y=\"{}\">{}</text><text x=\"{}\" y=\"{:.1f}\">{}</text>"
-                   "<text x=\"{}\" y=\"{:.1f}\" font-size=\"12\">{}</text>\n",
-                   kx + 22, top + 12, short_number(hi), kx + 22, top + kh, short_number(lo), kx - 4, top - 8,
-                   escape(key));
+  s += colour_key(lo, hi, right + 16, top, bottom, key);
   return s + "</svg>\n";
 }
 
