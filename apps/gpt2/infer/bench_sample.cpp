@@ -80,20 +80,13 @@ BenchRecord base_record(const nn::GPT2& model, const std::string& variant, const
   return r;
 }
 
-}  // namespace
+using OnRecord = std::function<void(const BenchRecord&)>;
+using OnProfile = std::function<void(const BenchRecord&, const profiler::Profile&)>;
 
-std::vector<int32_t> bench_prompt(int64_t P, int64_t V, uint64_t seed) {
-  std::vector<int32_t> ids(P);
-  for (int64_t i = 0; i < P; ++i)
-    ids[i] = static_cast<int32_t>(std::min<double>(double(V - 1), philox_uniform(seed, 0, uint64_t(i)) * double(V)));
-  return ids;
-}
-
-void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSampleOptions& o,
-                  const std::function<void(const BenchRecord&)>& emit,
-                  const std::function<void(const BenchRecord&, const profiler::Profile&)>& profiled) {
-  const nn::GPT2Config& c = model.config();
-  const int64_t ctx = c.block_size, P = o.prompt_tokens;
+// ConfigError unless the prompt and its checked tokens, and each context and its decode steps,
+// fit the model's context length ctx, and the counts are in range.
+void check_fits(const BenchSampleOptions& o, int64_t ctx) {
+  const int64_t P = o.prompt_tokens;
   if (P < 1 || P + o.check_tokens > ctx)
     throw ConfigError("--prompt-tokens", fmt::format("a prompt of {} tokens and {} more do not fit the context {}", P,
                                                      o.check_tokens, ctx),
@@ -106,103 +99,136 @@ void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSample
                         "drop that context or give the model a longer one (--seq-len)");
   if (o.steps < 1 || o.prefill_reps < 1) throw ConfigError("bench-sample", "--steps and --prefill-reps must be >= 1");
   if (o.profile < 0) throw ConfigError("--profile", "must be >= 0", "the number of decode steps to profile");
-  NoGradGuard no_grad;
-  model.eval();
+}
+
+// The "prefill" record of prompt_ids (B, P), handed to emit: the prompt prefilled o.prefill_reps
+// times into the emptied cache (the median time), and after the last, the tokens to check.
+void bench_prefill(nn::GPT2& model, const std::string& variant, const BenchSampleOptions& o, const Tensor& prompt_ids,
+                   nn::KVCache& cache, const OnRecord& emit) {
+  const int64_t B = prompt_ids.size(0), P = prompt_ids.size(1);
+  const Device dev = model.wte.weight.device();
+  std::vector<double> times;
+  std::vector<int32_t> tokens;
+  BenchRecord top_ids = BenchRecord::array(), top_logits = BenchRecord::array();
+  reset_peak_memory(dev);
+  for (int64_t rep = 0; rep < o.prefill_reps; ++rep) {
+    cache.clear();
+    tokens.clear();
+    const auto t0 = Clock::now();
+    Tensor logits = model.forward_cached(prompt_ids, cache, nn::GPT2::Logits::last);
+    Tensor next = greedy(logits, &tokens);
+    times.push_back(seconds_since(t0));
+    if (rep + 1 < o.prefill_reps) continue;
+    // The greedy continuation and each step's top logits, for another implementation to match.
+    record_top(logits, top_ids, top_logits);
+    for (int64_t i = 1; i < o.check_tokens; ++i) {
+      logits = model.forward_cached(next, cache, nn::GPT2::Logits::last);
+      next = greedy(logits, &tokens);
+      record_top(logits, top_ids, top_logits);
+    }
+  }
+  BenchRecord r = base_record(model, variant, "prefill", B);
+  r["P"] = P;
+  r["seconds"] = quantile(times, 0.5);
+  r["seconds_min"] = *std::min_element(times.begin(), times.end());
+  r["reps"] = o.prefill_reps;
+  r["tokens_per_s"] = double(B * P) / quantile(times, 0.5);
+  r["peak_mem_bytes"] = memory_stats(dev).peak;
+  r["greedy"] = tokens;
+  r["greedy_top_ids"] = top_ids;
+  r["greedy_top_logits"] = top_logits;
+  emit(r);
+}
+
+// o.profile eager decode steps after `next`, one profiler step each: what a token's ops cost,
+// one by one. The profile goes into d["profile"], and to `profiled` (to print its table).
+void profile_decode(nn::GPT2& model, const BenchSampleOptions& o, Tensor next, nn::KVCache& kv, BenchRecord& d,
+                    const OnProfile& profiled) {
+  profiler::Session session({model.wte.weight.device(), o.profile_gpu});
+  for (int64_t s = 0; s < o.profile; ++s) {
+    session.step_begin();
+    next = greedy(model.forward_cached(next, kv, nn::GPT2::Logits::last));
+    session.step_end();
+  }
+  const profiler::Profile p = session.finish();
+  d["profile"] = profiler::to_json(p);
+  if (profiled) profiled(d, p);
+}
+
+// Batch size B's "decode" record at context L, handed to emit: o.warmup untimed then o.steps timed
+// decode steps from a cache filled with L random positions, and what the timed steps asked of the GPU.
+void bench_decode(nn::GPT2& model, const std::string& variant, const BenchSampleOptions& o, int64_t B, int64_t L,
+                  const OnRecord& emit, const OnProfile& profiled) {
   const Tensor& w = model.wte.weight;
   const Device dev = w.device();
-  const AttentionSpec spec = model.h.front()->attn.spec();
-  const std::vector<int32_t> prompt = bench_prompt(P, c.vocab_size, o.seed);
+  nn::KVCache kv = model.make_cache(L + o.warmup + o.steps + o.profile);
+  Generator gen(o.seed + 1);
+  reset_peak_memory(dev);
+  nn::fill_random(kv, B, L, model.h.front()->attn.spec(), model.config().head_dim(), w.dtype(), dev, gen);
+  Tensor next = full({B, 1}, 1.0, {DType::i64, dev});
+  // On a GPU each token replays one captured step: the host issues 3 operations, not ~10 per layer.
+  std::unique_ptr<nn::DecodeGraph> graph;
+  if (o.graph && dev.is_cuda()) graph = std::make_unique<nn::DecodeGraph>(model);
+  std::vector<double> ms;
+  cuda::Counters timed_from;  // the counters when the timed steps began
+  for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
+    if (s == o.warmup) timed_from = cuda::counters();
+    const auto t0 = Clock::now();
+    if (graph) {
+      next = graph->step(next, kv).next;
+      (void)next.to_vector<int64_t>();  // the tokens, read as greedy() reads them
+    } else {
+      next = greedy(model.forward_cached(next, kv, nn::GPT2::Logits::last));
+    }
+    if (s >= o.warmup) ms.push_back(1e3 * seconds_since(t0));
+  }
+  const cuda::Counters ops = cuda::counters() - timed_from;  // what the timed steps asked of the GPU
+  BenchRecord d = base_record(model, variant, "decode", B);
+  d["context"] = L;
+  d["ms"] = quantile(ms, 0.5);
+  d["ms_p90"] = quantile(ms, 0.9);
+  d["steps"] = o.steps;
+  d["tokens_per_s"] = 1e3 * double(B) / quantile(ms, 0.5);
+  d["kv_bytes"] = kv.bytes();
+  d["graph"] = graph != nullptr;
+  // Per token (exact on the emulated GPU too): the host-side cost a GPU step pays.
+  const double per = double(o.steps);
+  d["launches"] = double(ops.launches) / per;
+  d["library_calls"] = double(ops.library_calls) / per;
+  d["copies"] = double(ops.copies) / per;
+  d["syncs"] = double(ops.syncs) / per;
+  d["allocations"] = double(ops.allocations) / per;
+  d["peak_mem_bytes"] = memory_stats(dev).peak;
+  if (o.profile > 0) profile_decode(model, o, next, kv, d, profiled);
+  emit(d);
+}
 
+}  // namespace
+
+std::vector<int32_t> bench_prompt(int64_t P, int64_t V, uint64_t seed) {
+  std::vector<int32_t> ids(P);
+  for (int64_t i = 0; i < P; ++i)
+    ids[i] = static_cast<int32_t>(std::min<double>(double(V - 1), philox_uniform(seed, 0, uint64_t(i)) * double(V)));
+  return ids;
+}
+
+void bench_sample(nn::GPT2& model, const std::string& variant, const BenchSampleOptions& o, const OnRecord& emit,
+                  const OnProfile& profiled) {
+  const nn::GPT2Config& c = model.config();
+  check_fits(o, c.block_size);
+  NoGradGuard no_grad;
+  model.eval();
+  const Device dev = model.wte.weight.device();
+  const std::vector<int32_t> prompt = bench_prompt(o.prompt_tokens, c.vocab_size, o.seed);
   for (int64_t B : o.batch_sizes) {
+    // The prefill's prompt ids and cache stay allocated through the batch size's decode records,
+    // whose peak memory includes them.
     std::vector<int32_t> ids;
     for (int64_t b = 0; b < B; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
-    const Tensor prompt_ids = from_vector(ids, {B, P}).to(dev);
-    std::vector<double> times;
-    std::vector<int32_t> tokens;
-    BenchRecord top_ids = BenchRecord::array(), top_logits = BenchRecord::array();
-    nn::KVCache cache = model.make_cache(P + o.check_tokens);
-    reset_peak_memory(dev);
-    for (int64_t rep = 0; rep < o.prefill_reps; ++rep) {
-      cache.clear();
-      tokens.clear();
-      const auto t0 = Clock::now();
-      Tensor logits = model.forward_cached(prompt_ids, cache, nn::GPT2::Logits::last);
-      Tensor next = greedy(logits, &tokens);
-      times.push_back(seconds_since(t0));
-      if (rep + 1 < o.prefill_reps) continue;
-      // The greedy continuation and each step's top logits, for another implementation to match.
-      record_top(logits, top_ids, top_logits);
-      for (int64_t i = 1; i < o.check_tokens; ++i) {
-        logits = model.forward_cached(next, cache, nn::GPT2::Logits::last);
-        next = greedy(logits, &tokens);
-        record_top(logits, top_ids, top_logits);
-      }
-    }
-    BenchRecord r = base_record(model, variant, "prefill", B);
-    r["P"] = P;
-    r["seconds"] = quantile(times, 0.5);
-    r["seconds_min"] = *std::min_element(times.begin(), times.end());
-    r["reps"] = o.prefill_reps;
-    r["tokens_per_s"] = double(B * P) / quantile(times, 0.5);
-    r["peak_mem_bytes"] = memory_stats(dev).peak;
-    r["greedy"] = tokens;
-    r["greedy_top_ids"] = top_ids;
-    r["greedy_top_logits"] = top_logits;
-    emit(r);
-
-    for (int64_t L : o.contexts) {
-      nn::KVCache kv = model.make_cache(L + decode_steps);
-      Generator gen(o.seed + 1);
-      reset_peak_memory(dev);
-      nn::fill_random(kv, B, L, spec, c.head_dim(), w.dtype(), dev, gen);
-      Tensor next = full({B, 1}, 1.0, {DType::i64, dev});
-      // On a GPU each token replays one captured step: the host issues 3 operations, not ~10 per layer.
-      std::unique_ptr<nn::DecodeGraph> graph;
-      if (o.graph && dev.is_cuda()) graph = std::make_unique<nn::DecodeGraph>(model);
-      std::vector<double> ms;
-      cuda::Counters timed_from;  // the counters when the timed steps began
-      for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
-        if (s == o.warmup) timed_from = cuda::counters();
-        const auto t0 = Clock::now();
-        if (graph) {
-          next = graph->step(next, kv).next;
-          (void)next.to_vector<int64_t>();  // the tokens, read as greedy() reads them
-        } else {
-          next = greedy(model.forward_cached(next, kv, nn::GPT2::Logits::last));
-        }
-        if (s >= o.warmup) ms.push_back(1e3 * seconds_since(t0));
-      }
-      const cuda::Counters ops = cuda::counters() - timed_from;  // what the timed steps asked of the GPU
-      BenchRecord d = base_record(model, variant, "decode", B);
-      d["context"] = L;
-      d["ms"] = quantile(ms, 0.5);
-      d["ms_p90"] = quantile(ms, 0.9);
-      d["steps"] = o.steps;
-      d["tokens_per_s"] = 1e3 * double(B) / quantile(ms, 0.5);
-      d["kv_bytes"] = kv.bytes();
-      d["graph"] = graph != nullptr;
-      // Per token (exact on the emulated GPU too): the host-side cost a GPU step pays.
-      const double per = double(o.steps);
-      d["launches"] = double(ops.launches) / per;
-      d["library_calls"] = double(ops.library_calls) / per;
-      d["copies"] = double(ops.copies) / per;
-      d["syncs"] = double(ops.syncs) / per;
-      d["allocations"] = double(ops.allocations) / per;
-      d["peak_mem_bytes"] = memory_stats(dev).peak;
-      if (o.profile > 0) {
-        // Eager steps, one profiler step each: what a token's ops cost, one by one.
-        profiler::Session session({dev, o.profile_gpu});
-        for (int64_t s = 0; s < o.profile; ++s) {
-          session.step_begin();
-          next = greedy(model.forward_cached(next, kv, nn::GPT2::Logits::last));
-          session.step_end();
-        }
-        const profiler::Profile p = session.finish();
-        d["profile"] = profiler::to_json(p);
-        if (profiled) profiled(d, p);
-      }
-      emit(d);
-    }
+    const Tensor prompt_ids = from_vector(ids, {B, o.prompt_tokens}).to(dev);
+    nn::KVCache cache = model.make_cache(o.prompt_tokens + o.check_tokens);
+    bench_prefill(model, variant, o, prompt_ids, cache, emit);
+    for (int64_t L : o.contexts) bench_decode(model, variant, o, B, L, emit, profiled);
   }
 }
 
