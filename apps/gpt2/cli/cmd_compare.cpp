@@ -98,85 +98,90 @@ std::pair<std::string, std::string> sweep_label(const std::vector<SweepAxis>& ax
   return {name, dir};
 }
 
-void run_compare(CLI::App& cmd, const TrainConfig& flags, const std::string& config_file, const std::string& out,
-                 const std::string& variants, const std::string& include, const std::vector<std::string>& sweeps) {
-  if (out.empty()) throw ConfigError("compare", "--out is required", "e.g. --out runs/compare");
+// The attention variants named in --variants, each checked before the first run starts.
+std::vector<std::string> parse_variants(const std::string& variants) {
   std::vector<std::string> names = split_list(variants);
   if (names.empty()) throw ConfigError("compare", "--variants is empty", "e.g. --variants mhsa,ls");
-  for (const std::string& v : names) {  // all checked before the first run starts
+  for (const std::string& v : names) {
     try {
       nn::parse_attention_kind(v);
     } catch (const ConfigError& e) {
       throw ConfigError("compare", "--variants: " + e.message(), e.hint());
     }
   }
-  TrainConfig base = resolve_train_config(cmd, flags, config_file);
-  const std::vector<SweepAxis> axes = parse_sweeps(sweeps);
-  // Every run planned (and every sweep value checked) before the first one starts.
-  std::vector<TrainConfig> plan;
-  for (const std::string& v : names) {
-    TrainConfig cfg = base;
-    cfg.model.attention = v;
-    cfg.name = v;
-    cfg.run_dir = (fs::path(out) / v).string();
-    if (axes.empty()) {
-      plan.push_back(cfg);
-      continue;
-    }
-    std::vector<TrainConfig> runs;
-    std::set<std::string> identities;
-    for (size_t i = 0; i < axes.front().values.size(); ++i) {
-      TrainConfig r = apply_sweep(cfg, axes, i);
-      identities.insert(identity_of(r).dump());
-      const auto [name, dir] = sweep_label(axes, i);
-      r.name = v + " " + name;
-      r.run_dir = (fs::path(out) / v / dir).string();
-      runs.push_back(r);
-    }
-    if (identities.size() == 1) {  // the sweep does not touch this variant: one run is enough
-      runs.front().name = v;
-      runs.front().run_dir = cfg.run_dir;
-      runs.resize(1);
-    }
-    plan.insert(plan.end(), runs.begin(), runs.end());
+  return names;
+}
+
+// The runs of variant v: one in OUT/v, or with a sweep one per value in OUT/v/KEY-V (one in OUT/v
+// when the sweep does not change this variant).
+std::vector<TrainConfig> variant_runs(const TrainConfig& base, const std::string& v, const std::vector<SweepAxis>& axes,
+                                      const std::string& out) {
+  TrainConfig cfg = base;
+  cfg.model.attention = v;
+  cfg.name = v;
+  cfg.run_dir = (fs::path(out) / v).string();
+  if (axes.empty()) return {cfg};
+  std::vector<TrainConfig> runs;
+  std::set<std::string> identities;
+  for (size_t i = 0; i < axes.front().values.size(); ++i) {
+    TrainConfig r = apply_sweep(cfg, axes, i);
+    identities.insert(identity_of(r).dump());
+    const auto [name, dir] = sweep_label(axes, i);
+    r.name = v + " " + name;
+    r.run_dir = (fs::path(out) / v / dir).string();
+    runs.push_back(r);
   }
-  // Every planned model checked too (a swept window as long as the context, say), so that a bad
-  // value fails now and not after the runs before it have trained.
-  if (base.init_from.empty()) {
-    const uint32_t vocab = data::read_dataset_meta(base.data).vocab_size;
-    for (const TrainConfig& cfg : plan) {
-      try {
-        cfg.validate();
-        model_config(cfg, vocab);
-      } catch (const ConfigError& e) {
-        throw ConfigError("compare", cfg.name + ": " + e.message(), e.hint());
-      }
+  if (identities.size() == 1) {  // the sweep does not touch this variant: one run is enough
+    runs.front().name = v;
+    runs.front().run_dir = cfg.run_dir;
+    runs.resize(1);
+  }
+  return runs;
+}
+
+// Every planned model checked too (a swept window as long as the context, say), so that a bad
+// value fails now and not after the runs before it have trained.
+void check_models(const TrainConfig& base, const std::vector<TrainConfig>& plan) {
+  if (!base.init_from.empty()) return;
+  const uint32_t vocab = data::read_dataset_meta(base.data).vocab_size;
+  for (const TrainConfig& cfg : plan) {
+    try {
+      cfg.validate();
+      model_config(cfg, vocab);
+    } catch (const ConfigError& e) {
+      throw ConfigError("compare", cfg.name + ": " + e.message(), e.hint());
     }
   }
-  std::vector<std::string> dirs;
+}
+
+// Trains the planned runs in order, reusing those a previous compare finished. false when a run
+// was interrupted (the comparison continues with the same command and --resume).
+bool train_runs(const std::vector<TrainConfig>& plan, bool resume) {
   for (TrainConfig cfg : plan) {
     const std::string v = cfg.name;
-    dirs.push_back(cfg.run_dir);
     auto latest = latest_checkpoint(cfg.run_dir);
     if (latest && load_checkpoint(*latest).trainer.value("step", int64_t(0)) >= cfg.max_steps) {
       fmt::print("gpt2 compare: {} already finished in {}, reusing it\n", v, cfg.run_dir);
       continue;
     }
-    cfg.resume = latest.has_value() && base.resume;
+    cfg.resume = latest.has_value() && resume;
     fmt::print("\n=== {} ===\n", v);
     try {
       TrainResult r = train(cfg);
       if (r.interrupted) {
         fmt::print("gpt2 compare: interrupted; continue with the same command and --resume\n");
-        return;
+        return false;
       }
     } catch (const ValueError& e) {
       // A diverged run is a result of the experiment, not a failure of the comparison.
       fmt::print("gpt2 compare: {} stopped: {}\n", v, e.message());
     }
   }
-  // Runs made elsewhere (an ablation trained with `gpt2 train`) join the table and the report.
-  for (const std::string& d : split_list(include)) dirs.push_back(d);
+  return true;
+}
+
+// The table of the runs in dirs, printed, and OUT/report.html.
+void report_runs(const std::vector<std::string>& dirs, const std::string& out, const std::vector<SweepAxis>& axes) {
   std::vector<RunSummary> summaries;
   for (const auto& d : dirs) summaries.push_back(summarize(d));
   fmt::print("\n{}", compare_table(summaries));
@@ -187,6 +192,27 @@ void run_compare(CLI::App& cmd, const TrainConfig& flags, const std::string& con
                axes.empty() ? "keel: attention variants compared" : "keel: a sweep over " + axes.front().flag,
                sweep_key);
   fmt::print("gpt2 compare: report written to {}\n", html.string());
+}
+
+void run_compare(CLI::App& cmd, const TrainConfig& flags, const std::string& config_file, const std::string& out,
+                 const std::string& variants, const std::string& include, const std::vector<std::string>& sweeps) {
+  if (out.empty()) throw ConfigError("compare", "--out is required", "e.g. --out runs/compare");
+  const std::vector<std::string> names = parse_variants(variants);
+  const TrainConfig base = resolve_train_config(cmd, flags, config_file);
+  const std::vector<SweepAxis> axes = parse_sweeps(sweeps);
+  // Every run planned (and every sweep value checked) before the first one starts.
+  std::vector<TrainConfig> plan;
+  for (const std::string& v : names) {
+    const std::vector<TrainConfig> runs = variant_runs(base, v, axes, out);
+    plan.insert(plan.end(), runs.begin(), runs.end());
+  }
+  check_models(base, plan);
+  if (!train_runs(plan, base.resume)) return;
+  std::vector<std::string> dirs;
+  for (const TrainConfig& cfg : plan) dirs.push_back(cfg.run_dir);
+  // Runs made elsewhere (an ablation trained with `gpt2 train`) join the table and the report.
+  for (const std::string& d : split_list(include)) dirs.push_back(d);
+  report_runs(dirs, out, axes);
 }
 }  // namespace
 
