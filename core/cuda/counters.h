@@ -2,8 +2,9 @@
 // synchronisations and device allocations. These are the GPU-free proxies of speed for work
 // that is bound by the host rather than the GPU (a decode step issues ~100 tiny operations; a
 // training step should wait for the device at most once per logged step): on the emulated GPU
-// they are exactly what a real GPU would be asked, so CI can hold them (tests/nn/test_decode_ops.cpp)
-// and a benchmark can print them per token or per step on any machine.
+// they are exactly what a real GPU would be asked, so CI can hold them
+// (tests/nn/test_decode_launches_cuda.cpp, tests/train/test_decode_counters.cpp) and a benchmark
+// can print them per token or per step on any machine.
 //
 //   const cuda::Counters before = cuda::counters();
 //   ... one decode step ...

@@ -1,7 +1,8 @@
 // Internal to ops/cuda: linear with a GELU epilogue through cuBLASLt, and its backward's
 // product with the GELU's derivative as the epilogue, implemented in ops/cuda/matmul.cu (beside
 // linear's bias epilogue and the cuBLAS handles they share) and called by ops/cuda/linear_gelu.cu
-// and ops/cuda/mlp.cpp, which fall back to unfused kernels when these decline.
+// (linear_gelu, and linear_grad_x_dgelu for the MLP's backward), which falls back to unfused
+// kernels when these decline.
 // Plain C++ (no CUDA headers).
 #pragma once
 

@@ -1,5 +1,5 @@
 // `gpt2 attention-map RUN --text ... --layer L --head H [--out FILE.svg]`: a picture of one
-// head's attention probabilities over a passage (see apps/gpt2/attention_map.h).
+// head's attention probabilities over a passage (see apps/gpt2/infer/attention_map.h).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
