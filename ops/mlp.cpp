@@ -20,12 +20,12 @@ enum Input { kX, kFcWeight, kFcBias, kProjWeight, kProjBias };
 // then c_fc's three: what linear's and linear_gelu's nodes compute, on the same tensors.
 struct MLPBackward : Node {
   Tensor x, fc_weight;  // detached; x iff fc_weight needs grad, fc_weight iff x needs grad
-  Tensor pre, h;        // (..., H): the GELU's input (iff c_fc's gradients are wanted) and output
+  Tensor pre, h;        // (..., Ch): the GELU's input (iff c_fc's gradients are wanted) and output
   Tensor proj_weight;   // iff c_fc's gradients are wanted
-  int64_t C = 0, H = 0;  // x's width, the hidden width
+  int64_t C = 0, Ch = 0;  // x's width, the hidden width
   const char* name() const override { return "MLPBackward"; }
   bool fc_grads() const { return needs_input_grad(kX) || needs_input_grad(kFcWeight) || needs_input_grad(kFcBias); }
-  // grad (..., D) -> dx (..., C), dfc_weight (H, C), dfc_bias (H), dproj_weight (D, H), dproj_bias (D)
+  // grad (..., Co) -> dx (..., C), dfc_weight (Ch, C), dfc_bias (Ch), dproj_weight (Co, Ch), dproj_bias (Co)
   std::vector<Tensor> backward(const Tensor& grad) override {
     const bool on_cuda = grad.device().is_cuda();
     std::vector<Tensor> d(5);
@@ -34,7 +34,7 @@ struct MLPBackward : Node {
     if (needs_input_grad(kProjBias)) d[kProjBias] = on_cuda ? cuda::linear_grad_bias(grad) : cpu::linear_grad_bias(grad);
     if (!fc_grads()) return d;
     const Tensor dpre = on_cuda ? cuda::linear_grad_x_dgelu(grad, proj_weight, pre)
-                                : cpu::linear_grad_x_dgelu(grad, proj_weight, pre);  // (..., H)
+                                : cpu::linear_grad_x_dgelu(grad, proj_weight, pre);  // (..., Ch)
     if (needs_input_grad(kX)) d[kX] = on_cuda ? cuda::linear_grad_x(dpre, fc_weight) : cpu::linear_grad_x(dpre, fc_weight);
     if (needs_input_grad(kFcWeight))
       d[kFcWeight] = on_cuda ? cuda::linear_grad_weight(dpre, x) : cpu::linear_grad_weight(dpre, x);
@@ -43,7 +43,7 @@ struct MLPBackward : Node {
   }
   void release() override { x = fc_weight = pre = h = proj_weight = {}; }
   profiler::Cost cost(const Tensor& grad) const override {
-    return op_costs::mlp_backward(grad, H, C, needs_input_grad(kX), needs_input_grad(kFcWeight),
+    return op_costs::mlp_backward(grad, Ch, C, needs_input_grad(kX), needs_input_grad(kFcWeight),
                                   needs_input_grad(kFcBias), needs_input_grad(kProjWeight), needs_input_grad(kProjBias));
   }
 };
@@ -52,19 +52,19 @@ bool wants_grad(const Tensor& t) { return t.defined() && t.requires_grad(); }
 
 }  // namespace
 
-// x (..., C), fc_weight (H, C), fc_bias (H), proj_weight (D, H), proj_bias (D) -> (..., D)
+// x (..., C), fc_weight (Ch, C), fc_bias (Ch), proj_weight (Co, Ch), proj_bias (Co) -> (..., Co)
 Tensor mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
            const Tensor& proj_bias) {
   const char* op = "mlp";
   detail::check_linear(op, x, fc_weight, fc_bias);
   detail::check_floating_operands(op, {{"x", x}, {"proj_weight", proj_weight}}, {{"proj_bias", proj_bias}});
   detail::check_dim(op, {"proj_weight", proj_weight}, 2);
-  const int64_t H = fc_weight.size(0);
-  if (proj_weight.size(1) != H)
+  const int64_t Ch = fc_weight.size(0);
+  if (proj_weight.size(1) != Ch)
     throw ShapeError(op,
-                     "proj_weight " + shape_str(proj_weight.shape()) + " must be (D, " + std::to_string(H) +
+                     "proj_weight " + shape_str(proj_weight.shape()) + " must be (Co, " + std::to_string(Ch) +
                          "): it reads the hidden layer of fc_weight " + shape_str(fc_weight.shape()),
-                     "pass c_proj's weight (D, H) with H = c_fc's out-features");
+                     "pass c_proj's weight (Co, Ch) with Ch = c_fc's out-features");
   if (proj_bias.defined() && (proj_bias.dim() != 1 || proj_bias.size(0) != proj_weight.size(0)))
     throw ShapeError(op, "proj_bias " + shape_str(proj_bias.shape()) + " must be (" +
                              std::to_string(proj_weight.size(0)) + "), proj_weight's out-features");
@@ -83,7 +83,7 @@ Tensor mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, cons
     if (wants_grad(x)) node->fc_weight = fc_weight.detach();
     if (fc_grad) node->pre = pre.detach(), node->proj_weight = proj_weight.detach();
     if (wants_grad(proj_weight)) node->h = h.detach();
-    node->C = fc_weight.size(1), node->H = H;
+    node->C = fc_weight.size(1), node->Ch = Ch;
     connect(y, node, {x, fc_weight, fc_bias, proj_weight, proj_bias});
   }
   return y;

@@ -16,10 +16,10 @@
 
 namespace keel {
 
-// x (..., C), fc_weight (H, C), fc_bias (H) or undefined, proj_weight (D, H), proj_bias (D) or
-// undefined -> (..., D) = linear(gelu(x @ fc_weight^T + fc_bias), proj_weight, proj_bias).
+// x (..., C), fc_weight (Ch, C), fc_bias (Ch) or undefined, proj_weight (Co, Ch), proj_bias (Co) or
+// undefined -> (..., Co) = linear(gelu(x @ fc_weight^T + fc_bias), proj_weight, proj_bias).
 // Differentiable in all five; the backward keeps the pre-activation and the GELU's output
-// (..., H) and the operands the two linear layers' backwards keep, nothing more.
+// (..., Ch) and the operands the two linear layers' backwards keep, nothing more.
 Tensor mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
            const Tensor& proj_bias);
 
