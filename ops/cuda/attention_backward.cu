@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads)
     {  // S^T_w = K_w Q^T
       WarpAcc<kStr> s;
       s.zero();
-      s.template mma_abt<Dk>(Ks + warp * 16 * ldT, ldT, Qs, ldT);
+      s.template add_abt<Dk>(Ks + warp * 16 * ldT, ldT, Qs, ldT);
       s.store(Ss + warp * 16 * ldS, ldS);
     }
     __syncwarp();
@@ -146,11 +146,11 @@ __global__ void __launch_bounds__(kThreads)
       Ps[row * ldP + c] = p;
     }
     __syncwarp();
-    dv_acc.template mma_ab<kStr>(Ps + warp * 16 * ldP, ldP, dOs, ldT);  // dV_w += P^T dO
+    dv_acc.template add_ab<kStr>(Ps + warp * 16 * ldP, ldP, dOs, ldT);  // dV_w += P^T dO
     {  // dP^T_w = V_w dO^T
       WarpAcc<kStr> dp;
       dp.zero();
-      dp.template mma_abt<Dk>(Vs + warp * 16 * ldT, ldT, dOs, ldT);
+      dp.template add_abt<Dk>(Vs + warp * 16 * ldT, ldT, dOs, ldT);
       dp.store(dPs + warp * 16 * ldS, ldS);
     }
     __syncwarp();  // also: the dV product has read P before dS overwrites it
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kThreads)
       Ps[row * ldP + c] = dlogit(p, dPs[row * ldS + c], dvec_s[c], s, dims);
     }
     __syncwarp();
-    dk_acc.template mma_ab<kStr>(Ps + warp * 16 * ldP, ldP, Qs, ldT);  // dK_w += dS^T Q
+    dk_acc.template add_ab<kStr>(Ps + warp * 16 * ldP, ldP, Qs, ldT);  // dK_w += dS^T Q
   }
 
   __syncthreads();  // no warp reads the tiles any more: stage the accumulators over them
@@ -227,10 +227,10 @@ __global__ void __launch_bounds__(kThreads)
     {  // S_w = Q_w K^T, dP_w = dO_w V^T
       WarpAcc<kStr> acc;
       acc.zero();
-      acc.template mma_abt<Dk>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
+      acc.template add_abt<Dk>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
       acc.store(Ss + warp * 16 * ldS, ldS);
       acc.zero();
-      acc.template mma_abt<Dk>(dOs + warp * 16 * ldT, ldT, Vs, ldT);
+      acc.template add_abt<Dk>(dOs + warp * 16 * ldT, ldT, Vs, ldT);
       acc.store(dPs + warp * 16 * ldS, ldS);
     }
     __syncwarp();
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kThreads)
       Ps[row * ldP + c] = dlogit(p, dPs[row * ldS + c], d_i, s, dims);
     }
     __syncwarp();
-    dq_acc.template mma_ab<kStr>(Ps + warp * 16 * ldP, ldP, Ks, ldT);  // dQ_w += dS K
+    dq_acc.template add_ab<kStr>(Ps + warp * 16 * ldP, ldP, Ks, ldT);  // dQ_w += dS K
   }
 
   __syncthreads();

@@ -101,9 +101,10 @@ struct SmemCarver {
 };
 
 // ---- warp-level products: a 16 x N f32 accumulator owned by one warp, plain FMAs ----
-// (the exact path: TF32 tensor cores would miss f32's 1e-5 parity, and mma.sync has no f32 inputs)
-// mma_ab:  C += A B    with A 16 x K (row-major, stride lda) and B K x N (row-major, ldb)
-// mma_abt: C += A B^T  with A 16 x K and B N x K (both row-major): rows of B dotted with rows of A
+// (the exact path of the f32 kernels: no tensor cores, since TF32 would miss f32's 1e-5 parity
+// and mma.sync has no f32 inputs; lane l holds columns l, l + 32, ... of every row)
+// add_ab:  C += A B    with A 16 x K (row-major, stride lda) and B K x N (row-major, ldb)
+// add_abt: C += A B^T  with A 16 x K and B N x K (both row-major): rows of B dotted with rows of A
 // load/store move C between registers and an f32 shared-memory tile (row-major, ldc).
 template <int N>
 struct WarpAcc {
@@ -129,7 +130,7 @@ struct WarpAcc {
 #pragma unroll
       for (int t = 0; t < N / 32; ++t) C[r * ldc + lane() + 32 * t] = a[r][t];
   }
-  template <int K> __device__ void mma_ab(const float* A, int lda, const float* B, int ldb) {
+  template <int K> __device__ void add_ab(const float* A, int lda, const float* B, int ldb) {
 #pragma unroll 2
     for (int k = 0; k < K; ++k) {
       float b[N / 32];
@@ -143,7 +144,7 @@ struct WarpAcc {
       }
     }
   }
-  template <int K> __device__ void mma_abt(const float* A, int lda, const float* B, int ldb) {
+  template <int K> __device__ void add_abt(const float* A, int lda, const float* B, int ldb) {
 #pragma unroll 2
     for (int k = 0; k < K; ++k) {
       float b[N / 32];

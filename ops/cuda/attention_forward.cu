@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
     {  // S_w = Q_w K^T: the warp's 16 rows against the tile's kBc keys
       WarpAcc<kBc> s;
       s.zero();
-      s.template mma_abt<Dk>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
+      s.template add_abt<Dk>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
       s.store(Ss + warp * 16 * ldS, ldS);
     }
     __syncwarp();
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads)
     {  // O_w += P_w V
       WarpAcc<Dk> o;
       o.load(Os + warp * 16 * ldO, ldO);
-      o.template mma_ab<kBc>(Ps + warp * 16 * ldP, ldP, Vs, ldT);
+      o.template add_ab<kBc>(Ps + warp * 16 * ldP, ldP, Vs, ldT);
       o.store(Os + warp * 16 * ldO, ldO);
     }
   }
