@@ -2,37 +2,50 @@
 // f16; attention_mma.cuh explains the register layout). Every head pattern: a head of window W
 // costs O(T * W).
 //
-// A block owns 128 query rows of one (b, h): 4 warps of 32 rows (two 16-row m-tiles each) up to
-// width 128 in the plain-logit kernel, else 8 warps of 16 rows (MmaFwd). Its Q tile is loaded once
-// into shared memory (and into registers as mma A fragments where they fit, see MmaFwd). It then
-// streams the 64-key tiles (32 at width 256) its rows can see (attn::key_tiles_for_query_tile), K
-// and V double-buffered with cp.async: tile j + 1 is in flight while tile j is computed, one
-// __syncthreads per tile. Each warp skips, without computing, the tiles that hold no allowed pair
-// for its own rows (a local head's warp touches 2 of 64 keys; the causal diagonal's upper half is
-// skipped too). The addresses of a thread's copies and of a lane's ldmatrix rows are the same in
-// every tile, so they are computed once, before the loop (TileStream, LaneRow).
+// The names, against the FlashAttention-2 paper (Dao 2023, Algorithm 1):
+//   kBr, kBc        B_r, B_c: the query rows a block owns (128) and the keys of one tile (64; 32
+//                   at width 256)
+//   kWidth          d rounded up to a kernel width (16 .. 256); D = dims.D, the heads' own width
+//   qt, kt          i and j: the query tile of the block, the key tile of the loop
+//   s               S_ij = Q_i K_j^T, then (in place) P~_ij, in mma accumulators
+//   o               O_i, unnormalised until the end
+//   m, l            m_i and l_i: a row's running max and (this lane's share of) its sum
+//   lo              this lane's smallest allowed score of the row, for the statistics
+//   log2_scale      softmax_scale * log2 e: a score times it is in the exponent's log2 units
+//   kMTiles         m-tiles (16 rows each) per warp: 2 up to width 128, then 1
+//   block_tiles     the key tiles some row of the block may see; warp_tiles, those of this warp
 //
-// Per tile, warp and m-tile, all in registers: S = Q K^T (16 x 64, f32), then the online softmax
-// update (online_softmax: row max m across the row's quad, O and the lane's share of l rescaled
-// by 2^(c (m_old - m_new)), P = 2^(c S - c m) converted to bf16/f16 A fragments), then O += P V.
-// attention_forward.cu describes the online softmax and why -inf rows take 0 as reference.
-// Three choices keep the per-element work at five instructions, FlashAttention-2's max, FFMA,
-// exp2 and add plus the statistics' min:
+// A block owns 128 query rows of one (b, h): 4 warps of 32 rows (two 16-row m-tiles each) up to
+// width 128, else 8 warps of 16 rows (MmaFwd). Its Q tile is loaded once into shared memory (and
+// into registers as mma A fragments where they fit, see MmaFwd). It then streams the key tiles
+// its rows can see (attn::key_tiles_for_query_tile), K and V double-buffered with cp.async: tile
+// j + 1 is in flight while tile j is computed, one __syncthreads per tile. Each warp skips,
+// without computing, the tiles that hold no allowed pair for its own rows (a local head's warp
+// touches 2 of 64 keys; the causal diagonal's upper half is skipped too). The addresses of a
+// thread's copies and of a lane's ldmatrix rows are the same in every tile, so they are computed
+// once, before the loop (TileStream, LaneRow).
+//
+// Per tile, warp and m-tile, all in registers: S = Q K^T (16 x kBc, f32), then the online softmax
+// update (online_softmax: the row max m across the row's quad, O and the lane's share of l
+// rescaled by 2^(log2_scale (m_old - m_new)), P = 2^(log2_scale (S - m)) converted to bf16/f16 A
+// fragments), then O += P V. attention_forward.cu describes the online softmax and why -inf rows
+// take 0 as reference. Three choices keep the per-element work at five instructions,
+// FlashAttention-2's max, FFMA, exp2 and add plus the statistics' min:
 // - tile classes: a tile where every pair is allowed for all 16 rows (most tiles of a long
 //   sequence) runs a path without a per-element test; only tiles across the diagonal or a band
 //   edge test each pair;
-// - kPlain, the kernel for the usual logit (no soft cap): it works on raw dot products and folds
-//   scale * log2 e into the exponent's one FFMA (a negative scale runs it on -q:
+// - kNoSoftcap, the kernel for the usual logit (no soft cap): it works on raw dot products and
+//   folds scale * log2 e into the exponent's one FFMA (a negative scale runs it on -q:
 //   with_positive_scale); soft-capped logits get their own kernel, which computes each logit
 //   first, with a branch-free tanh (SoftCap);
 // - exp2 (ex2.approx, one instruction) instead of exp, which costs a multiply more.
 //
 // Statistics, per head, over allowed pairs (ops/attention.h): max |logit| and max_range, the
-// largest max - min of a row's logits. Each lane keeps its own minimum mn_l next to the row's
-// max m (the same in the 4 lanes of a row), and both are a max over the row's lanes:
-// max(|m|, |mn_l|) and m - mn_l reach the row's max |logit| and its range in the lane that holds
-// the minimum, so no shuffle is needed. NaN-propagating: the minimum is min.NaN, so a lane that
-// saw a NaN logit holds a NaN minimum and reports NaN, at no extra instruction.
+// largest max - min of a row's logits. Each lane keeps its own minimum lo next to the row's max
+// m (the same in the 4 lanes of a row), and both are a max over the row's lanes: max(|m|, |lo|)
+// and m - lo reach the row's max |logit| and its range in the lane that holds the minimum, so no
+// shuffle is needed. NaN-propagating: the minimum is min.NaN, so a lane that saw a NaN logit
+// holds a NaN minimum and reports NaN, at no extra instruction.
 #include "core/factory.h"
 #include "ops/cuda/attention_mma.cuh"
 #include "ops/cuda/arith.h"
@@ -44,70 +57,87 @@ namespace {
 using namespace attn;
 using namespace attn::mma;
 
-// Tile sizes and shared memory (elements of T) for kernel width Dk: Q (kBr x Dk), then K and V of
-// two stages (kBc x Dk each). A block owns kBr = 128 query rows. Up to Dk = 128 a warp owns 32
-// of them, two m-tiles of 16 (kM), as in FlashAttention-2: every K and V fragment it reads from
-// shared memory feeds two mma instead of one, and 4 warps of at most 255 registers let two
-// blocks share a multiprocessor (bf16 Dk = 128: 96 KB of shared memory each). O then takes
-// kM * Dk / 2 registers a thread (128 at Dk = 128), so Q's fragments are read from shared memory
-// at every tile unless they fit beside it (Dk <= 64). Dk = 256 keeps warps of 16 rows (O alone
-// is 128 registers) and halves the key tile (32 keys: 128 KB), as FlashAttention-2 does for its
-// 256-wide head.
-template <int Dk, bool kPlain>
+// Tile sizes and shared memory (elements of T) for kernel width kWidth: Q (kBr x kWidth), then K
+// and V of two stages (kBc x kWidth each). A block owns kBr = 128 query rows. Up to width 128 a
+// warp owns 32 of them, two m-tiles of 16 (kMTiles), as in FlashAttention-2: every K and V
+// fragment it reads from shared memory feeds two mma instead of one, and 4 warps of at most 255
+// registers let two blocks share a multiprocessor (bf16 width 128: 96 KB of shared memory each).
+// O then takes kMTiles * kWidth / 2 registers a thread (128 at width 128), so Q's fragments are
+// read from shared memory at every tile unless they fit beside it (width <= 64). Width 256 keeps
+// warps of 16 rows (O alone is 128 registers) and halves the key tile (32 keys: 128 KB), as
+// FlashAttention-2 does for its 256-wide head.
+template <int kWidth>
 struct MmaFwd {
-  static constexpr int kM = Dk <= 128 ? 2 : 1, kWarps = 8 / kM, kThreads = 32 * kWarps;
-  static constexpr int kBr = 16 * kM * kWarps, kBc = Dk <= 128 ? 64 : 32;
-  static constexpr bool kQInRegs = Dk <= 64;
-  static constexpr int kK = kBr * Dk, kV = kK + 2 * kBc * Dk, kStage = kBc * Dk;  // offsets; a stage adds kStage
-  static constexpr int kBytes = 2 * (kBr * Dk + 4 * kBc * Dk);
+  static constexpr int kMTiles = kWidth <= 128 ? 2 : 1, kWarps = 8 / kMTiles, kThreads = 32 * kWarps;
+  static constexpr int kBr = 16 * kMTiles * kWarps, kBc = kWidth <= 128 ? 64 : 32;
+  static constexpr bool kQInRegs = kWidth <= 64;
+  // Offsets of the K and V tiles after Q's; a second stage adds kStage.
+  static constexpr int kK = kBr * kWidth, kV = kK + 2 * kBc * kWidth, kStage = kBc * kWidth;
+  static constexpr int kBytes = 2 * (kBr * kWidth + 4 * kBc * kWidth);
   static_assert(kBytes <= 163 * 1024, "must fit an A100's shared memory");
 };
 
 // The value a lane keeps per score, in the units the online softmax works in: the raw dot
-// product when the logit is just scale * dot with scale > 0 (kPlain: the max of dots is the max
-// of logits, and scale * log2 e folds into the exponent's one FFMA), else the soft-capped logit.
-template <bool kPlain>
+// product when the logit is just scale * dot with scale > 0 (kNoSoftcap: the max of dots is the
+// max of logits, and scale * log2 e folds into the exponent's one FFMA), else the soft-capped logit.
+template <bool kNoSoftcap>
 __device__ __forceinline__ float score_value(float dot, const SoftCap& cap) {
-  if constexpr (kPlain) return dot;
+  if constexpr (kNoSoftcap) return dot;
   else return cap.cap * cap.tanh_of(dot);
 }
 
-// One key tile's online-softmax update for the warp's 16 rows (lane (g, t): rows[0], rows[1]),
-// in registers. s (16 x kBc, the mma C layout: n-block n holds keys k0 + 8n ..) comes in as
-// Q K^T and leaves as P = 2^(c v - c m), masked pairs 0; m, the row max of v (the same in the 4
-// lanes of a row); l, this lane's share of the row sum; O and l rescaled by 2^(c (m_old -
-// m_new)); mn, this lane's smallest allowed v, NaN once a NaN went by (min_nan: the statistics'
-// NaN costs no extra instruction). kMasked tests each pair (allowed()); the other path, for tiles
-// where every pair is allowed, has no per-element test or branch.
-template <bool kMasked, bool kPlain, int kS, int kO>
-__device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO][4], float (&m)[2], float (&l)[2],
-                                               float (&mn)[2], float c, const SoftCap& cap, const int (&rows)[2],
-                                               int k0, int t, int w, int T_len) {
+// The online softmax's state of a lane's two rows (g and g + 8) of one m-tile, as references to
+// the kernel's arrays: m, the row's max score so far (the same in the row's 4 lanes); l, this
+// lane's share of the row sum; lo, this lane's smallest allowed score, NaN once a NaN went by
+// (min_nan: the statistics' NaN costs no extra instruction). (A struct holding the arrays
+// themselves costs the soft-capped kernels registers and a barrier, 202 instead of 196 at width
+// 32 in the kernel report; references compile to the very same instructions.)
+struct RowState {
+  float (&m)[2], (&l)[2], (&lo)[2];
+};
+
+// Where a key tile sits for those rows: what the masked path tests each pair against.
+struct TilePlace {
+  const int (&rows)[2];  // the lane's rows in the sequence
+  int k0, t;             // the tile's first key; the lane's column pair 2t, 2t + 1 in each n-block
+  int w, seq_len;        // the head's window, the sequence length
+};
+
+// One key tile's online-softmax update for one m-tile, in registers. s (16 x kBc, the mma C layout:
+// n-block n holds keys k0 + 8n ..) comes in as Q K^T and leaves as P = 2^(log2_scale (v - m)),
+// masked pairs 0; O and l rescaled by 2^(log2_scale (m_old - m_new)). kMasked tests each pair
+// (allowed()); the other path, for tiles where every pair is allowed, has no per-element test.
+template <bool kMasked, bool kNoSoftcap, int kS, int kO>
+__device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO][4], const RowState& row,
+                                               float log2_scale, const SoftCap& cap, const TilePlace& at) {
+  float(&m)[2] = row.m;
+  float(&l)[2] = row.l;
+  float(&lo)[2] = row.lo;
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int n = 0; n < kS; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = e >> 1;
-      float x = score_value<kPlain>(s[n][e], cap);
+      float x = score_value<kNoSoftcap>(s[n][e], cap);
       if constexpr (kMasked) {
-        const bool ok = allowed(rows[r], k0 + 8 * n + 2 * t + (e & 1), w, T_len);
-        mn[r] = ptx::min_nan(mn[r], ok ? x : INFINITY);
+        const bool ok = allowed(at.rows[r], at.k0 + 8 * n + 2 * at.t + (e & 1), at.w, at.seq_len);
+        lo[r] = ptx::min_nan(lo[r], ok ? x : INFINITY);
         x = ok ? x : -INFINITY;
       } else {
-        mn[r] = ptx::min_nan(mn[r], x);
+        lo[r] = ptx::min_nan(lo[r], x);
       }
       s[n][e] = x;
       mx[r] = fmaxf(mx[r], x);  // drops a NaN: m stays a number, P of a NaN is NaN
     }
-  float neg_ref[2];
+  float neg_shift[2];  // -log2_scale times the row's reference: the exponent's one FFMA adds it
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float m_new = fmaxf(m[r], quad_max(mx[r]));
-    const float ref = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: exp(-inf - 0) = 0
-    const float alpha = ptx::ex2(c * (m[r] - ref));       // 0 while the row had seen nothing
+    const float ref = m_new == -INFINITY ? 0.0f : m_new;      // nothing seen yet: exp(-inf - 0) = 0
+    const float alpha = ptx::ex2(log2_scale * (m[r] - ref));  // 0 while the row had seen nothing
     m[r] = m_new;
-    neg_ref[r] = -c * ref;
+    neg_shift[r] = -log2_scale * ref;
     l[r] *= alpha;
 #pragma unroll
     for (int d = 0; d < kO; ++d) o[d][2 * r] *= alpha, o[d][2 * r + 1] *= alpha;
@@ -116,91 +146,92 @@ __device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO]
   for (int n = 0; n < kS; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[n][e] = ptx::ex2(fmaf(c, s[n][e], neg_ref[e >> 1]));  // masked: 2^-inf = 0
+      s[n][e] = ptx::ex2(fmaf(log2_scale, s[n][e], neg_shift[e >> 1]));  // masked: 2^-inf = 0
       l[e >> 1] += s[n][e];
     }
 }
 
 // Shapes: q, k, v, out (B, H, T, D) in T at dims.q, .k, .v, .out (Rows; k and v with one row
-// stride), D = dims.D <= Dk, the kernel width (tile
-// columns D..Dk-1 are zeros: attention_tiles.h); lse (B, H, T) f32; max_logit, max_range (H) f32
-// read as bits, zeroed before the launch. Grid (ceil(T / 128), H, B), kThreads threads: block
-// (i, h, b) owns query rows [128 qt, 128 qt + 128) of pair bh = b*H + h, qt counted from the end
-// (the longest query tiles start first). A head's query tiles run side by
-// side (FlashAttention-2's grid), so the blocks resident at once read the K and V of a few heads,
-// which stay in L2, rather than those of ~132 heads. Warp w owns rows 16 kM w .. 16 kM w + 16 kM - 1, m-tile
-// mt the 16 from 16 (kM w + mt); lane (g, t) holds rows g and g + 8 of each.
-template <typename T, int Dk, bool kPlain>
-__global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
+// stride), D = dims.D <= kWidth (tile columns D..kWidth-1 are zeros: attention_tiles.h); lse
+// (B, H, T) f32; max_logit, max_range (H) f32 read as bits, zeroed before the launch. Grid
+// (ceil(T / 128), H, B), kThreads threads: block (i, h, b) owns query rows [128 qt, 128 qt + 128)
+// of pair bh = b*H + h, qt counted from the end (the longest query tiles start first). A head's
+// query tiles run side by side (FlashAttention-2's grid), so the blocks resident at once read the
+// K and V of a few heads, which stay in L2, rather than those of ~132 heads. Warp w owns rows
+// 16 kMTiles w .. 16 kMTiles (w + 1) - 1, m-tile mt the 16 from 16 (kMTiles w + mt); lane (g, t)
+// holds rows g and g + 8 of each.
+// One function: the main loop's state (O, the row states, Q's fragments) lives in registers
+// across it, and the kernel report holds its registers, spills and instructions per HMMA.
+template <typename T, int kWidth, bool kNoSoftcap>
+__global__ void __launch_bounds__(MmaFwd<kWidth>::kThreads, 1)
     attention_mma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                  T* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ max_logit,
                                  unsigned* __restrict__ max_range, Dims dims) {
-  using F = MmaFwd<Dk, kPlain>;
-  constexpr int kBr = F::kBr, kBc = F::kBc, kThreads = F::kThreads, kM = F::kM, kRows = 16 * kM;
-  constexpr int kS = kBc / 8, kO = Dk / 8, kQ = Dk / 16;  // n-blocks of S and O, k-steps of Q K^T
+  using F = MmaFwd<kWidth>;
+  constexpr int kBr = F::kBr, kBc = F::kBc, kThreads = F::kThreads, kMTiles = F::kMTiles, kRows = 16 * kMTiles;
+  constexpr int kS = kBc / 8, kO = kWidth / 8, kQ = kWidth / 16;  // n-blocks of S and O, k-steps of Q K^T
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
   T* const Qs = reinterpret_cast<T*>(smem);
   __shared__ unsigned block_logit, block_range;
 
-  const int h = blockIdx.y, bh = blockIdx.z * dims.H + h, T_len = dims.T, D = dims.D, w = dims.window[h];
+  const int h = blockIdx.y, bh = blockIdx.z * dims.H + h, seq_len = dims.T, D = dims.D, w = dims.window[h];
   const int qt = gridDim.x - 1 - blockIdx.x, q0 = qt * kBr;
   q += dims.q.pair(bh, dims.H), k += dims.k.pair(bh, dims.H), v += dims.v.pair(bh, dims.H);
   out += dims.out.pair(bh, dims.H);
   const int ld = dims.k.t;  // K's and V's row stride
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r0 = kRows * warp, first = q0 + r0;  // the warp's first row: in the tile, in the sequence
-  int rows[kM][2];
+  int rows[kMTiles][2];
 #pragma unroll
-  for (int mt = 0; mt < kM; ++mt) rows[mt][0] = first + 16 * mt + g, rows[mt][1] = first + 16 * mt + g + 8;
-  const TileRange keys = key_tiles_for_query_tile(qt, kBr, kBc, T_len, w);
-  const TileRange mine =
-      first < T_len ? key_tiles_for_query_tile(first / kRows, kRows, kBc, T_len, w) : TileRange{0, 0};
+  for (int mt = 0; mt < kMTiles; ++mt) rows[mt][0] = first + 16 * mt + g, rows[mt][1] = first + 16 * mt + g + 8;
+  const TileRange block_tiles = key_tiles_for_query_tile(qt, kBr, kBc, seq_len, w);
+  const TileRange warp_tiles =
+      first < seq_len ? key_tiles_for_query_tile(first / kRows, kRows, kBc, seq_len, w) : TileRange{0, 0};
 
-  const TileStream<T, Dk, kBc, kThreads> kv_copy(D, ld);
+  const TileStream<T, kWidth, kBc, kThreads> kv_copy(D, ld);
   auto load_kv = [&](int kt, int stage) {
     const int64_t k0 = static_cast<int64_t>(kt) * kBc;
-    kv_copy.load(Qs + F::kK + stage * F::kStage, k + k0 * ld, T_len - static_cast<int>(k0), ld);
-    kv_copy.load(Qs + F::kV + stage * F::kStage, v + k0 * ld, T_len - static_cast<int>(k0), ld);
+    kv_copy.load(Qs + F::kK + stage * F::kStage, k + k0 * ld, seq_len - static_cast<int>(k0), ld);
+    kv_copy.load(Qs + F::kV + stage * F::kStage, v + k0 * ld, seq_len - static_cast<int>(k0), ld);
   };
   // The lanes' ldmatrix rows (attention_mma.cuh): Q's A fragments and V's B columns, K's B rows.
-  const auto a_row = LaneRow<Dk>::a_rows(lane), k_row = LaneRow<Dk>::b_rows(lane);
+  const auto a_row = LaneRow<kWidth>::a_rows(lane), k_row = LaneRow<kWidth>::b_rows(lane);
   if (threadIdx.x == 0) block_logit = block_range = 0;
-  load_tile_async<T, Dk, kBr, kThreads>(Qs, q + static_cast<int64_t>(q0) * dims.q.t, T_len - q0, D, dims.q.t);
-  load_kv(keys.begin, 0);
+  load_tile_async<T, kWidth, kBr, kThreads>(Qs, q + static_cast<int64_t>(q0) * dims.q.t, seq_len - q0, D, dims.q.t);
+  load_kv(block_tiles.begin, 0);
   ptx::cp_async_commit();
 
-  uint32_t qf[F::kQInRegs ? kM : 1][F::kQInRegs ? kQ : 1][4];  // Q's A fragments, when held in registers
-  float o[kM][kO][4] = {};
-  float m[kM][2], l[kM][2] = {}, mn[kM][2];  // l: this lane's share of the row sum
+  uint32_t qf[F::kQInRegs ? kMTiles : 1][F::kQInRegs ? kQ : 1][4];  // Q's A fragments, when held in registers
+  float o[kMTiles][kO][4] = {};
+  float m[kMTiles][2], l[kMTiles][2] = {}, lo[kMTiles][2];  // the row state (online_softmax)
 #pragma unroll
-  for (int mt = 0; mt < kM; ++mt)
-    m[mt][0] = m[mt][1] = -INFINITY, mn[mt][0] = mn[mt][1] = INFINITY;  // mn: this lane's smallest allowed value
-  const float c = (kPlain ? dims.scale : 1.0f) * kLog2e;  // v -> log2 units of the softmax
+  for (int mt = 0; mt < kMTiles; ++mt) m[mt][0] = m[mt][1] = -INFINITY, lo[mt][0] = lo[mt][1] = INFINITY;
+  const float log2_scale = (kNoSoftcap ? dims.scale : 1.0f) * kLog2e;  // score -> log2 units of the softmax
   const SoftCap cap(dims);
-  for (int kt = keys.begin; kt < keys.end; ++kt) {
-    const int stage = (kt - keys.begin) & 1, k0 = kt * kBc;
+  for (int kt = block_tiles.begin; kt < block_tiles.end; ++kt) {
+    const int stage = (kt - block_tiles.begin) & 1, k0 = kt * kBc;
     // Tile kt's copies are the only group in flight (kt + 1's are issued only after the barrier,
     // into the stage tile kt - 1 used), hence wait_group 0.
     ptx::cp_async_wait<0>();
     __syncthreads();  // tile kt is in for every thread, and every warp is done with tile kt - 1
     if constexpr (F::kQInRegs)
-      if (kt == keys.begin)
-        for (int mt = 0; mt < kM; ++mt)
+      if (kt == block_tiles.begin)
+        for (int mt = 0; mt < kMTiles; ++mt)
           for (int kk = 0; kk < kQ; ++kk) load_a(qf[mt][kk], Qs, a_row, r0 + 16 * mt, 16 * kk);
-    if (kt + 1 < keys.end) {
+    if (kt + 1 < block_tiles.end) {
       load_kv(kt + 1, stage ^ 1);
       ptx::cp_async_commit();
     }
-    if (kt < mine.begin || kt >= mine.end) continue;  // no allowed pair for this warp's rows
+    if (kt < warp_tiles.begin || kt >= warp_tiles.end) continue;  // no allowed pair for this warp's rows
     const T* Ks = Qs + F::kK + stage * F::kStage;
     const T* Vs = Qs + F::kV + stage * F::kStage;
 
-    float s[kM][kS][4] = {};  // S = Q K^T: n-block n holds keys k0 + 8n ..
+    float s[kMTiles][kS][4] = {};  // S = Q K^T: n-block n holds keys k0 + 8n ..
 #pragma unroll
     for (int kk = 0; kk < kQ; ++kk) {
-      uint32_t qa[kM][4];
+      uint32_t qa[kMTiles][4];
 #pragma unroll
-      for (int mt = 0; mt < kM; ++mt) {
+      for (int mt = 0; mt < kMTiles; ++mt) {
         if constexpr (F::kQInRegs) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) qa[mt][e] = qf[mt][kk][e];
@@ -213,7 +244,7 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
         uint32_t b0[2], b1[2];
         load_b_rows(b0, b1, Ks, k_row, 8 * n, 16 * kk);
 #pragma unroll
-        for (int mt = 0; mt < kM; ++mt) {  // one K fragment, kM products
+        for (int mt = 0; mt < kMTiles; ++mt) {  // one K fragment, kMTiles products
           ptx::mma_m16n8k16<T>(s[mt][n], qa[mt], b0);
           ptx::mma_m16n8k16<T>(s[mt][n + 1], qa[mt], b1);
         }
@@ -225,26 +256,28 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
     // edge masks. Whole: the rows are inside the sequence, the tile's last key is at or before the
     // first row, and its first key is inside the last row's band (bands slide right with the row).
 #pragma unroll
-    for (int mt = 0; mt < kM; ++mt) {
+    for (int mt = 0; mt < kMTiles; ++mt) {
       const int top = first + 16 * mt;
-      const bool whole = top + 15 < T_len && k0 + kBc - 1 <= top && k0 >= band_start(top + 15, w);
+      const bool whole = top + 15 < seq_len && k0 + kBc - 1 <= top && k0 >= band_start(top + 15, w);
+      const RowState row{m[mt], l[mt], lo[mt]};
+      const TilePlace at{rows[mt], k0, t, w, seq_len};
       if (whole)
-        online_softmax<false, kPlain>(s[mt], o[mt], m[mt], l[mt], mn[mt], c, cap, rows[mt], k0, t, w, T_len);
+        online_softmax<false, kNoSoftcap>(s[mt], o[mt], row, log2_scale, cap, at);
       else
-        online_softmax<true, kPlain>(s[mt], o[mt], m[mt], l[mt], mn[mt], c, cap, rows[mt], k0, t, w, T_len);
+        online_softmax<true, kNoSoftcap>(s[mt], o[mt], row, log2_scale, cap, at);
     }
 
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk) {  // O += P V, P's k-step kk = S's n-blocks 2kk, 2kk + 1
-      uint32_t a[kM][4];
+      uint32_t a[kMTiles][4];
 #pragma unroll
-      for (int mt = 0; mt < kM; ++mt) acc_to_a<T>(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+      for (int mt = 0; mt < kMTiles; ++mt) acc_to_a<T>(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
 #pragma unroll
       for (int d = 0; d < kO; d += 2) {
         uint32_t b0[2], b1[2];
         load_b_cols(b0, b1, Vs, a_row, 16 * kk, 8 * d);
 #pragma unroll
-        for (int mt = 0; mt < kM; ++mt) {  // one V fragment, kM products
+        for (int mt = 0; mt < kMTiles; ++mt) {  // one V fragment, kMTiles products
           ptx::mma_m16n8k16<T>(o[mt][d], a[mt], b0);
           ptx::mma_m16n8k16<T>(o[mt][d + 1], a[mt], b1);
         }
@@ -260,31 +293,31 @@ __global__ void __launch_bounds__(MmaFwd<Dk, kPlain>::kThreads, 1)
   __syncwarp();
   unsigned logit_bits = 0, range_bits = 0;
 #pragma unroll
-  for (int mt = 0; mt < kM; ++mt)
+  for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float sum = quad_sum(l[mt][r]);
       const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
 #pragma unroll
       for (int d = 0; d < kO; ++d)
-        *reinterpret_cast<uint32_t*>(Qs + Swizzle<Dk>::offset(r0 + 16 * mt + g + 8 * r, 8 * d + 2 * t)) =
+        *reinterpret_cast<uint32_t*>(Qs + Swizzle<kWidth>::offset(r0 + 16 * mt + g + 8 * r, 8 * d + 2 * t)) =
             pack2<T>(o[mt][d][2 * r] * inv, o[mt][d][2 * r + 1] * inv);
-      if (rows[mt][r] < T_len) {
-        const float vs = kPlain ? dims.scale : 1.0f;          // v -> logit
-        const float hi = m[mt][r] * vs, lo = mn[mt][r] * vs;  // lo: NaN if a NaN logit went by this lane
-        if (t == 0) lse[static_cast<int64_t>(bh) * T_len + rows[mt][r]] = hi + logf(sum);
-        const bool nan = lo != lo, seen = mn[mt][r] != INFINITY;  // seen: this lane held an allowed key
-        const float amax = nan ? NAN : seen ? fmaxf(fabsf(hi), fabsf(lo)) : fabsf(hi);
+      if (rows[mt][r] < seq_len) {
+        const float vs = kNoSoftcap ? dims.scale : 1.0f;            // score -> logit
+        const float hi = m[mt][r] * vs, low = lo[mt][r] * vs;  // low: NaN if a NaN logit went by this lane
+        if (t == 0) lse[static_cast<int64_t>(bh) * seq_len + rows[mt][r]] = hi + logf(sum);
+        const bool nan = low != low, seen = lo[mt][r] != INFINITY;  // seen: this lane held an allowed key
+        const float amax = nan ? NAN : seen ? fmaxf(fabsf(hi), fabsf(low)) : fabsf(hi);
         logit_bits = max(logit_bits, stat_bits(amax));
-        if (seen) range_bits = max(range_bits, stat_bits(nan ? NAN : hi - lo));
+        if (seen) range_bits = max(range_bits, stat_bits(nan ? NAN : hi - low));
       }
     }
   __syncwarp();
-  for (int i = lane; i < kRows * (Dk / 8); i += 32) {
-    const int r = i / (Dk / 8), col = i % (Dk / 8) * 8;
-    if (first + r < T_len && col < D)  // the padding columns (zeros) are not the output's
+  for (int i = lane; i < kRows * (kWidth / 8); i += 32) {
+    const int r = i / (kWidth / 8), col = i % (kWidth / 8) * 8;
+    if (first + r < seq_len && col < D)  // the padding columns (zeros) are not the output's
       *reinterpret_cast<uint4*>(out + static_cast<int64_t>(first + r) * dims.out.t + col) =
-          *reinterpret_cast<const uint4*>(Qs + Swizzle<Dk>::offset(r0 + r, col));
+          *reinterpret_cast<const uint4*>(Qs + Swizzle<kWidth>::offset(r0 + r, col));
   }
 
   publish_head_stats(logit_bits, range_bits, &block_logit, &block_range, max_logit + h, max_range + h);
@@ -313,12 +346,12 @@ void attention_mma_forward(const Tensor& q_in, const Tensor& k_in, const Tensor&
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int dev = q.device().index;
   visit_half(kOp, q.dtype(), [&]<typename E>() {
-    with_width<16>(kOp, D, [&]<int HD>() {
-      auto launch = [&]<bool kPlain>() {
-        using F = MmaFwd<HD, kPlain>;
+    with_width<16>(kOp, D, [&]<int kWidth>() {
+      auto launch = [&]<bool kNoSoftcap>() {
+        using F = MmaFwd<kWidth>;
         const dim3 grid(static_cast<unsigned>((T + F::kBr - 1) / F::kBr), static_cast<unsigned>(H),
                         static_cast<unsigned>(B));  // a head's query tiles side by side
-        launch_threads(attention_mma_forward_kernel<E, HD, kPlain>, grid, F::kThreads, F::kBytes, dev,
+        launch_threads(attention_mma_forward_kernel<E, kWidth, kNoSoftcap>, grid, F::kThreads, F::kBytes, dev,
                        static_cast<const E*>(q.raw_data()), static_cast<const E*>(k.raw_data()),
                        static_cast<const E*>(v.raw_data()), static_cast<E*>(out.raw_data()),
                        static_cast<float*>(lse.raw_data()), static_cast<unsigned*>(max_logit.raw_data()),
