@@ -160,8 +160,9 @@ __device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO]
 // K and V of a few heads, which stay in L2, rather than those of ~132 heads. Warp w owns rows
 // 16 kMTiles w .. 16 kMTiles (w + 1) - 1, m-tile mt the 16 from 16 (kMTiles w + mt); lane (g, t)
 // holds rows g and g + 8 of each.
-// One function: the main loop's state (O, the row states, Q's fragments) lives in registers
-// across it, and the kernel report holds its registers, spills and instructions per HMMA.
+// One function of ~150 lines: the main loop's state (O, the row states, Q's fragments) lives in
+// registers across it, and moving a part of it into a function of its own (O += P V, say) changed
+// the compiled code (4 more instructions at width 16 in the kernel report), so it stays whole.
 template <typename T, int kWidth, bool kNoSoftcap>
 __global__ void __launch_bounds__(MmaFwd<kWidth>::kThreads, 1)
     attention_mma_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
