@@ -4,7 +4,7 @@
 // layouts, so a kernel built on these runs in CI before any GPU sees it.
 //
 //   mma_m16n8k16<T>(d, a, b)      d += a b on tensor cores: A 16x16, B 16x8 (bf16 or f16), D f32
-//   ldmatrix_x{1,2,4}[_trans]     1, 2 or 4 8x8 b16 matrices from shared memory into fragments
+//   ldmatrix_x4[_trans], ldmatrix_x2_trans   4 or 2 8x8 b16 matrices from shared memory into fragments
 //   cp_async_16, cp_async_commit, cp_async_wait<N>   global -> shared copies that overlap compute
 //   ex2, min_nan                  2^x in one instruction; a minimum that keeps NaN
 //   ld_acquire_gpu, red_release_gpu_add, spin_wait_equal   an ordered hand-over between blocks
@@ -71,23 +71,7 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 }
 #endif
 
-// ldmatrix.sync.aligned.m8n8.x{1,2,4}{,.trans}.shared.b16: `row` is this lane's row address.
-__device__ __forceinline__ void ldmatrix_x1(uint32_t (&r)[1], const void* row KEEL_PTX_WHERE) {
-#ifdef KEEL_CUDA_EMULATED
-  ::keel::emu::ptx::ldmatrix<1>(r, row, false, where);
-#else
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(shared_address(row)));
-#endif
-}
-__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* row KEEL_PTX_WHERE) {
-#ifdef KEEL_CUDA_EMULATED
-  ::keel::emu::ptx::ldmatrix<2>(r, row, false, where);
-#else
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(shared_address(row)));
-#endif
-}
+// ldmatrix.sync.aligned.m8n8.{x4,x4.trans,x2.trans}.shared.b16: `row` is this lane's row address.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row KEEL_PTX_WHERE) {
 #ifdef KEEL_CUDA_EMULATED
   ::keel::emu::ptx::ldmatrix<4>(r, row, false, where);
@@ -95,13 +79,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row KE
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(shared_address(row)));
-#endif
-}
-__device__ __forceinline__ void ldmatrix_x1_trans(uint32_t (&r)[1], const void* row KEEL_PTX_WHERE) {
-#ifdef KEEL_CUDA_EMULATED
-  ::keel::emu::ptx::ldmatrix<1>(r, row, true, where);
-#else
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(shared_address(row)));
 #endif
 }
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* row KEEL_PTX_WHERE) {

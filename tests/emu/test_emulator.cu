@@ -1,5 +1,5 @@
 // The emulated CUDA device itself (core/cuda/emu): that kernels compute what CUDA says they
-// compute (shared memory, barriers, shuffles, votes, atomics, wmma), and that every CUDA rule
+// compute (shared memory, barriers, shuffles, votes, atomics), and that every CUDA rule
 // the emulator enforces turns into a clear error instead of a hang. Built only in the emulated
 // presets: on a real GPU the rule-breaking kernels here would hang or return garbage.
 #include <doctest/doctest.h>
@@ -51,18 +51,6 @@ __global__ void shuffle_kernel(int* out) {
   out[3 * 32 + lane] = __shfl_xor_sync(0xffffffffu, lane * 10, 9, 32);
   out[4 * 32 + lane] = static_cast<int>(__ballot_sync(0xffffffffu, lane % 3 == 0));
   out[5 * 32 + lane] = __all_sync(0xffffffffu, lane < 32) + 2 * __any_sync(0xffffffffu, lane == 7);
-}
-
-template <typename T>
-__global__ void wmma_kernel(const T* a, const T* b, float* c) {  // c (16 x 16) = a (16 x 16) b (16 x 16)
-  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> fa;
-  nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::col_major> fb;
-  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;
-  nvcuda::wmma::fill_fragment(fc, 1.0f);
-  nvcuda::wmma::load_matrix_sync(fa, a, 16);
-  nvcuda::wmma::load_matrix_sync(fb, b, 16);  // col-major: element (k, n) at b[n * 16 + k]
-  nvcuda::wmma::mma_sync(fc, fa, fb, fc);
-  nvcuda::wmma::store_matrix_sync(c, fc, 16, nvcuda::wmma::mem_row_major);
 }
 
 // ---- kernels that break a rule ----
@@ -143,28 +131,6 @@ TEST_CASE("emulated device: shuffles follow CUDA's lane arithmetic, widths inclu
     CHECK(out[160 + l] == 3);
   }
   KEEL_CHECK_CUDA(cudaFree(out));
-}
-
-TEST_CASE("emulated device: wmma multiplies f16 and bf16 tiles with f32 accumulation") {
-  std::vector<float> a(256), b(256);
-  for (int i = 0; i < 256; ++i) a[i] = static_cast<float>((i * 7) % 11 - 5) / 4, b[i] = static_cast<float>((i * 5) % 13 - 6) / 8;
-  auto run = [&]<typename T>(T (*convert)(float)) {
-    T* da = device_array<T>(256);
-    T* db = device_array<T>(256);
-    float* dc = device_array<float>(256);
-    for (int i = 0; i < 256; ++i) da[i] = convert(a[i]), db[i] = convert(b[i]);
-    launch_kernel(wmma_kernel<T>, 1, 32, 0, nullptr, da, db, dc);
-    KEEL_CHECK_LAUNCH();
-    for (int r = 0; r < 16; ++r)
-      for (int c = 0; c < 16; ++c) {
-        float want = 1.0f;
-        for (int k = 0; k < 16; ++k) want += a[r * 16 + k] * b[c * 16 + k];  // exact in f16 and bf16
-        CHECK(dc[r * 16 + c] == want);
-      }
-    cudaFree(da), cudaFree(db), cudaFree(dc);
-  };
-  run(+[](float x) { return __float2half_rn(x); });
-  run(+[](float x) { return __float2bfloat16_rn(x); });
 }
 
 TEST_CASE("emulated device: fresh device memory and unwritten shared memory read as NaN") {

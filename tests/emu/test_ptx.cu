@@ -75,8 +75,8 @@ __global__ void mma_kernel(const T* a, const T* b, float* d) {
 }
 
 // Every lane records what ldmatrix gives it from a 16 x 16 b16 tile whose element (r, c) holds
-// r * 16 + c: x4 (four 8x8 quadrants, lanes 8i.. give the rows of quadrant i), x2, x1, and the
-// same transposed. out: 6 loads x 32 lanes x 4 registers.
+// r * 16 + c: x4 (four 8x8 quadrants, lanes 8i.. give the rows of quadrant i), x4.trans and
+// x2.trans, the forms keel's kernels use. out: 3 loads x 32 lanes x 4 registers.
 __global__ void ldmatrix_kernel(const uint16_t* tile, uint32_t* out) {
   alignas(16) __shared__ uint16_t s[16 * 16];
   const int lane = threadIdx.x;
@@ -84,25 +84,19 @@ __global__ void ldmatrix_kernel(const uint16_t* tile, uint32_t* out) {
   __syncwarp();
   const int quadrant = lane / 8, row = lane % 8;
   const uint16_t* p = s + (row + 8 * (quadrant % 2)) * 16 + 8 * (quadrant / 2);  // quadrants down, then right
-  uint32_t r4[4] = {0, 0, 0, 0}, r2[2] = {0, 0}, r1[1] = {0};
+  uint32_t r4[4] = {0, 0, 0, 0}, r2[2] = {0, 0};
   uint32_t* o = out + lane * 4;
   ptx::ldmatrix_x4(r4, p);
   for (int i = 0; i < 4; ++i) o[0 * 128 + i] = r4[i];
-  ptx::ldmatrix_x2(r2, p);
-  for (int i = 0; i < 2; ++i) o[1 * 128 + i] = r2[i];
-  ptx::ldmatrix_x1(r1, p);
-  o[2 * 128] = r1[0];
   ptx::ldmatrix_x4_trans(r4, p);
-  for (int i = 0; i < 4; ++i) o[3 * 128 + i] = r4[i];
+  for (int i = 0; i < 4; ++i) o[1 * 128 + i] = r4[i];
   ptx::ldmatrix_x2_trans(r2, p);
-  for (int i = 0; i < 2; ++i) o[4 * 128 + i] = r2[i];
-  ptx::ldmatrix_x1_trans(r1, p);
-  o[5 * 128] = r1[0];
+  for (int i = 0; i < 2; ++i) o[2 * 128 + i] = r2[i];
 }
 
 // ldmatrix's operand rules, broken one at a time: kCase 0, lane 3 gives a row address that is
-// not 16-byte aligned; 1, lane 20 executes .x2 while the rest execute .x4; 2, not broken: .x1
-// with lanes 8-31 giving misaligned addresses, which PTX ignores.
+// not 16-byte aligned; 1, lane 20 executes .x2.trans while the rest execute .x4; 2, not broken:
+// .x2.trans with lanes 16-31 giving misaligned addresses, which PTX ignores.
 template <int kCase>
 __global__ void ldmatrix_operands_kernel() {
   alignas(16) __shared__ uint16_t s[16 * 16];
@@ -110,16 +104,17 @@ __global__ void ldmatrix_operands_kernel() {
   for (int e = lane; e < 256; e += 32) s[e] = static_cast<uint16_t>(e);
   __syncwarp();
   const uint16_t* p = s + (lane % 16) * 16 + 8 * (lane / 16);
-  uint32_t r4[4], r2[2], r1[1];
+  uint32_t r4[4], r2[2];
   if (kCase == 0) ptx::ldmatrix_x4(r4, lane == 3 ? p + 4 : p);
-  if (kCase == 1 && lane == 20) ptx::ldmatrix_x2(r2, p);
+  if (kCase == 1 && lane == 20) ptx::ldmatrix_x2_trans(r2, p);
   if (kCase == 1 && lane != 20) ptx::ldmatrix_x4(r4, p);
-  if (kCase == 2) ptx::ldmatrix_x1(r1, lane < 8 ? p : p + 1);
+  if (kCase == 2) ptx::ldmatrix_x2_trans(r2, lane < 16 ? p : p + 1);
 }
 
 // d = a b + 0 with both operands through shared memory and ldmatrix, as a flash kernel does:
 // A (16 x 16 row-major) by ldmatrix_x4; B (k x n) stored k-major (row k holds n = 0..7) by
-// ldmatrix_x2_trans, or stored n-major (row n holds k = 0..15) by ldmatrix_x2.
+// ldmatrix_x2_trans, or stored n-major (row n holds k = 0..15) by ldmatrix_x4, as
+// attention_mma.cuh's load_b_rows reads two n-blocks (lanes 16-31 name the one n-block again).
 template <typename T, bool kNMajorB>
 __global__ void ldmatrix_mma_kernel(const T* a, const T* b, float* d) {
   // Raw 16-bit storage: a static __shared__ array of a type with a constructor (bf16, f16) is,
@@ -138,8 +133,13 @@ __global__ void ldmatrix_mma_kernel(const T* a, const T* b, float* d) {
   __syncwarp();
   uint32_t fa[4], fb[2];
   ptx::ldmatrix_x4(fa, sa + (lane % 16) * 16 + 8 * (lane / 16));  // rows 0-15, then columns 8-15
-  if (kNMajorB) ptx::ldmatrix_x2(fb, sb + (lane % 8) * 16 + 8 * ((lane / 8) % 2));
-  else ptx::ldmatrix_x2_trans(fb, sb + (lane % 16) * 8);
+  if (kNMajorB) {
+    uint32_t r[4];
+    ptx::ldmatrix_x4(r, sb + (lane % 8) * 16 + 8 * ((lane / 8) % 2));
+    fb[0] = r[0], fb[1] = r[1];
+  } else {
+    ptx::ldmatrix_x2_trans(fb, sb + (lane % 16) * 8);
+  }
   float fd[4] = {0, 0, 0, 0};
   ptx::mma_m16n8k16<T>(fd, fa, fb);
   for (int i = 0; i < 4; ++i) d[c_elem(lane, i).r * 8 + c_elem(lane, i).c] = fd[i];
@@ -241,9 +241,9 @@ TEST_CASE("emulated PTX: mma.sync m16n8k16 multiplies bf16 and f16 fragments in 
   check_mma<__half>(+[](float x) { return __float2half_rn(x); });
 }
 
-TEST_CASE("emulated PTX: ldmatrix x1, x2, x4 and .trans hand each lane the ISA's elements") {
+TEST_CASE("emulated PTX: ldmatrix x4, x4.trans and x2.trans hand each lane the ISA's elements") {
   uint16_t* tile = device_array<uint16_t>(256);
-  uint32_t* out = device_array<uint32_t>(6 * 128);
+  uint32_t* out = device_array<uint32_t>(3 * 128);
   for (int e = 0; e < 256; ++e) tile[e] = static_cast<uint16_t>(e);
   launch_kernel(ldmatrix_kernel, 1, 32, 0, nullptr, tile, out);
   KEEL_CHECK_LAUNCH();
@@ -252,9 +252,9 @@ TEST_CASE("emulated PTX: ldmatrix x1, x2, x4 and .trans hand each lane the ISA's
   for (int lane = 0; lane < 32; ++lane) {
     CAPTURE(lane);
     const int r = lane / 4, c = 2 * (lane % 4);
-    for (int load = 0; load < 6; ++load) {
-      const bool trans = load >= 3;
-      const int num = (load % 3 == 0) ? 4 : (load % 3 == 1) ? 2 : 1;
+    for (int load = 0; load < 3; ++load) {
+      const bool trans = load >= 1;
+      const int num = load < 2 ? 4 : 2;
       for (int i = 0; i < num; ++i) {
         CAPTURE(load);
         CAPTURE(i);
@@ -271,7 +271,7 @@ TEST_CASE("emulated PTX: ldmatrix needs aligned rows from the lanes that give th
   CHECK(e.find("ldmatrix.x4: lane 3 gives row address") != std::string::npos);
   CHECK(e.find("not 16-byte aligned") != std::string::npos);
   e = error_of([] { launch_kernel(ldmatrix_operands_kernel<1>, 1, 32, 0, nullptr); });
-  CHECK(e.find("lane 20 loads .x2 while lane 0 loads .x4") != std::string::npos);
+  CHECK(e.find("lane 20 loads .x2.trans while lane 0 loads .x4") != std::string::npos);
   CHECK(error_of([] { launch_kernel(ldmatrix_operands_kernel<2>, 1, 32, 0, nullptr); }) == "(no error)");
 }
 

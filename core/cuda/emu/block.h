@@ -3,15 +3,15 @@
 //
 // What makes this CUDA and not just a loop over threads is where threads wait for each other:
 //  - __syncthreads: every thread of the block must arrive; then all go on.
-//  - warp collectives (__syncwarp, the __shfl_*_sync family, votes, wmma::mma_sync, and the PTX
-//    instructions mma.sync and ldmatrix of ptx.h): the lanes named in the mask must all arrive
+//  - warp collectives (__syncwarp, the __shfl_*_sync family, votes, and the PTX instructions
+//    mma.sync and ldmatrix of ptx.h): the lanes named in the mask must all arrive
 //    at the same collective; the last to arrive computes the result for every lane.
 // The CUDA rules are checked as the threads run, and a break is an EmulationError naming the
 // rule, the call site, the block and the threads involved: a barrier that only part of a block
 // reaches, a thread that exits while others wait for it, a mask that names an exited or absent
 // lane, lanes waiting in different collectives. A real GPU would hang or return garbage.
 //
-// Everything here is called from the device functions in device_functions.h, wmma.h and ptx.h,
+// Everything here is called from the device functions in device_functions.h and ptx.h,
 // and from launch.h; kernels never call it directly. The scheduler is block.cpp, the waits and
 // their rules block_sync.cpp.
 #pragma once
@@ -53,7 +53,7 @@ void sync_block(const std::source_location& where);
 // A warp collective. Every lane in `mask` must call it with the same kind; the last to arrive
 // calls combine(state, in, out) once, where in[l] and out[l] point at lane l's operands (null
 // for lanes outside the mask). Lanes then continue with their out filled in.
-enum class Collective : uint8_t { syncwarp, shfl, shfl_up, shfl_down, shfl_xor, vote, mma, mma_ptx, ldmatrix };
+enum class Collective : uint8_t { syncwarp, shfl, shfl_up, shfl_down, shfl_xor, vote, mma_ptx, ldmatrix };
 using CombineFn = void (*)(const void* state, const void* const in[32], void* const out[32], unsigned mask);
 void warp_collective(Collective kind, unsigned mask, const void* in, void* out, CombineFn combine, const void* state,
                      const std::source_location& where);

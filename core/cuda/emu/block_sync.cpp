@@ -1,5 +1,5 @@
 // Where CUDA threads wait for each other, and the CUDA rules of each wait: __syncthreads,
-// warp collectives (shuffles, votes, __syncwarp, wmma and PTX mma.sync, ldmatrix), and each
+// warp collectives (shuffles, votes, __syncwarp, PTX mma.sync and ldmatrix), and each
 // thread's queue of cp.async copies. The scheduler that runs and suspends the threads is
 // block.cpp; under TSan, the release/acquire pairs here are the happens-before edges CUDA
 // guarantees, and nothing more.
@@ -19,7 +19,6 @@ const char* collective_name(Collective kind) {
     case Collective::shfl_down: return "__shfl_down_sync";
     case Collective::shfl_xor: return "__shfl_xor_sync";
     case Collective::vote: return "a warp vote (__ballot_sync / __any_sync / __all_sync)";
-    case Collective::mma: return "wmma::mma_sync";
     case Collective::mma_ptx: return "mma.sync.aligned.m16n8k16";
     case Collective::ldmatrix: return "ldmatrix.sync.aligned.m8n8";
   }

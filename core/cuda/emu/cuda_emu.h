@@ -3,7 +3,7 @@
 // ordinary C++. It keeps CUDA's own host headers (types, error codes, half and bfloat16 with
 // their exact rounding, the runtime's declarations, whose definitions live in runtime.cpp) and
 // adds what only nvcc knew: the qualifiers, the built-in variables, __shared__ memory, the
-// device functions and nvcuda::wmma.
+// device functions.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,4 +31,3 @@
 
 #include "core/cuda/emu/block.h"
 #include "core/cuda/emu/device_functions.h"
-#include "core/cuda/emu/wmma.h"

@@ -1,7 +1,7 @@
 // Stacks and context switches: how one host thread runs many CUDA threads.
 //
 // An emulated CUDA thread runs as an ordinary function call on the launching host thread until
-// it has to wait for other CUDA threads (__syncthreads, a shuffle, a wmma product). Then its
+// it has to wait for other CUDA threads (__syncthreads, a shuffle, an mma.sync product). Then its
 // frames stay where they are, on the stack it ran on, and the block's scheduler carries on
 // with the next CUDA thread on another stack (block.cpp). So a kernel that never waits costs
 // one function call per CUDA thread, and one that does costs a context switch per wait.

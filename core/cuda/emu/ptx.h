@@ -3,7 +3,7 @@
 // result here, as it would on a GPU.
 //
 //   mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32   a warp collective
-//   ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16           a warp collective
+//   ldmatrix.sync.aligned.m8n8.{x2,x4}{,.trans}.shared.b16              a warp collective
 //   cp.async.cg.shared.global (16 bytes, optional zero fill), cp.async.commit_group,
 //   cp.async.wait_group N, cp.async.wait_all                            per thread
 //   ld.acquire.gpu, red.release.gpu.add (32-bit) and a spin-wait on a flag
@@ -69,7 +69,7 @@ inline void mma_m16n8k16(MmaInput input, float (&d)[4], const uint32_t (&a)[4], 
 
 struct LdmatrixIn {
   const void* row;  // this lane's row address (used when the lane is one of those that give one)
-  int num;          // 1, 2 or 4 matrices
+  int num;          // 2 or 4 matrices
   bool trans;
   uint16_t data[8];  // the row's 16 bytes, read by this lane when it gives an aligned address
 };
@@ -80,7 +80,7 @@ void ldmatrix_combine(const void*, const void* const in[32], void* const out[32]
 
 template <int Num>
 void ldmatrix(uint32_t (&r)[Num], const void* row, bool trans, const std::source_location& where) {
-  static_assert(Num == 1 || Num == 2 || Num == 4, "ldmatrix loads 1, 2 or 4 matrices");
+  static_assert(Num == 2 || Num == 4, "keel's kernels load 2 or 4 matrices");
   LdmatrixIn in{row, Num, trans, {}};
   // The read belongs to the lane that names the row, so it happens here, in this lane's fiber.
   // A misaligned row is not read: the combine reports it, before anything else goes wrong.
