@@ -20,6 +20,8 @@ int device_count() { return 0; }
 bool is_available() { return false; }
 bool is_emulated() { return false; }
 void set_emulated_count_only(bool) { no_cuda("set_emulated_count_only"); }
+void set_emulated_block_schedule(const BlockSchedule&) { no_cuda("set_emulated_block_schedule"); }
+BlockSchedule emulated_block_schedule() { no_cuda("emulated_block_schedule"); }
 DeviceInfo device_info(int) { no_cuda("device_info"); }
 size_t free_memory(int) { no_cuda("free_memory"); }
 void check_device(int, const char* op) { no_cuda(op); }

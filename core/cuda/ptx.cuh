@@ -198,9 +198,10 @@ __device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
   atomicAdd(p + 1, b);
 #endif
 }
-// Spins until *flag == expected (an acquire). Only a block of lower index may be the one that
-// sets it: a GPU starts blocks in index order, so that block is running or done; the emulated
-// GPU runs them in that order and reports a wait no earlier block satisfied.
+// Spins until *flag == expected (an acquire). The block that sets the flag must have started
+// before this one (a GPU promises no order of its own: take it from an atomic ticket, as
+// attention_mma_backward.cu does); the emulated GPU runs other blocks meanwhile and reports a
+// wait that no block able to run could satisfy.
 __device__ __forceinline__ void spin_wait_equal(const int* flag, int expected KEEL_PTX_WHERE) {
 #ifdef KEEL_CUDA_EMULATED
   ::keel::emu::ptx::spin_wait_equal(flag, expected, where);

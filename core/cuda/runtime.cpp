@@ -79,13 +79,52 @@ bool is_available() { return device_count() > 0; }
 #if defined(KEEL_CUDA_EMULATED)
 bool is_emulated() { return true; }
 void set_emulated_count_only(bool on) { emu::set_count_only(on); }
+void set_emulated_block_schedule(const BlockSchedule& schedule) { emu::set_block_schedule(schedule); }
+BlockSchedule emulated_block_schedule() { return emu::block_schedule(); }
 #else
 bool is_emulated() { return false; }
 void set_emulated_count_only(bool) {
   throw DeviceError("set_emulated_count_only", "a real GPU runs every kernel; only the emulated one can skip them",
                     "use a build of preset emu");
 }
+void set_emulated_block_schedule(const BlockSchedule&) {
+  throw DeviceError("set_emulated_block_schedule", "a real GPU starts blocks in an order of its own",
+                    "use a build of preset emu");
+}
+BlockSchedule emulated_block_schedule() {
+  throw DeviceError("emulated_block_schedule", "a real GPU starts blocks in an order of its own",
+                    "use a build of preset emu");
+}
 #endif
+
+size_t static_shared_of(const void* kernel) {
+  cudaFuncAttributes a{};
+  KEEL_CHECK_CUDA(cudaFuncGetAttributes(&a, kernel));
+  return a.sharedSizeBytes;
+}
+
+void check_shared_memory(const void* kernel, size_t dynamic_bytes, const char* op, const char* kernel_name) {
+  // A launch repeats its shapes (a decode step's are the same at every token): a pair that fitted
+  // once fits again, as a kernel's limit only ever grows.
+  thread_local std::vector<std::pair<const void*, size_t>> fitted;
+  for (const auto& f : fitted)
+    if (f.first == kernel && f.second == dynamic_bytes) return;
+  cudaFuncAttributes a{};
+  KEEL_CHECK_CUDA(cudaFuncGetAttributes(&a, kernel));
+  if (dynamic_bytes > static_cast<size_t>(a.maxDynamicSharedSizeBytes))
+    throw CudaError(op,
+                    std::string(kernel_name) + " needs " + std::to_string(a.sharedSizeBytes) +
+                        " bytes of static and " + std::to_string(dynamic_bytes) +
+                        " bytes of dynamic shared memory per block, " +
+                        std::to_string(a.sharedSizeBytes + dynamic_bytes) + " in all; its limit is " +
+                        std::to_string(a.sharedSizeBytes + static_cast<size_t>(a.maxDynamicSharedSizeBytes)) +
+                        " (at most " + std::to_string(a.maxDynamicSharedSizeBytes) + " dynamic)",
+                    "a launch over the limit fails with cudaErrorInvalidValue: shrink the shared-memory budget, or "
+                    "raise the kernel's limit with cudaFuncSetAttribute(kernel, "
+                    "cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)");
+  if (fitted.size() == 64) fitted.clear();
+  fitted.emplace_back(kernel, dynamic_bytes);
+}
 
 void check_device(int index, const char* op) {
   int n = device_count();

@@ -22,6 +22,22 @@ bool is_emulated();
 // DeviceError anywhere else.
 void set_emulated_count_only(bool on);
 
+// The emulated GPU only: the order in which a launch's blocks start and how many may be resident
+// at once. A GPU promises neither, so a kernel whose result or progress depends on them is wrong
+// on some GPU some day; running the tests under other orders shows it here (docs/emulation.md,
+// "Block order"). shuffle draws a permutation per launch from the seed and the launch's number in
+// the process. With resident > 1 the resident blocks take turns at every __syncthreads.
+// KEEL_EMU_BLOCK_ORDER (index, reverse, shuffle or shuffle:SEED) and KEEL_EMU_RESIDENT_BLOCKS
+// (1 to 64) set the default: index order, one block at a time. DeviceError anywhere else.
+struct BlockSchedule {
+  enum class Order { index, reverse, shuffle };
+  Order order = Order::index;
+  unsigned long long seed = 0;
+  int resident = 1;
+};
+void set_emulated_block_schedule(const BlockSchedule& schedule);
+BlockSchedule emulated_block_schedule();
+
 struct DeviceInfo {
   std::string name;
   size_t total_memory = 0;

@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 16);
   T* hs = reinterpret_cast<T*>(smem);  // (M, C) h as stored
   T* ns = hs + M * C;                  // (M, C) layernorm(h) as stored
-  __shared__ float stats[2 * kWarps];  // normalize_row's mean and rstd, not needed here
+  KEEL_SHARED(float[2 * kWarps], stats);  // normalize_row's mean and rstd, not needed here
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   T* const gh = blockIdx.x == 0 ? h : nullptr;
   for (int r = warp; r < M; r += kWarps) {

@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(kThreads)
   float* Ss = reinterpret_cast<float*>(smem + L.s);
   float* Ps = reinterpret_cast<float*>(smem + L.p);
   float* Os = reinterpret_cast<float*>(smem + L.o);
-  __shared__ unsigned block_max, block_range;
+  KEEL_SHARED(unsigned, block_max);
+  KEEL_SHARED(unsigned, block_range);
 
   const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
   // Under a causal mask the last query tiles see the most keys: launching them first (blocks run

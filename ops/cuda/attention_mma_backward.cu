@@ -141,8 +141,8 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   const TileRange queries = query_tiles_for_key_tile(kt, kBc, kBr, T_len, w);
   // The query tiles that meet the warp's own keys, and its first key for the final stores, in
   // shared memory: registers held across the loop for them were what the D = 128 kernels spilled.
-  __shared__ TileRange warp_tiles[F::kWarps];
-  __shared__ int warp_first[F::kWarps];
+  KEEL_SHARED(TileRange[F::kWarps], warp_tiles);
+  KEEL_SHARED(int[F::kWarps], warp_first);
   if (lane == 0) {
     warp_tiles[warp] = first < T_len ? query_tiles_for_key_tile(first / 16, 16, kBr, T_len, w) : TileRange{0, 0};
     warp_first[warp] = first;
@@ -156,7 +156,7 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   // wait in shared memory, read where used (Q's and dO's once per tile): held in registers across
   // the loop, these 64-bit values made this kernel spill.
   const int ldq = dims.q.t, ldo = dims.dout.t;
-  __shared__ int64_t first_row[5];  // and of the pair's rows in the packed dq_accum
+  KEEL_SHARED(int64_t[5], first_row);  // and of the pair's rows in the packed dq_accum
   if (threadIdx.x == 0) {
     first_row[0] = dims.q.pair(bh, dims.H), first_row[1] = dims.dout.pair(bh, dims.H);
     first_row[2] = dims.k.pair(bh, dims.H), first_row[3] = dims.v.pair(bh, dims.H);

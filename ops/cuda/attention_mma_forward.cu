@@ -173,7 +173,8 @@ __global__ void __launch_bounds__(MmaFwd<kWidth>::kThreads, 1)
   constexpr int kS = kBc / 8, kO = kWidth / 8, kQ = kWidth / 16;  // n-blocks of S and O, k-steps of Q K^T
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
   T* const Qs = reinterpret_cast<T*>(smem);
-  __shared__ unsigned block_logit, block_range;
+  KEEL_SHARED(unsigned, block_logit);
+  KEEL_SHARED(unsigned, block_range);
 
   const int h = blockIdx.y, bh = blockIdx.z * dims.H + h, seq_len = dims.T, D = dims.D, w = dims.window[h];
   const int qt = gridDim.x - 1 - blockIdx.x, q0 = qt * kBr;

@@ -41,7 +41,7 @@ template <typename I>
 __global__ void __launch_bounds__(1024)
     ce_count_kernel(const I* __restrict__ targets, int64_t N, int64_t V, int64_t ignore_index,
                     int64_t* __restrict__ count) {
-  __shared__ unsigned long long counted;
+  KEEL_SHARED(unsigned long long, counted);
   if (threadIdx.x == 0) counted = 0;
   __syncthreads();
   unsigned long long mine = 0;
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(1024)
                       int64_t ignore_index, float* __restrict__ lse, float* __restrict__ row_loss,
                       DeviceCheckSlot* check, const int64_t* __restrict__ count, float grad, bool vec,
                       T* __restrict__ dlogits) {
-  __shared__ float scratch[64];
+  KEEL_SHARED(float[64], scratch);
   for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
     const T* row = logits + r * Vp;
     MaxSum ms{-INFINITY, 0.0f};
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(1024)
 // block of 1024 threads, a fixed order of adds.
 __global__ void ce_mean_kernel(const float* __restrict__ row_loss, int64_t N, const int64_t* __restrict__ count,
                                float* __restrict__ loss) {
-  __shared__ float scratch[32];
+  KEEL_SHARED(float[32], scratch);
   float s = 0.0f;
   for (int64_t r = threadIdx.x; r < N; r += blockDim.x) s += row_loss[r];
   s = block_sum(s, scratch);

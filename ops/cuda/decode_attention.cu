@@ -94,10 +94,10 @@ template <typename T, int Dk>
 __global__ void __launch_bounds__(kBlock) decode_partial_kernel(DecodeArgs<T> a, DecodeDims dims) {
   constexpr int kCols = Dk < kBlock ? Dk : kBlock, G = kBlock / kCols, kPer = Dk / kCols;
   static_assert(kBlock % kCols == 0 && Dk % kCols == 0, "groups of kCols threads split the P V product");
-  __shared__ float qs[Dk];
-  __shared__ float ps[kBlock];  // exp(s - m) of the tile's keys
-  __shared__ float accs[kPer * kBlock];
-  __shared__ float scratch[32];
+  KEEL_SHARED(float[Dk], qs);
+  KEEL_SHARED(float[kBlock], ps);  // exp(s - m) of the tile's keys
+  KEEL_SHARED(float[kPer * kBlock], accs);
+  KEEL_SHARED(float[32], scratch);
   const int D = dims.D;
   const int r = blockIdx.x, tid = threadIdx.x, g = tid / kCols, d = tid % kCols;
   const int64_t bh = r / dims.t, p = (a.position ? *a.position : dims.position) + r % dims.t;
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kBlock) decode_partial_kernel(DecodeArgs<T> a,
   // The row's chunks are in once every block of the row has counted itself: the last to count
   // merges them (the others' writes released by their count, acquired by its own) and sets the
   // counter back to 0 for the next launch.
-  __shared__ bool last;
+  KEEL_SHARED(bool, last);
   __syncthreads();  // the block's partial sums are written
   if (tid == 0) {
     __threadfence();

@@ -66,7 +66,7 @@ __global__ void embedding_histogram_kernel(const I* __restrict__ ids, int64_t N,
 // prefix sums, starts[V] = the total; cursor (V) = starts[0 .. V), where placement begins.
 constexpr int kScanThreads = 256;
 __global__ void embedding_scan_kernel(int64_t V, int64_t* __restrict__ starts, int64_t* __restrict__ cursor) {
-  __shared__ int64_t sums[kScanThreads];
+  KEEL_SHARED(int64_t[kScanThreads], sums);
   const int t = threadIdx.x;
   int64_t carry = 0;
   for (int64_t base = 0; base < V; base += kScanThreads) {
@@ -93,7 +93,7 @@ constexpr int kPlaceThreads = 256;
 template <typename I>
 __global__ void embedding_place_kernel(const I* __restrict__ ids, int64_t N, int64_t V, int64_t* __restrict__ cursor,
                                        int64_t* __restrict__ order) {
-  __shared__ int64_t chunk[kPlaceThreads];
+  KEEL_SHARED(int64_t[kPlaceThreads], chunk);
   const int t = threadIdx.x;
   for (int64_t base = 0; base < N; base += kPlaceThreads) {
     const int64_t n = base + t;

@@ -99,7 +99,8 @@ __global__ void layernorm_params_partial_kernel(const T* __restrict__ g, const T
                                                 const float* __restrict__ mean, const float* __restrict__ rstd,
                                                 float* __restrict__ partial, int64_t N, int64_t C, int64_t chunks,
                                                 int64_t rows_per_chunk) {
-  __shared__ float sw[8][33], sb[8][33];
+  KEEL_SHARED(float[8][33], sw);
+  KEEL_SHARED(float[8][33], sb);
   const int64_t tiles = (C + 31) / 32;
   for (int64_t blk = blockIdx.x; blk < chunks * tiles; blk += gridDim.x) {
     const int64_t chunk = blk / tiles, c = (blk % tiles) * 32 + threadIdx.x;

@@ -57,9 +57,9 @@ __device__ __forceinline__ Best warp_best(Best b) {
 template <typename In, typename Out, bool kMax>
 __global__ void row_reduce_kernel(const In* __restrict__ x, const int64_t* __restrict__ in_idx, int64_t rows, int64_t n,
                                   int splits, int64_t chunk, Out* __restrict__ out, int64_t* __restrict__ out_idx) {
-  __shared__ float scratch[32];
-  __shared__ float best_v[32];
-  __shared__ long long best_i[32];
+  KEEL_SHARED(float[32], scratch);
+  KEEL_SHARED(float[32], best_v);
+  KEEL_SHARED(long long[32], best_i);
   for (int64_t b = blockIdx.x; b < rows * splits; b += gridDim.x) {
     const int64_t r = b / splits, lo = (b % splits) * chunk, hi = min(n, lo + chunk);
     const In* row = x + r * n;
@@ -95,8 +95,8 @@ template <typename In, typename Out, bool kMax>
 __global__ void col_reduce_kernel(const In* __restrict__ x, const int64_t* __restrict__ in_idx, int64_t outer, int64_t n,
                                   int64_t inner, int splits, int64_t chunk, Out* __restrict__ out,
                                   int64_t* __restrict__ out_idx) {
-  __shared__ float sv[8][33];
-  __shared__ long long si[8][33];
+  KEEL_SHARED(float[8][33], sv);
+  KEEL_SHARED(long long[8][33], si);
   const int64_t tiles = (inner + 31) / 32;
   for (int64_t b = blockIdx.x; b < outer * splits * tiles; b += gridDim.x) {
     const int64_t o = b / (splits * tiles), s = (b / tiles) % splits, t = b % tiles;

@@ -27,10 +27,10 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) sample_kernel(const T* __restrict__ logits, int64_t V, double temperature,
                                                           int k, uint64_t key, uint64_t base,
                                                           int64_t* __restrict__ out) {
-  __shared__ float pick_v[kMaxDeviceTopK];
-  __shared__ int64_t pick_i[kMaxDeviceTopK];
-  __shared__ float red_v[kThreads];
-  __shared__ int64_t red_i[kThreads];
+  KEEL_SHARED(float[kMaxDeviceTopK], pick_v);
+  KEEL_SHARED(int64_t[kMaxDeviceTopK], pick_i);
+  KEEL_SHARED(float[kThreads], red_v);
+  KEEL_SHARED(int64_t[kThreads], red_i);
   const int tid = threadIdx.x;
   float pv = INFINITY;
   int64_t pi = -1;  // the previous pick; -1: none yet, every logit is eligible

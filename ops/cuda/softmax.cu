@@ -18,7 +18,7 @@ using namespace dev;
 template <typename T>
 __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t R, int64_t n, bool vec,
                                     bool log) {
-  __shared__ float scratch[64];
+  KEEL_SHARED(float[64], scratch);
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
     const T* in = x + r * n;
     const int64_t head = vec ? row_head(in, n) : n;
@@ -37,7 +37,7 @@ __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, 
 template <typename T>
 __global__ void softmax_rows_backward_kernel(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx,
                                              int64_t R, int64_t n, bool vec, bool log) {
-  __shared__ float scratch[32];
+  KEEL_SHARED(float[32], scratch);
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
     const T *yr = y + r * n, *gr = g + r * n;
     const int64_t head = vec ? row_head(yr, n) : n;

@@ -36,7 +36,7 @@ template <typename T> __device__ double load_f64(T x) { return static_cast<doubl
 
 // Tree sum of one value per thread within a block (blockDim.x == kThreads).
 __device__ double block_sum(double x) {
-  __shared__ double buf[kThreads];
+  KEEL_SHARED(double[kThreads], buf);
   buf[threadIdx.x] = x;
   __syncthreads();
   for (unsigned s = kThreads / 2; s > 0; s >>= 1) {

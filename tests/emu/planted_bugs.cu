@@ -35,7 +35,7 @@ constexpr int kThreads = 64;
 // in, out (kThreads): out[t] = in[t] + in[t + 1 mod kThreads], staged in shared memory.
 template <bool kBarrier>
 __global__ void neighbour_sum_kernel(const float* in, float* out) {
-  __shared__ float tile[kThreads];
+  KEEL_SHARED(float[kThreads], tile);
   const int t = threadIdx.x;
   tile[t] = in[t];
   if (kBarrier) __syncthreads();
@@ -45,7 +45,7 @@ __global__ void neighbour_sum_kernel(const float* in, float* out) {
 // The same sum with the tile filled by cp.async: a thread's wait makes only its own copy land.
 template <bool kBarrier>
 __global__ void async_neighbour_sum_kernel(const float* in, float* out) {
-  alignas(16) __shared__ float tile[4 * kThreads];
+  KEEL_SHARED_ALIGNED(16, float[4 * kThreads], tile);
   const int t = threadIdx.x;
   keel::cuda::ptx::cp_async_16(tile + 4 * t, in + 4 * t, false);
   keel::cuda::ptx::cp_async_commit();
@@ -61,7 +61,7 @@ __global__ void async_neighbour_sum_kernel(const float* in, float* out) {
 // 2t, 2t + 1 (+ 8): the elements it received, but in rows named by lanes g, g + 8, g + 16, g + 24.
 template <bool kSyncwarp>
 __global__ void ldmatrix_stage_kernel(const uint16_t* in, uint32_t* out) {
-  alignas(16) __shared__ uint16_t tile[16 * 16];
+  KEEL_SHARED_ALIGNED(16, uint16_t[16 * 16], tile);
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
   for (int e = lane; e < 16 * 16; e += 32) tile[e] = in[e];
   __syncwarp();

@@ -27,7 +27,7 @@ template <typename T> T* device_array(size_t n) {
 
 // in (n) -> out (1): a block sums its share through shared memory, warp shuffles and one atomic.
 __global__ void sum_kernel(const float* in, int n, float* out) {
-  __shared__ float partial[32];
+  KEEL_SHARED(float[32], partial);
   const int tid = threadIdx.x + threadIdx.y * blockDim.x, threads = blockDim.x * blockDim.y;
   const int block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   float v = 0;
@@ -202,10 +202,12 @@ TEST_CASE("emulated device: the properties are the emulated GPU's (KEEL_EMU_GPU 
   KEEL_CHECK_CUDA(cudaGetDeviceProperties(&p, 0));
   const char* which = std::getenv("KEEL_EMU_GPU");
   const bool a100 = which && (std::strcmp(which, "a100") == 0 || std::strcmp(which, "A100") == 0);
+  const bool h200 = which && (std::strcmp(which, "h200") == 0 || std::strcmp(which, "H200") == 0);
   CHECK(p.multiProcessorCount == (a100 ? 108 : 132));
+  CHECK(p.sharedMemPerBlock == size_t(48) * 1024);
   CHECK(p.sharedMemPerBlockOptin == size_t(a100 ? 163 : 227) * 1024);
   CHECK(p.major == (a100 ? 8 : 9));
-  CHECK(std::string(p.name).find(a100 ? "A100" : "H100") != std::string::npos);
+  CHECK(std::string(p.name).find(a100 ? "A100" : h200 ? "H200" : "H100") != std::string::npos);
   int n = 0;
   KEEL_CHECK_CUDA(cudaGetDeviceCount(&n));
   CHECK(n >= 1);

@@ -1,7 +1,8 @@
 // The PTX instructions of core/cuda/ptx.cuh on the emulated GPU: mma.sync m16n8k16, ldmatrix
 // and cp.async do what the PTX ISA documents, with its lane layouts (written out here again from
 // the ISA, independently of core/cuda/emu/ptx.cpp), and a kernel that assumes another layout
-// computes a wrong result. Also the hand-over between blocks (acquire, release, spin-wait).
+// computes a wrong result. Also the atomics blocks count in with (the hand-overs between blocks
+// that wait: test_blocks.cu).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 
 using keel::cuda::launch_kernel;
@@ -78,7 +80,7 @@ __global__ void mma_kernel(const T* a, const T* b, float* d) {
 // r * 16 + c: x4 (four 8x8 quadrants, lanes 8i.. give the rows of quadrant i), x4.trans and
 // x2.trans, the forms keel's kernels use. out: 3 loads x 32 lanes x 4 registers.
 __global__ void ldmatrix_kernel(const uint16_t* tile, uint32_t* out) {
-  alignas(16) __shared__ uint16_t s[16 * 16];
+  KEEL_SHARED_ALIGNED(16, uint16_t[16 * 16], s);
   const int lane = threadIdx.x;
   for (int e = lane; e < 256; e += 32) s[e] = tile[e];
   __syncwarp();
@@ -99,7 +101,7 @@ __global__ void ldmatrix_kernel(const uint16_t* tile, uint32_t* out) {
 // .x2.trans with lanes 16-31 giving misaligned addresses, which PTX ignores.
 template <int kCase>
 __global__ void ldmatrix_operands_kernel() {
-  alignas(16) __shared__ uint16_t s[16 * 16];
+  KEEL_SHARED_ALIGNED(16, uint16_t[16 * 16], s);
   const int lane = threadIdx.x;
   for (int e = lane; e < 256; e += 32) s[e] = static_cast<uint16_t>(e);
   __syncwarp();
@@ -117,10 +119,8 @@ __global__ void ldmatrix_operands_kernel() {
 // attention_mma.cuh's load_b_rows reads two n-blocks (lanes 16-31 name the one n-block again).
 template <typename T, bool kNMajorB>
 __global__ void ldmatrix_mma_kernel(const T* a, const T* b, float* d) {
-  // Raw 16-bit storage: a static __shared__ array of a type with a constructor (bf16, f16) is,
-  // on the emulated GPU, a thread_local whose initialisation guard every CUDA thread touches.
-  alignas(16) __shared__ uint16_t raw_a[16 * 16];
-  alignas(16) __shared__ uint16_t raw_b[16 * 8];
+  KEEL_SHARED_ALIGNED(16, uint16_t[16 * 16], raw_a);
+  KEEL_SHARED_ALIGNED(16, uint16_t[16 * 8], raw_b);
   T* const sa = reinterpret_cast<T*>(raw_a);
   T* const sb = reinterpret_cast<T*>(raw_b);
   const int lane = threadIdx.x;
@@ -150,7 +150,7 @@ __global__ void ldmatrix_mma_kernel(const T* a, const T* b, float* d) {
 // reads of its first chunk before any wait, after wait_group<1> (first group landed, second in
 // flight), and of the second chunk after wait_group<0>; then, after a barrier, its neighbour's.
 __global__ void cp_async_kernel(const float* src, float* out) {
-  alignas(16) __shared__ float s[2 * 32 * 4];
+  KEEL_SHARED_ALIGNED(16, float[2 * 32 * 4], s);
   const int t = threadIdx.x;
   ptx::cp_async_16(s + 4 * t, src + 4 * t, false);
   ptx::cp_async_commit();
@@ -168,21 +168,9 @@ __global__ void cp_async_kernel(const float* src, float* out) {
 }
 
 __global__ void cp_async_misaligned_kernel(const float* src) {
-  alignas(16) __shared__ float s[8];
+  KEEL_SHARED_ALIGNED(16, float[8], s);
   ptx::cp_async_16(s + 1, src, false);
   ptx::cp_async_wait<0>();
-}
-
-// Block b adds b + 1 to *sum after every block of lower index did (a hand-over through *flag),
-// or, in reverse, block 0 waits for the last block: a GPU would hang on that.
-template <bool kReverse>
-__global__ void handover_kernel(int* flag, int* sum) {
-  const int turn = kReverse ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  if (threadIdx.x == 0) {
-    ptx::spin_wait_equal(flag, turn);
-    *sum = *sum * 10 + static_cast<int>(blockIdx.x) + 1;
-    ptx::red_release_gpu_add(flag, 1);
-  }
 }
 
 // Every block counts itself in; the one that sees the last count records its index in *last.
@@ -297,22 +285,6 @@ TEST_CASE("emulated PTX: cp.async lands when its group is waited for, zero-fills
   cudaFree(src), cudaFree(out);
 }
 
-TEST_CASE("emulated PTX: blocks hand over in index order, and a wait for a later block is an error, not a hang") {
-  int* flag = device_array<int>(1);
-  int* sum = device_array<int>(1);
-  KEEL_CHECK_CUDA(cudaMemset(flag, 0, sizeof(int)));
-  KEEL_CHECK_CUDA(cudaMemset(sum, 0, sizeof(int)));
-  launch_kernel(handover_kernel<false>, 4, 32, 0, nullptr, flag, sum);
-  KEEL_CHECK_LAUNCH();
-  CHECK(*sum == 1234);
-  CHECK(*flag == 4);
-  KEEL_CHECK_CUDA(cudaMemset(flag, 0, sizeof(int)));
-  const std::string e = error_of([&] { launch_kernel(handover_kernel<true>, 4, 32, 0, nullptr, flag, sum); });
-  CHECK(e.find("spin-wait") != std::string::npos);
-  CHECK(e.find("only a later block") != std::string::npos);
-  cudaFree(flag), cudaFree(sum);
-}
-
 TEST_CASE("emulated PTX: red.global.add.v2.f32 adds its two values into two adjacent floats") {
   float* p = device_array<float>(2);
   KEEL_CHECK_CUDA(cudaMemset(p, 0, 2 * sizeof(float)));
@@ -328,9 +300,12 @@ TEST_CASE("emulated PTX: atom.acq_rel.gpu.add returns the count before it, so on
   int* last = device_array<int>(1);
   KEEL_CHECK_CUDA(cudaMemset(count, 0, sizeof(int)));
   KEEL_CHECK_CUDA(cudaMemset(last, 0xff, sizeof(int)));
+  const keel::cuda::BlockSchedule saved = keel::cuda::emulated_block_schedule();
+  keel::cuda::set_emulated_block_schedule({});  // index order, one block at a time
   launch_kernel(last_block_kernel, 5, 32, 0, nullptr, count, last);
+  keel::cuda::set_emulated_block_schedule(saved);
   KEEL_CHECK_LAUNCH();
   CHECK(*count == 5);
-  CHECK(*last == 4);  // blocks run in index order here
+  CHECK(*last == 4);  // the last block to start
   cudaFree(count), cudaFree(last);
 }

@@ -1,7 +1,9 @@
 // The block scheduler: CUDA threads as fibers on a pool of stacks, run in index order until each
-// exits or waits, and the launch of a grid block after block. Where and how threads wait for
-// each other (barriers, warp collectives, cp.async) is block_sync.cpp; the state both share is
-// block_state.h.
+// exits or waits. A block runs until every thread has exited, or, with other blocks resident,
+// until it gives way after a __syncthreads or every thread that can still run waits on a flag
+// (run_block returns then, and the grid, grid.cpp, resumes it later). Where and how threads wait
+// for each other (barriers, warp collectives, spin-waits, cp.async) is block_sync.cpp; the state
+// they share is block_state.h.
 //
 // The emulator's files are compiled without ThreadSanitizer instrumentation in the emu-tsan
 // build: the scheduler's own bookkeeping is invisible to TSan, and it tells TSan about exactly the
@@ -132,21 +134,39 @@ std::string describe_deadlock(const Block& b) {
   return s;
 }
 
+// Hands control back to run_block's caller for good (the loop's state is all in the Block); the
+// stack this runs on is free again once the switch is made.
+[[noreturn]] void leave(Block& b, Block::Exit exit) {
+  b.exit = exit;
+  release_stack(b, b.current_stack);
+  b.current_stack = -1;
+  b.running = -1;
+  switch_context(nullptr, b.host);
+  __builtin_unreachable();
+}
+
 // The scheduler loop: takes ready CUDA threads in order and runs each until it exits or waits.
 // A new thread runs as a plain call on the current stack (under TSan: on its own stack); a
 // thread that waited is resumed on its own stack, and this loop's stack is given up (the loop's
-// state is all in the Block). When nothing is ready the block is done, or deadlocked.
+// state is all in the Block). When nothing is ready the block is done, or waits on another
+// block's flag, or is deadlocked.
 void schedule(Block& b) {
   for (;;) {
-    if (b.error || b.ready.empty()) {
-      if (!b.error && b.finished != b.n) {
+    if (!b.error && b.ready.empty()) {
+      if (b.finished == b.n) leave(b, Block::Exit::finished);
+      if (b.spinning > 0 && !wake_spinners(b)) leave(b, Block::Exit::blocked);
+      if (b.ready.empty()) {
         try {
           fail(b, describe_deadlock(b));
         } catch (...) {
           b.error = std::current_exception();
         }
       }
-      switch_context(nullptr, b.host);  // back to run_block, for good
+    }
+    if (b.error) leave(b, Block::Exit::finished);
+    if (b.give_way) {
+      b.give_way = false;
+      leave(b, Block::Exit::turn);
     }
     const int i = b.ready.pop_front();
     Thread& t = b.threads[i];
@@ -194,7 +214,7 @@ void detail::wait_here(Block& b) {
   // When the next CUDA thread to run is one that waits too (the usual case in kernels full of
   // warp collectives), switch to it directly: one context switch instead of two, and no new
   // scheduler stack. The order in which threads run is the scheduler's all the same.
-  if (!b.error && !b.ready.empty() && b.threads[b.ready.front()].state != State::not_started) {
+  if (!b.error && !b.give_way && !b.ready.empty() && b.threads[b.ready.front()].state != State::not_started) {
     const int i = b.ready.pop_front();
     Thread& next = b.threads[i];
     b.running = i;
@@ -212,44 +232,55 @@ void detail::wait_here(Block& b) {
   // Resumed: schedule() has set running, threadIdx, the stack and the TSan fiber back.
 }
 
-namespace {
-
-void run_block(Block& b) {
-  for (int w = 0; w * 32 < b.n; ++w) b.warps[w].pending.clear();
-  b.at_barrier = b.finished = 0;
-  b.error = nullptr;
-  b.ready.clear();
-  for (int i = 0; i < b.n; ++i) {
-    Thread& t = b.threads[i];
-    t.state = State::not_started;
-    b.async[i].clear();  // copies a thread of the previous block left in flight went with it
-    t.idx = {unsigned(i % blockDim.x), unsigned(i / blockDim.x % blockDim.y), unsigned(i / (blockDim.x * blockDim.y))};
-    b.ready.push_back(i);
+void detail::run_block(Block& b) {
+  t_block = &b;
+  blockIdx = b.idx;
+#if defined(KEEL_EMU_TSAN)
+  b.tsan_host = __tsan_get_current_fiber();
+#endif
+  if (!b.started) {
+    b.started = true;
+    for (int w = 0; w * 32 < b.n; ++w) b.warps[w].pending.clear();
+    b.at_barrier = b.finished = b.spinning = 0;
+    b.give_way = false;
+    b.error = nullptr;
+    b.ready.clear();
+    for (int i = 0; i < b.n; ++i) {
+      Thread& t = b.threads[i];
+      t.state = State::not_started;
+      b.async[i].clear();  // copies a thread of the previous block left in flight went with it
+      t.idx = {unsigned(i % blockDim.x), unsigned(i / blockDim.x % blockDim.y),
+               unsigned(i / (blockDim.x * blockDim.y))};
+      b.ready.push_back(i);
+    }
+    reset_shared(b);
+    KEEL_TSAN_RELEASE(&b.start_token);
+    b.free_stacks.clear();
+    for (int s = kMaxThreads; s < static_cast<int>(b.stacks.size()); ++s) b.free_stacks.push_back(s);
   }
-  if (b.shared_bytes) std::memset(b.shared, 0xff, b.shared_bytes);  // NaN: unwritten shared memory shows
-  KEEL_TSAN_RELEASE(&b.start_token);
-  b.free_stacks.clear();
-  for (int s = kMaxThreads; s < static_cast<int>(b.stacks.size()); ++s) b.free_stacks.push_back(s);
   b.current_stack = take_pool_stack(b);
   b.from_host = true;
   b.running = -1;
   switch_context(&b.host, make_context(stack(b, b.current_stack), start_scheduler));
-  if (b.error) {
-    // The threads still waiting are abandoned: what they did comes before the error surfaces.
-    for (int i = 0; i < b.n; ++i) {
-      Thread& t = b.threads[i];
-      if (t.state == State::not_started || t.state == State::done || !t.tsan) continue;
-      tsan_switch(t.tsan);
-      KEEL_TSAN_RELEASE(&b.end_token);
-    }
-    tsan_switch(b.tsan_host);
-    KEEL_TSAN_ACQUIRE(&b.error);
+  if (!b.error && b.exit == Block::Exit::finished) {
+    KEEL_TSAN_ACQUIRE(&b.end_token);
+    b.started = false;
   }
-  KEEL_TSAN_ACQUIRE(&b.end_token);
-  if (b.error) std::rethrow_exception(b.error);
 }
 
-}  // namespace
+void detail::abandon_block(Block& b) {
+  // The threads still waiting are given up: what they did comes before the error surfaces.
+  for (int i = 0; i < b.n; ++i) {
+    Thread& t = b.threads[i];
+    if (t.state == State::not_started || t.state == State::done || !t.tsan) continue;
+    tsan_switch(t.tsan);
+    KEEL_TSAN_RELEASE(&b.end_token);
+  }
+  tsan_switch(b.tsan_host);
+  KEEL_TSAN_ACQUIRE(&b.error);
+  KEEL_TSAN_ACQUIRE(&b.end_token);
+  b.started = false;
+}
 
 using namespace detail;
 
@@ -261,50 +292,5 @@ std::atomic<bool> g_count_only{false};
 
 void set_count_only(bool on) { g_count_only = on; }
 bool count_only() { return g_count_only; }
-
-void run_grid(dim3 grid, dim3 block_dim, size_t dynamic_shared_bytes, void (*body)(const void*), const void* ctx) {
-  thread_local std::unique_ptr<Block> pool;
-  if (t_block) throw CudaError("emulated CUDA", "a kernel launched another kernel from device code",
-                               "keel's emulator does not support dynamic parallelism");
-  if (!pool) {
-    pool = std::make_unique<Block>();
-    // Capacity for every stack the block can need, so that nothing reallocates while it runs.
-    pool->stacks.reserve(2 * kMaxThreads + 1);
-    pool->stacks.resize(kMaxThreads);  // the CUDA threads' own stacks, made when first used
-    pool->free_stacks.reserve(kMaxThreads + 1);
-    for (Warp& w : pool->warps) w.pending.reserve(32);
-  }
-  if (count_only()) return;  // the launch was checked and counted; its work is skipped
-  Block& b = *pool;
-#if defined(KEEL_EMU_TSAN)
-  b.tsan_host = __tsan_get_current_fiber();
-#endif
-  b.n = static_cast<int>(block_dim.x * block_dim.y * block_dim.z);
-  b.body = body;
-  b.ctx = ctx;
-  b.shared_bytes = dynamic_shared_bytes;
-  // Fresh storage per launch, sized exactly, so AddressSanitizer sees an overrun of it.
-  std::vector<unsigned char>(dynamic_shared_bytes + 128).swap(b.shared_storage);
-  b.shared = b.shared_storage.data() + (128 - reinterpret_cast<uintptr_t>(b.shared_storage.data()) % 128) % 128;
-  blockDim = block_dim;
-  gridDim = grid;
-  t_block = &b;
-  struct Reset {
-    ~Reset() { t_block = nullptr; }
-  } reset;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        blockIdx = {x, y, z};
-        run_block(b);
-      }
-}
-
-unsigned char* dynamic_shared(size_t align) {
-  Block& b = block();
-  if (reinterpret_cast<uintptr_t>(b.shared) % align != 0)
-    throw CudaError("emulated CUDA", fmt::format("dynamic shared memory cannot be aligned to {} bytes", align));
-  return b.shared;
-}
 
 }  // namespace keel::emu

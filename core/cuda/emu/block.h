@@ -1,19 +1,25 @@
-// The emulated GPU's execution model: a grid runs block after block on the launching host
-// thread; the threads of a block are fibers (fiber.h) that the block's scheduler interleaves.
+// The emulated GPU's execution model: the blocks of a grid start in an order (index order, or
+// reverse, or shuffled: cuda::BlockSchedule), up to a number of them resident at once, and run
+// on the launching host thread; the threads of a block are fibers (fiber.h) that the block's
+// scheduler interleaves.
 //
 // What makes this CUDA and not just a loop over threads is where threads wait for each other:
 //  - __syncthreads: every thread of the block must arrive; then all go on.
 //  - warp collectives (__syncwarp, the __shfl_*_sync family, votes, and the PTX instructions
 //    mma.sync and ldmatrix of ptx.h): the lanes named in the mask must all arrive
 //    at the same collective; the last to arrive computes the result for every lane.
-// The CUDA rules are checked as the threads run, and a break is an EmulationError naming the
-// rule, the call site, the block and the threads involved: a barrier that only part of a block
+//  - a spin-wait on a flag that another block sets (ptx::spin_wait_equal): the block gives way
+//    to the other resident blocks, and to blocks not started yet while there is room for them.
+// The CUDA rules are checked as the threads run, and a break is a CudaError naming the rule,
+// the call site, the block and the threads involved: a barrier that only part of a block
 // reaches, a thread that exits while others wait for it, a mask that names an exited or absent
-// lane, lanes waiting in different collectives. A real GPU would hang or return garbage.
+// lane, lanes waiting in different collectives, resident blocks that all wait on flags no block
+// that can run would set. A real GPU would hang or return garbage.
 //
-// Everything here is called from the device functions in device_functions.h and ptx.h,
-// and from launch.h; kernels never call it directly. The scheduler is block.cpp, the waits and
-// their rules block_sync.cpp.
+// Everything here is called from the device functions in device_functions.h and ptx.h, from
+// KEEL_SHARED and KEEL_DYNAMIC_SHARED (core/cuda/launch.cuh) and from launch.h; kernels never call
+// it directly. The block scheduler is block.cpp, the grid's grid.cpp, the waits and their rules
+// block_sync.cpp, shared memory shared_memory.cpp.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,6 +28,8 @@
 #include <cstdint>
 #include <source_location>
 #include <string>
+
+#include "core/cuda/runtime.h"
 
 // CUDA's built-in variables. Each emulated thread sees its own: the scheduler sets them
 // whenever it runs a CUDA thread. constinit: no thread-local initialisation to guard, so a
@@ -33,10 +41,29 @@ extern constinit thread_local dim3 gridDim;
 
 namespace keel::emu {
 
-// Runs body(ctx) once per thread of every block of `grid`; block dimensions and dynamic shared
-// memory as launched (the launch configuration was checked by the caller). Rethrows the first
-// error raised in any thread, after abandoning the block.
-void run_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, void (*body)(const void* ctx), const void* ctx);
+// A launch as run_grid runs it: the kernel (the identity CUDA keeps its shared-memory limits
+// under), the configuration it was checked with, and body(ctx), which runs one CUDA thread.
+struct Launch {
+  const void* kernel = nullptr;
+  dim3 grid, block;
+  size_t dynamic_shared = 0;
+  // cudaFuncSetAttribute's cudaFuncAttributeMaxDynamicSharedMemorySize for the kernel at launch,
+  // -1 when it was never set (the limit is then 48 KB for static and dynamic together).
+  long max_dynamic_attribute = -1;
+  void (*body)(const void* ctx) = nullptr;
+  const void* ctx = nullptr;
+};
+
+// Runs body(ctx) once per thread of every block of the grid, the blocks in the order and with
+// the residency of block_schedule(); the launch configuration was checked by the caller.
+// Rethrows the first error raised in any thread, after abandoning the resident blocks; a
+// deadlock between blocks is a CudaError naming each waiting block, its kernel and its flag.
+void run_grid(const Launch& launch);
+
+// The order blocks start in and how many may be resident at once (cuda::set_emulated_block_schedule;
+// KEEL_EMU_BLOCK_ORDER and KEEL_EMU_RESIDENT_BLOCKS give the default).
+cuda::BlockSchedule block_schedule();
+void set_block_schedule(const cuda::BlockSchedule& schedule);
 
 // Count-only mode (cuda::set_emulated_count_only): while on, run_grid checks nothing more and
 // runs no thread, and the cuBLAS / cuBLASLt products compute nothing, so a program's launches,
@@ -47,8 +74,31 @@ bool count_only();
 // This block's dynamic shared memory (the launch's third argument), aligned to `align`.
 unsigned char* dynamic_shared(size_t align);
 
+// A static __shared__ variable (KEEL_SHARED in core/cuda/launch.cuh): one declaration site, a
+// constant the compiler lays down once per site and kernel instantiation.
+struct SharedSite {
+  size_t bytes, align;
+  const char* name;
+  std::source_location where;
+};
+// This block's copy of the variable declared at `site`: the first thread of the block to reach
+// the declaration lays it out after the block's earlier static variables (filled with NaN bytes,
+// as shared memory a kernel never wrote shows here) and checks the block's static bytes plus the
+// launch's dynamic bytes against the kernel's limit, as a GPU checks them at launch; the other
+// threads find it.
+unsigned char* static_shared_bytes(const SharedSite& site);
+template <typename T>
+T& static_shared(const SharedSite& site) {
+  return *reinterpret_cast<T*>(static_shared_bytes(site));
+}
+
 // Waits for the whole block (__syncthreads).
 void sync_block(const std::source_location& where);
+
+// The running CUDA thread saw *flag != expected in a spin-wait (ptx.h): it sleeps until the flag
+// holds `expected`, while the rest of its block runs on and, once nothing else in it can, other
+// blocks run. Returns when the scheduler saw the value; the caller loads the flag again.
+void wait_for_flag(const int* flag, int expected, const std::source_location& where);
 
 // A warp collective. Every lane in `mask` must call it with the same kind; the last to arrive
 // calls combine(state, in, out) once, where in[l] and out[l] point at lane l's operands (null

@@ -1,7 +1,8 @@
-// The state of the block running on this host thread, shared by the two halves of the block
-// emulator: the scheduler that runs CUDA threads as fibers (block.cpp) and the places where they
-// wait for each other, __syncthreads, warp collectives and cp.async (block_sync.cpp). Private to
-// those two files; everything else goes through block.h.
+// The state of a block of the emulated GPU, shared by the parts of the emulator that run it: the
+// scheduler that runs CUDA threads as fibers (block.cpp), the places where they wait for each
+// other, __syncthreads, warp collectives, spin-waits and cp.async (block_sync.cpp), its shared
+// memory (shared_memory.cpp) and the grid that starts blocks and takes turns among the resident
+// ones (grid.cpp). Private to those files; everything else goes through block.h.
 #pragma once
 
 #include <array>
@@ -32,7 +33,7 @@ namespace keel::emu::detail {
 
 constexpr int kMaxThreads = 1024;
 
-enum class State : uint8_t { not_started, runnable, at_barrier, in_collective, done };
+enum class State : uint8_t { not_started, runnable, at_barrier, in_collective, spinning, done };
 
 struct Thread {
   uint3 idx{};
@@ -42,6 +43,10 @@ struct Thread {
   const void* in = nullptr;  // operands while waiting in a warp collective
   void* out = nullptr;
   void* tsan = nullptr;      // its TSan fiber (TSan builds)
+  // While spinning: the flag it waits to hold `spin_expected` (ptx::spin_wait_equal).
+  const int* spin_flag = nullptr;
+  int spin_expected = 0;
+  std::source_location spin_where;
 };
 
 // A collective some lanes of a warp have reached and others not yet.
@@ -70,10 +75,47 @@ struct Warp {
   unsigned syncwarp_generation = 0;
 };
 
+// What the resident blocks of a launch share: the launch, and the static shared memory its
+// kernel is known to declare (grid.cpp, shared_memory.cpp).
+struct GridState {
+  const Launch* launch = nullptr;
+  size_t known_static = 0;  // the most static shared memory a block of this kernel has declared
+  bool turns = false;       // several blocks resident: each gives way after every __syncthreads
+};
+
+// A block's static __shared__ variables (KEEL_SHARED): each site's offset in the block's arena.
+constexpr size_t kMaxStaticShared = 48 << 10;  // nvcc refuses more static shared memory
+constexpr int kMaxSharedSites = 64;
+struct StaticShared {
+  struct Slot {
+    const SharedSite* site;
+    size_t offset;
+  };
+  std::array<Slot, kMaxSharedSites> slots{};
+  int count = 0;
+  size_t used = 0;
+  std::unique_ptr<unsigned char[]> storage{new unsigned char[kMaxStaticShared + 128]};
+  unsigned char* base() const {
+    auto p = reinterpret_cast<uintptr_t>(storage.get());
+    return storage.get() + (128 - p % 128) % 128;
+  }
+};
+
 struct Block {
+  // How the block's scheduler last handed control back to the grid: every thread exited, or it
+  // gave way after a __syncthreads while other blocks are resident, or every thread that has not
+  // exited waits and at least one of them spins on a flag only another block can set.
+  enum class Exit : uint8_t { finished, turn, blocked };
   std::unique_ptr<Thread[]> threads{new Thread[kMaxThreads]};
   std::unique_ptr<AsyncQueue[]> async{new AsyncQueue[kMaxThreads]};  // by thread index
   std::array<Warp, kMaxThreads / 32> warps;
+  uint3 idx{};        // its blockIdx
+  bool started = false;
+  Exit exit = Exit::finished;
+  bool give_way = false;  // a __syncthreads completed and other blocks are resident (GridState::turns)
+  int spinning = 0;       // threads in State::spinning
+  GridState* grid = nullptr;
+  StaticShared statics;
   int n = 0;          // threads in this block
   int running = -1;   // the CUDA thread on the CPU, -1 while the scheduler runs
   int at_barrier = 0, finished = 0;
@@ -153,5 +195,19 @@ std::string thread_list(const Block& b, Pred pred) {
 // The running CUDA thread waits: its frames stay on its stack, and the scheduler carries on
 // with other threads. Returns when the scheduler resumes it (block.cpp).
 void wait_here(Block& b);
+
+// block.cpp: runs block b on this host thread (a fresh one from its first thread, else its ready
+// threads) until it finishes, gives way, blocks on flags (b.exit) or fails (b.error).
+void run_block(Block& b);
+// block.cpp: after an error, the block's threads that still wait are given up for good.
+void abandon_block(Block& b);
+// block_sync.cpp: the spinning threads whose flag now holds the value they wait for become
+// runnable; whether any did.
+bool wake_spinners(Block& b);
+// shared_memory.cpp: a block's shared memory for a launch (dynamic bytes sized exactly, so that
+// AddressSanitizer sees an overrun), and at each block's start (filled with NaN bytes, no
+// static variable laid out yet).
+void prepare_shared(Block& b, size_t dynamic_bytes);
+void reset_shared(Block& b);
 
 }  // namespace keel::emu::detail

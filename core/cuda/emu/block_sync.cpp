@@ -1,6 +1,6 @@
 // Where CUDA threads wait for each other, and the CUDA rules of each wait: __syncthreads,
-// warp collectives (shuffles, votes, __syncwarp, PTX mma.sync and ldmatrix), and each
-// thread's queue of cp.async copies. The scheduler that runs and suspends the threads is
+// warp collectives (shuffles, votes, __syncwarp, PTX mma.sync and ldmatrix), spin-waits on
+// another block's flag, and each thread's queue of cp.async copies. The scheduler that runs and suspends the threads is
 // block.cpp; under TSan, the release/acquire pairs here are the happens-before edges CUDA
 // guarantees, and nothing more.
 #include <cstdint>
@@ -45,11 +45,40 @@ void sync_block(const std::source_location& where) {
         b.threads[i].state = State::runnable;
         b.ready.push_back(i);
       }
+    // With other blocks resident, this block gives way to them as soon as its scheduler runs:
+    // blocks take turns at barriers, so a hand-over between running blocks happens between them.
+    if (b.grid->turns) b.give_way = true;
   } else {
     b.threads[me].state = State::at_barrier;
     wait_here(b);
   }
   KEEL_TSAN_ACQUIRE(&b.barrier_token[gen & 1]);
+}
+
+void wait_for_flag(const int* flag, int expected, const std::source_location& where) {
+  Block& b = block();
+  Thread& t = b.threads[current_index(b)];
+  t.state = State::spinning;
+  t.spin_flag = flag;
+  t.spin_expected = expected;
+  t.spin_where = where;
+  ++b.spinning;
+  wait_here(b);
+}
+
+// The scheduler's look at a flag: a plain atomic load, invisible to TSan. The spinning thread
+// loads the flag again itself with acquire (ptx.h), which is the edge TSan sees.
+bool detail::wake_spinners(Block& b) {
+  bool woke = false;
+  for (int i = 0; b.spinning > 0 && i < b.n; ++i) {
+    Thread& t = b.threads[i];
+    if (t.state != State::spinning || __atomic_load_n(t.spin_flag, __ATOMIC_RELAXED) != t.spin_expected) continue;
+    t.state = State::runnable;
+    --b.spinning;
+    b.ready.push_back(i);
+    woke = true;
+  }
+  return woke;
 }
 
 int lane_id() { return current_index(block()) % 32; }

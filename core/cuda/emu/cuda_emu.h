@@ -24,10 +24,10 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-// A static __shared__ variable is one per block: the blocks of a launch run one after another
-// on the launching host thread, whose fibers (the block's threads) all see the same
-// thread_local. Dynamic shared memory is KEEL_DYNAMIC_SHARED (core/cuda/launch.cuh).
-#define __shared__ static thread_local
+// Shared memory is declared with KEEL_SHARED and KEEL_DYNAMIC_SHARED (core/cuda/launch.cuh),
+// which give each block its own and count it against the launch's limit; a plain __shared__
+// variable would be one for every block at once, uncounted, so it does not compile.
+#define __shared__ static_assert(false, "declare static shared memory with KEEL_SHARED (core/cuda/launch.cuh)");
 
 #include "core/cuda/emu/block.h"
 #include "core/cuda/emu/device_functions.h"

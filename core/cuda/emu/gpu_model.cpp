@@ -1,5 +1,6 @@
-// The emulated GPUs' published limits (NVIDIA's H100 SXM and A100 80GB data sheets, and the
-// CUDA programming guide's table of compute capabilities 8.0 and 9.0).
+// The emulated GPUs' published limits (NVIDIA's H100 SXM, H200 and A100 80GB data sheets, and
+// the CUDA programming guide's table of compute capabilities 8.0 and 9.0: 48 KB of shared memory
+// per block without the opt-in, 227 KB with it on 9.0, 163 KB on 8.0).
 #include "core/cuda/emu/gpu_model.h"
 
 #include <cstdlib>
@@ -19,6 +20,12 @@ GpuModel h100() {
   m.shared_per_multiprocessor = 228 << 10;
   m.memory_bytes = size_t(80) << 30;
   m.l2_bytes = size_t(50) << 20;
+  return m;
+}
+GpuModel h200() {
+  GpuModel m = h100();
+  m.name = "NVIDIA H200 (keel emulated on the CPU)";
+  m.memory_bytes = size_t(141) << 30;
   return m;
 }
 GpuModel a100() {
@@ -65,10 +72,11 @@ GpuModel from_environment() {
   const char* which = std::getenv("KEEL_EMU_GPU");
   GpuModel m;
   if (!which || !*which || std::strcmp(which, "h100") == 0 || std::strcmp(which, "H100") == 0) m = h100();
+  else if (std::strcmp(which, "h200") == 0 || std::strcmp(which, "H200") == 0) m = h200();
   else if (std::strcmp(which, "a100") == 0 || std::strcmp(which, "A100") == 0) m = a100();
   else
     throw ConfigError("emulated CUDA", std::string("KEEL_EMU_GPU=") + which + " names no GPU keel can emulate",
-                      "use h100 (the default) or a100");
+                      "use h100 (the default), h200 or a100");
   m.devices = visible_devices(static_cast<int>(env_int("KEEL_EMU_DEVICES", 1, 8, 1)));
   const long mb = env_int("KEEL_EMU_MEMORY_MB", 1, 1L << 24, 0);
   if (mb) m.memory_bytes = size_t(mb) << 20;

@@ -2,7 +2,7 @@
 // the ones keel's host code reads (multiprocessor count, shared memory per block), so that code
 // which sizes its grids from them takes the same paths as on the real GPU.
 //
-//   KEEL_EMU_GPU=h100 (default) | a100     which GPU's limits to emulate
+//   KEEL_EMU_GPU=h100 (default) | h200 | a100   which GPU's limits to emulate
 //   KEEL_EMU_DEVICES=N                     how many such devices (default 1, at most 8)
 //   KEEL_EMU_MEMORY_MB=N                   device memory per device (default the GPU's own)
 #pragma once

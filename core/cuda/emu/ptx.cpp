@@ -108,13 +108,4 @@ void check_async_copy(const void* dst, const void* src, int bytes, int src_bytes
                     "cp.async needs source and destination naturally aligned to the copy size");
 }
 
-void fail_spin_wait(const int* flag, int value, int expected, const std::source_location& where) {
-  throw CudaError("emulated CUDA",
-                  fmt::format("spin-wait ({}) for flag {} to become {}, but it is {} and every earlier block has "
-                              "finished: only a later block could still change it",
-                              at(where), static_cast<const void*>(flag), expected, value),
-                  "a block may wait only for blocks of lower index (the order a GPU starts them in); on a GPU "
-                  "this wait could spin for ever");
-}
-
 }  // namespace keel::emu::ptx

@@ -6,7 +6,7 @@
 //   ldmatrix.sync.aligned.m8n8.{x2,x4}{,.trans}.shared.b16              a warp collective
 //   cp.async.cg.shared.global (16 bytes, optional zero fill), cp.async.commit_group,
 //   cp.async.wait_group N, cp.async.wait_all                            per thread
-//   ld.acquire.gpu, red.release.gpu.add (32-bit) and a spin-wait on a flag
+//   ld.acquire.gpu, red.release.gpu.add (32-bit) and a spin-wait on a flag (block.h)
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), with
 // g = lane / 4 and t = lane % 4, each 32-bit register holding two 16-bit elements, the first in
@@ -116,13 +116,10 @@ inline void red_add_f32x2(float* p, float a, float b) {
   std::atomic_ref<float>(p[0]).fetch_add(a, std::memory_order_relaxed);
   std::atomic_ref<float>(p[1]).fetch_add(b, std::memory_order_relaxed);
 }
-// Blocks run one after another here, in index order: a flag that does not hold its value when
-// the block looks is one that only a later block (or none) could set, and a GPU would spin on it
-// for ever.
-void fail_spin_wait(const int* flag, int value, int expected, const std::source_location& where);
+// A flag that does not hold its value yet: the block gives way until it does (block.h), and a
+// flag no block that can run would ever set is a deadlock the grid reports (grid.cpp).
 inline void spin_wait_equal(const int* flag, int expected, const std::source_location& where) {
-  const int v = ld_acquire(flag);
-  if (v != expected) fail_spin_wait(flag, v, expected, where);
+  while (ld_acquire(flag) != expected) wait_for_flag(flag, expected, where);
 }
 
 }  // namespace keel::emu::ptx

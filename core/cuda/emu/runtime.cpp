@@ -21,9 +21,9 @@
 
 #include <fmt/format.h>
 
+#include "core/cuda/emu/block.h"
 #include "core/cuda/emu/gpu_model.h"
 #include "core/cuda/emu/graph.h"
-#include "core/cuda/emu/launch.h"
 
 struct CUstream_st {
   int device;
@@ -42,7 +42,6 @@ struct Runtime {
   std::list<CUevent_st> events;
   std::map<const void*, size_t> allocations;  // device pointer -> bytes
   std::map<int, size_t> used;                 // device -> bytes allocated
-  std::map<const void*, int> max_dynamic_shared;  // kernel -> cudaFuncSetAttribute's limit
 };
 Runtime& rt() {
   static Runtime* r = new Runtime;  // never destroyed: frees may come from static destructors
@@ -298,6 +297,8 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     case cudaErrorIllegalState: return "cudaErrorIllegalState";
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
@@ -315,6 +316,8 @@ const char* cudaGetErrorString(cudaError_t e) {
                      : e == cudaErrorInvalidConfiguration  ? "invalid configuration argument"
                      : e == cudaErrorInvalidDevice         ? "invalid device ordinal"
                      : e == cudaErrorInvalidResourceHandle ? "invalid resource handle"
+                     : e == cudaErrorInvalidDeviceFunction ? "invalid device function"
+                     : e == cudaErrorMisalignedAddress     ? "misaligned address"
                      : e == cudaErrorIllegalState          ? "the resource is not in a valid state to perform the requested operation"
                      : e == cudaErrorStreamCaptureUnsupported ? "operation not permitted when stream is capturing"
                      : e == cudaErrorStreamCaptureInvalidated
@@ -326,58 +329,3 @@ const char* cudaGetErrorString(cudaError_t e) {
   if (e == t_recent && !t_recent_detail.empty()) text += ": " + t_recent_detail;
   return text.c_str();
 }
-
-// ---- kernels ----
-cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
-  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;  // hints (carveout): nothing to do
-  const keel::emu::GpuModel& m = keel::emu::gpu_model();
-  if (value < 0 || static_cast<size_t>(value) > m.shared_per_block_optin)
-    return record(cudaErrorInvalidValue,
-                  fmt::format("cudaFuncSetAttribute: {} bytes of dynamic shared memory asked, the {} allows {} per block",
-                              value, m.name, m.shared_per_block_optin));
-  Runtime& r = rt();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.max_dynamic_shared[func] = value;
-  return cudaSuccess;
-}
-
-namespace keel::emu {
-
-bool check_launch(const void* kernel, dim3 g, dim3 b, size_t shared, cudaStream_t) {
-  const uint64_t threads = uint64_t(b.x) * b.y * b.z;
-  if (threads == 0 || uint64_t(g.x) * g.y * g.z == 0) {
-    record(cudaErrorInvalidConfiguration, fmt::format("empty launch: grid ({},{},{}), block ({},{},{})", g.x, g.y, g.z,
-                                                      b.x, b.y, b.z));
-    return false;
-  }
-  if (threads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64) {
-    record(cudaErrorInvalidConfiguration,
-           fmt::format("block ({},{},{}) has {} threads; CUDA allows at most 1024 (x, y <= 1024, z <= 64)", b.x, b.y,
-                       b.z, threads));
-    return false;
-  }
-  if (g.x > 2147483647u || g.y > 65535 || g.z > 65535) {
-    record(cudaErrorInvalidConfiguration,
-           fmt::format("grid ({},{},{}): grid.x must be below 2^31 and grid.y, grid.z at most 65535", g.x, g.y, g.z));
-    return false;
-  }
-  const GpuModel& m = gpu_model();
-  size_t limit = m.shared_per_block;
-  {
-    Runtime& r = rt();
-    std::lock_guard<std::mutex> lock(r.mu);
-    auto it = r.max_dynamic_shared.find(kernel);
-    if (it != r.max_dynamic_shared.end()) limit = static_cast<size_t>(it->second);
-  }
-  if (shared > limit) {
-    record(cudaErrorInvalidValue,
-           fmt::format("{} bytes of dynamic shared memory for a kernel allowed {}{}", shared, limit,
-                       shared <= m.shared_per_block_optin
-                           ? " (raise it with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n))"
-                           : fmt::format("; the {} has at most {} per block", m.name, m.shared_per_block_optin)));
-    return false;
-  }
-  return true;
-}
-
-}  // namespace keel::emu
