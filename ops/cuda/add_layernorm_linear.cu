@@ -17,7 +17,9 @@ using namespace dev;
 
 constexpr int kWarps = 8;             // per block
 constexpr int kMaxRows = 8;           // a decode step's batch; more rows go to cuBLAS's GEMM
-constexpr int64_t kSmemBytes = 48 << 10;  // h and layernorm(h) of every row: the static limit
+// h and layernorm(h) of every row, in dynamic shared memory: the 48 KB a kernel may use without
+// cudaFuncSetAttribute, all of it, so the kernel declares no static shared memory.
+constexpr int64_t kSmemBytes = 48 << 10;
 
 // x, y (M, C) (y null: h = x), lnw, lnb (C) (lnb null: none), w (N, C), b (N) or null -> out (M, N),
 // and h (M, C) when not null (block 0 writes it). vec: C * sizeof(T) a multiple of 16 and every
@@ -30,7 +32,6 @@ __global__ void __launch_bounds__(32 * kWarps)
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 16);
   T* hs = reinterpret_cast<T*>(smem);  // (M, C) h as stored
   T* ns = hs + M * C;                  // (M, C) layernorm(h) as stored
-  KEEL_SHARED(float[2 * kWarps], stats);  // normalize_row's mean and rstd, not needed here
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   T* const gh = blockIdx.x == 0 ? h : nullptr;
   for (int r = warp; r < M; r += kWarps) {
@@ -59,8 +60,8 @@ __global__ void __launch_bounds__(32 * kWarps)
         if (gh) gh[r * C + c] = v;
       }
     }
-    normalize_row<T, kVec>(hr, warp_sum(s) / static_cast<float>(C), lnw, lnb, ns + r * C, &stats[2 * warp],
-                           &stats[2 * warp + 1], C, eps, lane);
+    float mean, rstd;  // normalize_row's statistics, not needed here: registers the compiler drops
+    normalize_row<T, kVec>(hr, warp_sum(s) / static_cast<float>(C), lnw, lnb, ns + r * C, &mean, &rstd, C, eps, lane);
   }
   __syncthreads();
   const int64_t warps = int64_t(gridDim.x) * kWarps;
@@ -110,6 +111,8 @@ Tensor add_layernorm_linear(const Tensor& x, const Tensor& y, const Tensor& ln_w
     const int blocks = static_cast<int>(std::min<int64_t>((N + kWarps - 1) / kWarps, int64_t(sm_count(wh.device)) * 8));
     const size_t smem = size_t(2 * M * C) * sizeof(T);
     auto launch = [&](auto kernel) {
+      check_shared_memory(reinterpret_cast<const void*>(kernel), smem, "add_layernorm_linear",
+                          "add_layernorm_linear_kernel");
       launch_kernel(kernel, blocks, 32 * kWarps, smem, wh.stream, px, py, plw, plb, pw, pb, ph, po, static_cast<int>(M),
                     C, N, static_cast<float>(eps));
       KEEL_CHECK_LAUNCH();

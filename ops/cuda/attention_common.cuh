@@ -201,15 +201,17 @@ __device__ __forceinline__ float warp_max_pair(float x) { return fmaxf(x, __shfl
 // ---- host side ----
 // Raises the dynamic shared-memory limit of a kernel above the default 48 KB (needed once per
 // device; cheap enough to repeat per launch) and launches it on the device's compute stream.
-// A block larger than the device allows (f32 at head dims above 128 needs about 220 KB: an H100
-// has 227, an A100 163) is a DeviceError saying so, not a failed launch.
+// A block larger than the device allows, its static shared memory counted (f32 at head dims
+// above 128 needs about 220 KB: an H100 has 227, an A100 163), is a DeviceError saying so, not
+// a failed launch.
 template <typename Kernel, typename... Args>
 void launch_threads(Kernel kernel, dim3 grid, int threads, int smem_bytes, int device, Args... args) {
   int optin = 0;
   KEEL_CHECK_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (smem_bytes > optin)
+  const size_t bytes = static_shared_of(reinterpret_cast<const void*>(kernel)) + static_cast<size_t>(smem_bytes);
+  if (bytes > static_cast<size_t>(optin))
     throw DeviceError("attention (CUDA)",
-                      "this head dim and dtype need " + std::to_string(smem_bytes >> 10) +
+                      "this head dim and dtype need " + std::to_string(bytes >> 10) +
                           " KB of shared memory per block; cuda:" + std::to_string(device) + " offers " +
                           std::to_string(optin >> 10) + " KB",
                       "run the model in bf16 or f16 (the tensor-core kernels need less), or use a head dim of at "

@@ -1,8 +1,9 @@
 // add_layernorm_linear on CUDA: the fused decode kernel against the CPU's composition
 // (add_layernorm or layernorm, then linear or linear_gelu; tests/ops/cuda_compare.h: f32, bf16,
 // f16, the same rounded inputs, outputs poisoned, the worst row's relative error) for 1 to 8 rows,
-// packed and scalar widths, with and without y, biases and GELU; and when it is one launch (few
-// rows, no gradient) and when it is the composition's ops.
+// packed and scalar widths, with and without y, biases and GELU; at the largest shapes it takes
+// (its 48 KB of shared memory full); and when it is one launch (few rows, no gradient) and when
+// it is the composition's ops.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "cuda_compare.h"
 #include "cuda_test.h"
 #include "ops/add_layernorm_linear.h"
+#include "ops/cuda/add_layernorm_linear.h"
 #include "ops/shape.h"
 
 using namespace keel;
@@ -84,5 +86,39 @@ TEST_CASE("cuda add_layernorm_linear: one launch and no library call for a decod
     CHECK(rows9.library_calls == 1);
     CHECK(grad.launches == 1);
     CHECK(grad.library_calls == 1);
+  }
+}
+
+TEST_CASE("cuda add_layernorm_linear at its largest shapes: 48 KB of dynamic shared memory and no static, one launch") {
+  KEEL_REQUIRE_CUDA();
+  NoGradGuard no_grad;
+  // 2 M C sizeof(T) = 49152 bytes, all a kernel may have without cudaFuncSetAttribute: f32 C 768 at
+  // 8 rows (GPT-2 124M decoding a batch of 8 in f32), C 1024 at 6, C 1536 at 4, bf16/f16 C 1536 at 8.
+  // A byte of static shared memory beside them fails the launch on a GPU (the emulated one too).
+  struct Case {
+    DType dt;
+    int64_t M, C;
+  };
+  const Case cases[] = {{DType::f32, 8, 768},   {DType::f32, 6, 1024}, {DType::f32, 4, 1536},
+                        {DType::bf16, 8, 1536}, {DType::f16, 8, 1536}};
+  for (const Case& c : cases) {
+    CAPTURE(std::string(dtype_name(c.dt)));
+    CAPTURE(c.M);
+    CAPTURE(c.C);
+    REQUIRE(2 * c.M * c.C * int64_t(dtype_size(c.dt)) == 48 << 10);
+    CHECK(cuda::add_layernorm_linear_fits(c.M, c.C, c.dt));
+    CHECK_FALSE(cuda::add_layernorm_linear_fits(c.M, c.C + 8, c.dt));  // one pack more: the composition
+    const int64_t N = 24;
+    const std::vector<Tensor> in = {rnd({c.M, c.C}, 120, 0.5, 2.0), rnd({c.M, c.C}, 121), rnd({c.C}, 122, 1.0, 0.3),
+                                    rnd({c.C}, 123), rnd({N, c.C}, 124, 0.0, 1.0 / std::sqrt(double(c.C))),
+                                    rnd({N}, 125)};
+    compare([](const std::vector<Tensor>& t) { return run(t, true); }, in, c.dt, /*backward=*/false);
+    std::vector<Tensor> dev;
+    for (const Tensor& t : in) dev.push_back(t.to(kGpu).to(c.dt));
+    const cuda::Counters before = cuda::counters();
+    (void)add_layernorm_linear(dev[0], dev[1], dev[2], dev[3], 1e-5, dev[4], dev[5]);
+    const cuda::Counters used = cuda::counters() - before;
+    CHECK(used.launches == 1);
+    CHECK(used.library_calls == 0);
   }
 }
