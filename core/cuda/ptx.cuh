@@ -10,6 +10,7 @@
 //   ld_acquire_gpu, red_release_gpu_add, spin_wait_equal   an ordered hand-over between blocks
 //   atom_add_acq_rel_gpu          a counter that tells the last of several blocks it is the last
 //   red_add_f32x2                 two adjacent f32 atomic adds as one instruction (sm_90)
+//   load_16, store_16             16 bytes at once (LDG/STG/LDS/STS.128): plain C++ under nvcc
 //
 // Fragment layouts (the PTX ISA's; g = lane / 4, t = lane % 4; two 16-bit elements per 32-bit
 // register, the first in the low half):
@@ -34,8 +35,10 @@
 #include "core/cuda/emu/ptx.h"
 // The caller's line, for the emulator's error messages.
 #define KEEL_PTX_WHERE , std::source_location where = std::source_location::current()
+#define KEEL_PTX_PASS_WHERE , where
 #else
 #define KEEL_PTX_WHERE
+#define KEEL_PTX_PASS_WHERE
 #endif
 
 namespace keel::cuda::ptx {
@@ -187,10 +190,11 @@ __device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
 }
 // red.global.add.v2.f32 (sm_90): p[0] += a and p[1] += b, atomically each, as one instruction
 // (p 8-byte aligned): half the instructions and L2 requests of two scalar adds, the same sums. On
-// sm_80 it is the two scalar adds.
-__device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
+// sm_80 it is the two scalar adds. The emulated GPU's twin takes the branch of its compute
+// capability (KEEL_EMU_GPU).
+__device__ __forceinline__ void red_add_f32x2(float* p, float a, float b KEEL_PTX_WHERE) {
 #ifdef KEEL_CUDA_EMULATED
-  ::keel::emu::ptx::red_add_f32x2(p, a, b);
+  ::keel::emu::ptx::red_add_f32x2(p, a, b, where);
 #elif __CUDA_ARCH__ >= 900
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 #else
@@ -198,6 +202,29 @@ __device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
   atomicAdd(p + 1, b);
 #endif
 }
+// 16 bytes at once: a V (uint4, float4: 16 bytes, 16-byte aligned) from or to p, which must be
+// 16-byte aligned, in one instruction. Plain C++ under nvcc, which emits that instruction for it;
+// on the emulated GPU the twin checks the address first, as the hardware does (a misaligned one
+// is cudaErrorMisalignedAddress).
+template <typename V>
+__device__ __forceinline__ V load_16(const void* p KEEL_PTX_WHERE) {
+  static_assert(sizeof(V) == 16 && alignof(V) == 16, "a 16-byte vector type");
+#ifdef KEEL_CUDA_EMULATED
+  return ::keel::emu::ptx::load_vector<V>(p, where);
+#else
+  return *reinterpret_cast<const V*>(p);
+#endif
+}
+template <typename V>
+__device__ __forceinline__ void store_16(void* p, const V& v KEEL_PTX_WHERE) {
+  static_assert(sizeof(V) == 16 && alignof(V) == 16, "a 16-byte vector type");
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::store_vector(p, v, where);
+#else
+  *reinterpret_cast<V*>(p) = v;
+#endif
+}
+
 // Spins until *flag == expected (an acquire). The block that sets the flag must have started
 // before this one (a GPU promises no order of its own: take it from an atomic ticket, as
 // attention_mma_backward.cu does); the emulated GPU runs other blocks meanwhile and reports a

@@ -20,6 +20,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/convert.cuh"
 #include "core/cuda/launch.cuh"
+#include "core/cuda/ptx.cuh"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/attention_tiles.h"
 
@@ -172,7 +173,7 @@ __device__ void load_tile(float* dst, int ld, const float* src, int rows, int va
   for (int c = threadIdx.x; c < rows * (Dk / kVec); c += kThreads) {
     const int r = c / (Dk / kVec), col = c % (Dk / kVec) * kVec;
     float4 x = make_float4(0, 0, 0, 0);
-    if (r < valid && col < D) x = *reinterpret_cast<const float4*>(src + static_cast<int64_t>(r) * gld + col);
+    if (r < valid && col < D) x = ptx::load_16<float4>(src + static_cast<int64_t>(r) * gld + col);
     float* o = dst + r * ld + col;
     o[0] = x.x, o[1] = x.y, o[2] = x.z, o[3] = x.w;
   }

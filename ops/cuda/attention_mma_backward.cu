@@ -337,10 +337,10 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   for (int c = lane; c < 16 * kO; c += 32) {
     const int r = c / kO, col = c0 + c % kO * 8;
     if (key + r >= T_len || col >= D) continue;  // past the sequence, or a padding column (zeros)
-    *reinterpret_cast<uint4*>(dk + static_cast<int64_t>(key + r) * dims.dk.t + col) =
-        *reinterpret_cast<const uint4*>(Ks + Swizzle<Dk>::offset(r0 + r, col));
-    *reinterpret_cast<uint4*>(dv + static_cast<int64_t>(key + r) * dims.dv.t + col) =
-        *reinterpret_cast<const uint4*>(Vs + Swizzle<Dk>::offset(r0 + r, col));
+    ptx::store_16(dk + static_cast<int64_t>(key + r) * dims.dk.t + col,
+                  ptx::load_16<uint4>(Ks + Swizzle<Dk>::offset(r0 + r, col)));
+    ptx::store_16(dv + static_cast<int64_t>(key + r) * dims.dv.t + col,
+                  ptx::load_16<uint4>(Vs + Swizzle<Dk>::offset(r0 + r, col)));
   }
 }
 
@@ -374,11 +374,11 @@ __global__ void dq_convert_kernel(const float* __restrict__ dq_accum, T* __restr
   const int64_t row = i / (dims.D / 8), bh = row / dims.T;  // packed row (b H + h) T + t
   const int col = static_cast<int>(i - row * (dims.D / 8)) * 8, pos = static_cast<int>(row - bh * dims.T);
   const int64_t at = dims.dq.pair(static_cast<int>(bh), dims.H) + static_cast<int64_t>(pos) * dims.dq.t + col;
-  const float4 a = reinterpret_cast<const float4*>(dq_accum)[2 * i];
-  const float4 b = reinterpret_cast<const float4*>(dq_accum)[2 * i + 1];
+  const float4 a = ptx::load_16<float4>(dq_accum + 8 * i);
+  const float4 b = ptx::load_16<float4>(dq_accum + 8 * i + 4);
   const uint4 out = make_uint4(pack2<T>(a.x * scale, a.y * scale), pack2<T>(a.z * scale, a.w * scale),
                                pack2<T>(b.x * scale, b.y * scale), pack2<T>(b.z * scale, b.w * scale));
-  *reinterpret_cast<uint4*>(dq + at) = out;
+  ptx::store_16(dq + at, out);
 }
 
 }  // namespace

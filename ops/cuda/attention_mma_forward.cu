@@ -318,8 +318,8 @@ __global__ void __launch_bounds__(MmaFwd<kWidth>::kThreads, 1)
   for (int i = lane; i < kRows * (kWidth / 8); i += 32) {
     const int r = i / (kWidth / 8), col = i % (kWidth / 8) * 8;
     if (first + r < seq_len && col < D)  // the padding columns (zeros) are not the output's
-      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(first + r) * dims.out.t + col) =
-          *reinterpret_cast<const uint4*>(Qs + Swizzle<kWidth>::offset(r0 + r, col));
+      ptx::store_16(out + static_cast<int64_t>(first + r) * dims.out.t + col,
+                    ptx::load_16<uint4>(Qs + Swizzle<kWidth>::offset(r0 + r, col)));
   }
 
   publish_head_stats(logit_bits, range_bits, &block_logit, &block_range, max_logit + h, max_range + h);

@@ -9,6 +9,7 @@
 
 #include <bit>
 
+#include "core/cuda/emu/gpu_model.h"
 #include "core/error.h"
 
 namespace keel::emu::ptx {
@@ -78,7 +79,8 @@ void ldmatrix_combine(const void*, const void* const in[32], void* const out[32]
     if (reinterpret_cast<uintptr_t>(me->row) % 16 != 0)
       throw CudaError(
           "emulated CUDA",
-          fmt::format("ldmatrix.x{}: lane {} gives row address {}, which is not 16-byte aligned", num, l, me->row),
+          fmt::format("misaligned address (cudaErrorMisalignedAddress): ldmatrix.x{}: lane {} gives row address {}, "
+                      "which is not 16-byte aligned", num, l, me->row),
           "each row of an 8x8 b16 matrix is 16 bytes and must be naturally aligned");
     rows[l] = me->data;
   }
@@ -103,9 +105,19 @@ void check_async_copy(const void* dst, const void* src, int bytes, int src_bytes
                     fmt::format("cp.async ({}): src-size {} is outside [0, cp-size {}]", at(where), src_bytes, bytes));
   if (reinterpret_cast<uintptr_t>(dst) % bytes != 0 || reinterpret_cast<uintptr_t>(src) % bytes != 0)
     throw CudaError("emulated CUDA",
-                    fmt::format("cp.async ({}): {} bytes from {} to {}, not both aligned to {} bytes", at(where), bytes,
-                                src, dst, bytes),
+                    fmt::format("misaligned address (cudaErrorMisalignedAddress): cp.async ({}): {} bytes from {} to "
+                                "{}, not both aligned to {} bytes", at(where), bytes, src, dst, bytes),
                     "cp.async needs source and destination naturally aligned to the copy size");
 }
+
+void fail_misaligned(const void* p, int bytes, const char* what, const std::source_location& where) {
+  throw CudaError("emulated CUDA",
+                  fmt::format("misaligned address (cudaErrorMisalignedAddress): {} at {} ({} in {}), which is not "
+                              "{}-byte aligned", what, p, at(where), where.function_name(), bytes),
+                  "on a GPU the kernel stops with cudaErrorMisalignedAddress: a vector access needs its address "
+                  "aligned to its size (check the base pointer, the row stride and the offset)");
+}
+
+bool vector_reductions() { return gpu_model().major >= 9; }
 
 }  // namespace keel::emu::ptx

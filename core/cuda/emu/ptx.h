@@ -7,6 +7,11 @@
 //   cp.async.cg.shared.global (16 bytes, optional zero fill), cp.async.commit_group,
 //   cp.async.wait_group N, cp.async.wait_all                            per thread
 //   ld.acquire.gpu, red.release.gpu.add (32-bit) and a spin-wait on a flag (block.h)
+//   red.global.add.v2.f32, and 16-byte loads and stores (ld/st .v4)
+//
+// Vector accesses are checked for alignment as the hardware checks them: a misaligned
+// ldmatrix row, cp.async operand, red.global.add.v2.f32 address or 16-byte load or store is the
+// CudaError of cudaErrorMisalignedAddress, where a GPU stops the kernel with that error.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), with
 // g = lane / 4 and t = lane % 4, each 32-bit register holding two 16-bit elements, the first in
@@ -112,9 +117,28 @@ inline int ld_acquire(const int* p) {
 }
 inline void red_release_add(int* p, int v) { std::atomic_ref<int>(*p).fetch_add(v, std::memory_order_release); }
 inline int atom_add_acq_rel(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v, std::memory_order_acq_rel); }
-inline void red_add_f32x2(float* p, float a, float b) {
+// A misaligned vector access: the CudaError of cudaErrorMisalignedAddress, naming the access.
+[[noreturn]] void fail_misaligned(const void* p, int bytes, const char* what, const std::source_location& where);
+// sm_90's one instruction needs p 8-byte aligned; sm_80's two scalar adds, 4-byte.
+bool vector_reductions();  // the emulated GPU's compute capability is 9.0 or more
+inline void red_add_f32x2(float* p, float a, float b, const std::source_location& where) {
+  const int align = vector_reductions() ? 8 : 4;
+  if (reinterpret_cast<uintptr_t>(p) % align != 0)
+    fail_misaligned(p, align, align == 8 ? "red.global.add.v2.f32" : "atomicAdd (f32)", where);
   std::atomic_ref<float>(p[0]).fetch_add(a, std::memory_order_relaxed);
   std::atomic_ref<float>(p[1]).fetch_add(b, std::memory_order_relaxed);
+}
+template <typename V>
+V load_vector(const void* p, const std::source_location& where) {
+  if (reinterpret_cast<uintptr_t>(p) % sizeof(V) != 0) fail_misaligned(p, sizeof(V), "a 16-byte load", where);
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <typename V>
+void store_vector(void* p, const V& v, const std::source_location& where) {
+  if (reinterpret_cast<uintptr_t>(p) % sizeof(V) != 0) fail_misaligned(p, sizeof(V), "a 16-byte store", where);
+  std::memcpy(p, &v, sizeof(V));
 }
 // A flag that does not hold its value yet: the block gives way until it does (block.h), and a
 // flag no block that can run would ever set is a deadlock the grid reports (grid.cpp).
