@@ -24,10 +24,12 @@
 // decreasing order, handed over by a flag per query tile (ptx::spin_wait_equal and
 // red_release_gpu_add), so every element sums its terms in the same order on every run. That
 // order costs no waiting: key tile kt reaches query tile qt after qt - first(kt) steps, and
-// first(kt + 1) lies kBc / kBr = 2 tiles further on, so kt + 1 got there two steps earlier. The
-// grid starts the highest key tile of a head first (i = 0), so a block waits only for blocks a
-// GPU started before it (never a deadlock). The price is a __syncthreads per tile, the f32 buffer
-// (B*H*T*D*4 bytes) and its final pass.
+// first(kt + 1) lies kBc / kBr = 2 tiles further on, so kt + 1 got there two steps earlier. A
+// block takes its key tile from a ticket it draws when it starts (an atomic counter per (b, h)
+// and column half, as CUB's decoupled look-back numbers its tiles), the highest key tile first,
+// so it waits only for blocks that started before it, whatever order the GPU starts blocks in
+// (never a deadlock). The price is a __syncthreads per tile, the f32 buffer (B*H*T*D*4 bytes)
+// and its final pass.
 // With keel::set_deterministic(false) (core/determinism.h; `gpt2 train --deterministic 0`) the
 // unordered kernel runs instead: the key tiles add as they finish, FlashAttention-2's way, with
 // no flag and no wait, and dQ's rounding depends on the order the blocks ran in.
@@ -63,7 +65,9 @@ struct MmaBwd {
   static constexpr int kStage = kBr * Dk, kElems = kDS + kBc * kBr;
   static constexpr int kStats = 2 * kElems;  // byte offset of lse[2][kBr], dvec[2][kBr]
   static constexpr int kBytes = kStats + 4 * 4 * kBr;
-  static_assert(kBytes <= 163 * 1024, "must fit an A100's shared memory");
+  // backward_tiles' static shared variables (KEEL_SHARED), which a block holds beside kBytes.
+  static constexpr int kStaticBytes = 5 * 8 + 4 + kWarps * (2 * 4 + 4);
+  static_assert(kBytes + kStaticBytes <= 163 * 1024, "must fit an A100's shared memory");
 };
 
 // One query tile's P^T and dS^T for the warp's 16 keys (lane (g, t): keys[0], keys[1]; queries
@@ -105,10 +109,11 @@ __device__ __forceinline__ void store_ds(T* dSs, const LaneRow<kBr>& lr, int r0,
 
 // Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T at their dims Rows, D = dims.D <= Dk, the kernel width (tile
 // columns D..Dk-1 are zeros: attention_tiles.h); lse, dvec (B, H, T) f32; dq_accum (B, H, T, D)
-// f32, zeroed; flags (B*H, kSplit, ceil(T / kBr)) int, zeroed (null for the unordered kernel,
-// which has no hand-over). Grid (ceil(T / kBc), H, B * kSplit), kThreads threads (Dk <= 128:
-// kBc = 128 keys, 256 threads): block (i, h, b kSplit + z) owns keys [kBc kt, kBc kt + kBc), kt
-// counted from the end (kt = gridDim.x - 1 - i), of pair bh = b H + h, and output columns
+// f32, zeroed; flags int, zeroed: B*H*kSplit tickets, then (B*H, kSplit, ceil(T / kBr)) hand-over
+// flags (null for the unordered kernel, which has no hand-over). Grid (ceil(T / kBc), H,
+// B * kSplit), kThreads threads (Dk <= 128: kBc = 128 keys, 256 threads): block (i, h, b kSplit +
+// z) owns keys [kBc kt, kBc kt + kBc), kt counted from the end (kt = gridDim.x - 1 - n, n its
+// ticket, or i in the unordered kernel), of pair bh = b H + h, and output columns
 // [kOut z, kOut z + kOut). Warp w owns keys
 // 16w..16w+15 (the rows of its S^T); lane (g, t) holds keys g and g + 8 and queries 8n + 2t,
 // 8n + 2t + 1.
@@ -133,11 +138,23 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   const int h = blockIdx.y, T_len = dims.T, D = dims.D, w = dims.window[h];
   const int z = F::kSplit == 1 ? 0 : static_cast<int>(blockIdx.z) % F::kSplit;  // which output columns
   const int bh = static_cast<int>(blockIdx.z) / F::kSplit * dims.H + h;
-  const int kt = gridDim.x - 1 - blockIdx.x, k0 = kt * kBc, nq = (T_len + kBr - 1) / kBr;
+  const int pair = bh * F::kSplit + z, nq = (T_len + kBr - 1) / kBr;
+  // The operands' rows may lie anywhere (Rows). The offsets of Q's, dO's, K's and V's first rows
+  // wait in shared memory, read where used (Q's and dO's once per tile): held in registers across
+  // the loop, these 64-bit values made this kernel spill. The ordered kernel's ticket waits there too.
+  KEEL_SHARED(int64_t[5], first_row);  // and of the pair's rows in the packed dq_accum
+  KEEL_SHARED(int, ticket);            // this block's place among its pair's blocks, in start order
+  if (threadIdx.x == 0) {
+    first_row[0] = dims.q.pair(bh, dims.H), first_row[1] = dims.dout.pair(bh, dims.H);
+    first_row[2] = dims.k.pair(bh, dims.H), first_row[3] = dims.v.pair(bh, dims.H);
+    first_row[4] = static_cast<int64_t>(bh) * T_len * D;
+    if constexpr (kOrdered) ticket = atomicAdd(flags + pair, 1);
+  }
+  __syncthreads();
+  const int kt = gridDim.x - 1 - (kOrdered ? ticket : static_cast<int>(blockIdx.x)), k0 = kt * kBc;
   const int c0 = z * F::kOut;  // the block's first output column
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r0 = 16 * warp, first = k0 + r0;  // the warp's first key: in the tile, in the sequence
-  const int keys[2] = {first + g, first + g + 8};
   const TileRange queries = query_tiles_for_key_tile(kt, kBc, kBr, T_len, w);
   // The query tiles that meet the warp's own keys, and its first key for the final stores, in
   // shared memory: registers held across the loop for them were what the D = 128 kernels spilled.
@@ -152,17 +169,7 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   // Q and dO tiles: each thread's copies at global offsets computed once (TileStream; at width
   // 256, whose 128 threads cover 4 rows a pass, the shared offsets per copy).
   using Stream = TileStream<T, Dk, kBr, kThreads>;
-  // The operands' rows may lie anywhere (Rows). The offsets of Q's, dO's, K's and V's first rows
-  // wait in shared memory, read where used (Q's and dO's once per tile): held in registers across
-  // the loop, these 64-bit values made this kernel spill.
   const int ldq = dims.q.t, ldo = dims.dout.t;
-  KEEL_SHARED(int64_t[5], first_row);  // and of the pair's rows in the packed dq_accum
-  if (threadIdx.x == 0) {
-    first_row[0] = dims.q.pair(bh, dims.H), first_row[1] = dims.dout.pair(bh, dims.H);
-    first_row[2] = dims.k.pair(bh, dims.H), first_row[3] = dims.v.pair(bh, dims.H);
-    first_row[4] = static_cast<int64_t>(bh) * T_len * D;
-  }
-  __syncthreads();
   const Stream q_copy(D, ldq), do_copy(D, ldo);
   auto load_stage = [&](int qt, int stage) {
     const int q0 = qt * kBr;
@@ -233,7 +240,11 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
       // Tile classes: every pair allowed for all 16 keys and the tile's queries (most tiles of a
       // long sequence) takes the path without a per-element test: the queries inside the sequence,
       // the last key at or before the first query, the first key inside the last query's band.
-      const bool whole = q0 + kBr - 1 < T_len && first + 15 <= q0 && first >= band_start(q0 + kBr - 1, w);
+      // The warp's first key: for the ordered kernel (whose key tile comes from its ticket) read
+      // where used, as the register held across the loop spilled at D = 128.
+      const int key0 = kOrdered ? warp_first[warp] : first;
+      const int keys[2] = {key0 + g, key0 + g + 8};
+      const bool whole = q0 + kBr - 1 < T_len && key0 + 15 <= q0 && key0 >= band_start(q0 + kBr - 1, w);
       if (whole)
         probs_and_dlogits<false, kPlain>(s, dp, lse_s, dvec_s, c, cap, keys, q0, t, w, T_len);
       else
@@ -287,8 +298,9 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
     // it are exactly (kt, last key tile of qt], so kt's turn comes at that count.
     int* flag = nullptr;
     if constexpr (kOrdered) {
-      flag = flags + (static_cast<int64_t>(bh) * F::kSplit + z) * nq + qt;
-      if (threadIdx.x == 0) ptx::spin_wait_equal(flag, key_tiles_for_query_tile(qt, kBr, kBc, T_len, w).end - 1 - kt);
+      flag = flags + gridDim.y * gridDim.z + static_cast<int64_t>(pair) * nq + qt;  // past the tickets
+      if (threadIdx.x == 0)
+        ptx::spin_wait_equal(flag, key_tiles_for_query_tile(qt, kBr, kBc, T_len, w).end - gridDim.x + ticket);
       __syncthreads();  // the higher key tiles' shares of this query tile are all in
     }
     // Row g, columns 2t, 2t + 1 of each n-block of the share (rows g + 8: 8 D further), one
@@ -400,9 +412,9 @@ void attention_mma_backward(const Tensor& q_in, const Tensor& k, const Tensor& v
       detail::count_copy();
       KEEL_CHECK_CUDA(cudaMemsetAsync(dq_accum.raw_data(), 0, dq_accum.numel() * sizeof(float), stream));
       const bool ordered = deterministic();
-      Tensor flags;  // the ordered kernel's hand-over counters, one per query tile
+      Tensor flags;  // the ordered kernel's tickets, one per (b, h, z), and hand-over counters, one per query tile
       if (ordered) {
-        flags = empty({B * H * F::kSplit * nq}, {DType::i32, q.device()});
+        flags = empty({B * H * F::kSplit * (1 + nq)}, {DType::i32, q.device()});
         detail::count_copy();
         KEEL_CHECK_CUDA(cudaMemsetAsync(flags.raw_data(), 0, flags.numel() * sizeof(int), stream));
       }

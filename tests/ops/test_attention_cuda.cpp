@@ -250,7 +250,7 @@ TEST_CASE("CUDA attention statistics: a NaN logit shows in its head only, and th
     CHECK(range[0] == doctest::Approx(ref.max_range.to_vector<float>()[0]).epsilon(tolerance(dt)));
 
     // Two runs give the same bits: the f32 backward has no atomics, the mma backward adds dQ
-    // in a fixed order (on the emulated GPU blocks run in order anyway; a GPU tests the claim).
+    // in a fixed order (test_attention_order_cuda.cpp: whatever order the blocks start in).
     const Grads a = cuda_run(q.to(dt), k.to(dt), v.to(dt), v.to(dt), window, scale, 0);
     const Grads b = cuda_run(q.to(dt), k.to(dt), v.to(dt), v.to(dt), window, scale, 0);
     const std::vector<std::pair<Tensor, Tensor>> runs = {{a.out, b.out}, {a.dq, b.dq}, {a.dk, b.dk}, {a.dv, b.dv}};
@@ -263,8 +263,8 @@ TEST_CASE("CUDA attention backward with set_deterministic(false): dQ added in an
   Generator gen(710);
   // T 300: five query tiles of 64, three key tiles of 128, so a query tile gets dQ shares from
   // several key tiles, the adds the deterministic kernel orders; an MHSA head and a local one.
-  // (The emulated GPU runs blocks in index order, so there both kernels add in the same order;
-  // on a GPU the unordered one's dQ may differ from the ordered one's in the last bits.)
+  // (In index order, the emulated GPU's default, both kernels add in the same order; in another
+  // order, or on a GPU, the unordered one's dQ may differ from the ordered one's in the last bits.)
   const Tensor q = randn({1, 2, 300, 64}, gen), k = randn({1, 2, 300, 64}, gen), v = randn({1, 2, 300, 64}, gen),
                g = randn({1, 2, 300, 64}, gen);
   const std::vector<int64_t> window{0, 100};
