@@ -29,7 +29,7 @@ KEEL_HD inline Block philox4x32(uint64_t counter, uint64_t key) {
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;  // key schedule (golden ratio, sqrt 3)
   uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-#if defined(__CUDA_ARCH__)
+#if KEEL_DEVICE_CODE
 #pragma unroll
 #endif
   for (int round = 0; round < 10; ++round) {

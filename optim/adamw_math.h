@@ -1,5 +1,7 @@
 // The AdamW update of one element, shared by the CPU loop (optim/adamw.cpp) and the fused
-// CUDA kernel (optim/cuda/adamw.cu) so that both run the very same formula.
+// CUDA kernels (optim/cuda/adamw.cu) so that both run the same formula. The device spells out
+// each rounding (below); the host leaves it to its compiler, so the two may differ in the last
+// bit, and CUDA is compared with the CPU to a tolerance.
 //
 // PyTorch's AdamW (decoupled weight decay, bias correction), with t the parameter's step:
 //   w <- w * (1 - lr * wd)                        (wd = 0 for parameters that are not decayed)
@@ -47,7 +49,9 @@ struct AdamWCoeffs {
         grad_scale32(float(s.grad_scale)), grad_scale64(s.grad_scale) {}
 };
 
-#ifdef __CUDA_ARCH__
+KEEL_BEGIN_DEVICE_VARIANT
+
+#if KEEL_DEVICE_CODE
 // On the GPU each rounding is spelled out. nvcc fuses a product into a following sum (an FMA),
 // and in `b1 m + (1 - b1) g` either product can be the fused one: on an H100 the multi-tensor
 // kernel and the per-tensor one chose differently, so one step gave f32 and f64 parameters
@@ -66,7 +70,7 @@ __device__ inline double adamw_add(double a, double b) { return __dadd_rn(a, b);
 // w (master weight), m, v updated in place from gradient g.
 template <typename C>
 KEEL_HD inline void adamw_update(C g, C& w, C& m, C& v, const AdamWCoeffs<C>& k) {
-#ifdef __CUDA_ARCH__
+#if KEEL_DEVICE_CODE
   w = adamw_mul(w, k.decay);
   m = adamw_fma(k.beta1, m, adamw_mul(k.one_minus_beta1, g));
   v = adamw_fma(k.beta2, v, adamw_mul(adamw_mul(k.one_minus_beta2, g), g));
@@ -80,5 +84,7 @@ KEEL_HD inline void adamw_update(C g, C& w, C& m, C& v, const AdamWCoeffs<C>& k)
   w = w - k.step_size * (m / denom);
 #endif
 }
+
+KEEL_END_DEVICE_VARIANT
 
 }  // namespace keel::optim

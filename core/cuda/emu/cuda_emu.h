@@ -6,6 +6,9 @@
 // device functions.
 #pragma once
 
+// Device code, compiled by the host compiler (core/host_device.h: KEEL_DEVICE_CODE).
+#define KEEL_EMULATED_DEVICE_CODE 1
+
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

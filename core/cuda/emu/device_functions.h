@@ -178,6 +178,32 @@ inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : (x == x ? x : 0.0f)); }
-inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
+
+// ---- IEEE operations with round-to-nearest-even, never fused: what device code spells out to
+// pin its rounding (optim/adamw_math.h). The host compiler contracts a product and a sum into an
+// FMA like nvcc (x86-64-v3 has FMA); the value passes through an empty asm, opaque to it, so each
+// operation rounds on its own. ----
+namespace keel::emu {
+template <typename T>
+inline T rounded(T x) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__("" : "+x"(x));
+#elif defined(__aarch64__)
+  __asm__("" : "+w"(x));
+#else
+  volatile T v = x;
+  x = v;
+#endif
+  return x;
+}
+}  // namespace keel::emu
+inline float __fadd_rn(float a, float b) { return keel::emu::rounded(a + b); }
+inline float __fsub_rn(float a, float b) { return keel::emu::rounded(a - b); }
+inline float __fmul_rn(float a, float b) { return keel::emu::rounded(a * b); }
+inline float __fdiv_rn(float a, float b) { return keel::emu::rounded(a / b); }
+inline float __fmaf_rn(float a, float b, float c) { return keel::emu::rounded(fmaf(a, b, c)); }
+inline double __dadd_rn(double a, double b) { return keel::emu::rounded(a + b); }
+inline double __dsub_rn(double a, double b) { return keel::emu::rounded(a - b); }
+inline double __dmul_rn(double a, double b) { return keel::emu::rounded(a * b); }
+inline double __ddiv_rn(double a, double b) { return keel::emu::rounded(a / b); }
+inline double __fma_rn(double a, double b, double c) { return keel::emu::rounded(fma(a, b, c)); }
