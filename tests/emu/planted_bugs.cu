@@ -19,9 +19,14 @@
 //   planted_bugs oob-fixed   the same within bounds: no report
 //   planted_bugs oob-tensor  the off-by-one store into a keel tensor, whose block in the caching
 //                            allocator is larger than the tensor: AddressSanitizer still reports it
+// and the classes the emulator catches by itself (planted_classes.cu): shared memory over the
+// limit, a block waiting on a block that may not have started, a misaligned vector load, a device
+// branch that rounds differently from the host. A CUDA error ends the program with its message.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+
+#include <string>
 
 #include "core/cuda/check.h"
 #include "core/cuda/launch.cuh"
@@ -82,8 +87,16 @@ __global__ void iota_kernel(float* out, int n) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace keel::planted {
+int run_planted_class(const std::string& mode);
+}
+
+int main(int argc, char** argv) try {
   const char* mode = argc > 1 ? argv[1] : "";
+  if (const int status = keel::planted::run_planted_class(mode); status >= 0) {
+    if (status == 0) std::printf("planted_bugs %s: ran to the end\n", mode);
+    return status;
+  }
   float *in = nullptr, *out = nullptr;
   KEEL_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&in), 4 * kThreads * sizeof(float)));
   KEEL_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), kThreads * sizeof(float)));
@@ -111,7 +124,8 @@ int main(int argc, char** argv) {
   } else {
     std::fprintf(stderr,
                  "usage: planted_bugs race|race-fixed|cp-race|cp-race-fixed|ldmatrix-race|ldmatrix-race-fixed|"
-                 "oob|oob-fixed|oob-tensor\n");
+                 "oob|oob-fixed|oob-tensor|shared-over|shared-over-fixed|wait-later|wait-earlier|wait-fixed|"
+                 "misaligned|misaligned-fixed|misaligned-raw|device-rounding|device-rounding-fixed\n");
     return 2;
   }
   KEEL_CHECK_LAUNCH();
@@ -119,4 +133,7 @@ int main(int argc, char** argv) {
   KEEL_CHECK_CUDA(cudaFree(out));
   std::printf("planted_bugs %s: ran to the end\n", mode);
   return 0;
+} catch (const keel::Error& e) {
+  std::printf("planted_bugs %s: %s\n", argc > 1 ? argv[1] : "", e.what());
+  return 1;
 }
