@@ -81,18 +81,18 @@ __global__ void __launch_bounds__(kThreads)
   if (lane == 0) dvec[r] = s;
 }
 
-// Shapes: q, k, v, dout, dk, dv (B, H, T, D) f32, D = dims.D <= Dk, the kernel width (tile
-// columns D..Dk-1 are zeros: attention_tiles.h); lse, dvec (B, H, T) f32.
+// Shapes: q, k, v, dout, dk, dv (B, H, T, D) f32, D = dims.D <= kWidth, the kernel width (tile
+// columns D..kWidth-1 are zeros: attention_tiles.h); lse, dvec (B, H, T) f32.
 // Grid (B*H, ceil(T / 64)), 128 threads: block (bh, kt) owns keys [64 kt, 64 kt + 64) of pair bh
 // and streams 32-query tiles. Warp w owns keys 16w..16w+15 and computes the transposed products
 // (keys x queries): S^T = K_w Q^T, dP^T = V_w dO^T, then dV_w += P^T dO, dK_w += dS^T Q.
 // In the per-element phase lanes 2r and 2r+1 share key row r of the warp.
-template <int Dk>
+template <int kWidth>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                           const float* __restrict__ dout, const float* __restrict__ lse,
                           const float* __restrict__ dvec, float* __restrict__ dk, float* __restrict__ dv, Dims dims) {
-  using Bw = Bwd<Dk>;
+  using Bw = Bwd<kWidth>;
   constexpr typename Bw::Layout L = Bw::layout();
   constexpr int kOwn = Bw::kOwn, kStr = Bw::kStr, ldT = Bw::ldT, ldS = Bw::ldS, ldP = Bw::ldP, ldO = Bw::ldO;
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
   float* dPs = reinterpret_cast<float*>(smem + L.dp);
   float* Ps = reinterpret_cast<float*>(smem + L.p);
 
-  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
+  const int bh = blockIdx.x, h = bh % dims.H, seq_len = dims.T, D = dims.D, w = dims.window[h];
   const int kt = blockIdx.y, k0 = kt * kOwn;  // early key tiles are seen by the most queries: first
   q += dims.q.pair(bh, dims.H), k += dims.k.pair(bh, dims.H), v += dims.v.pair(bh, dims.H);
   dout += dims.dout.pair(bh, dims.H), dk += dims.dk.pair(bh, dims.H), dv += dims.dv.pair(bh, dims.H);
@@ -114,26 +114,26 @@ __global__ void __launch_bounds__(kThreads)
   const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;  // this lane's key row in the tile
   const int j = k0 + row;                                              // ... and its key index
 
-  load_tile<Dk>(Ks, ldT, k + static_cast<int64_t>(k0) * dims.k.t, kOwn, T_len - k0, D, dims.k.t);
-  load_tile<Dk>(Vs, ldT, v + static_cast<int64_t>(k0) * dims.v.t, kOwn, T_len - k0, D, dims.v.t);
-  WarpAcc<Dk> dk_acc, dv_acc;
+  load_tile<kWidth>(Ks, ldT, k + static_cast<int64_t>(k0) * dims.k.t, kOwn, seq_len - k0, D, dims.k.t);
+  load_tile<kWidth>(Vs, ldT, v + static_cast<int64_t>(k0) * dims.v.t, kOwn, seq_len - k0, D, dims.v.t);
+  WarpAcc<kWidth> dk_acc, dv_acc;
   dk_acc.zero();
   dv_acc.zero();
 
-  const TileRange queries = query_tiles_for_key_tile(kt, kOwn, kStr, T_len, w);
+  const TileRange queries = query_tiles_for_key_tile(kt, kOwn, kStr, seq_len, w);
   for (int qt = queries.begin; qt < queries.end; ++qt) {
     const int q0 = qt * kStr;
     __syncthreads();  // every warp is done with the previous Q, dO tiles (and K, V are in place)
-    load_tile<Dk>(Qs, ldT, q + static_cast<int64_t>(q0) * dims.q.t, kStr, T_len - q0, D, dims.q.t);
-    load_tile<Dk>(dOs, ldT, dout + static_cast<int64_t>(q0) * dims.dout.t, kStr, T_len - q0, D, dims.dout.t);
-    load_row_stats(lse_s, lse + static_cast<int64_t>(bh) * T_len + q0, kStr, T_len - q0, 0.0f);
-    load_row_stats(dvec_s, dvec + static_cast<int64_t>(bh) * T_len + q0, kStr, T_len - q0, 0.0f);
+    load_tile<kWidth>(Qs, ldT, q + static_cast<int64_t>(q0) * dims.q.t, kStr, seq_len - q0, D, dims.q.t);
+    load_tile<kWidth>(dOs, ldT, dout + static_cast<int64_t>(q0) * dims.dout.t, kStr, seq_len - q0, D, dims.dout.t);
+    load_row_stats(lse_s, lse + static_cast<int64_t>(bh) * seq_len + q0, kStr, seq_len - q0, 0.0f);
+    load_row_stats(dvec_s, dvec + static_cast<int64_t>(bh) * seq_len + q0, kStr, seq_len - q0, 0.0f);
     __syncthreads();
 
     {  // S^T_w = K_w Q^T
       WarpAcc<kStr> s;
       s.zero();
-      s.template add_abt<Dk>(Ks + warp * 16 * ldT, ldT, Qs, ldT);
+      s.template add_abt<kWidth>(Ks + warp * 16 * ldT, ldT, Qs, ldT);
       s.store(Ss + warp * 16 * ldS, ldS);
     }
     __syncwarp();
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int c2 = 0; c2 < kStr / 2; ++c2) {
       const int c = 2 * c2 + par;
       const float s = logit(Ss[row * ldS + c], dims);
-      const float p = allowed(q0 + c, j, w, T_len) ? attn_exp<float>(s - lse_s[c]) : 0.0f;
+      const float p = allowed(q0 + c, j, w, seq_len) ? attn_exp<float>(s - lse_s[c]) : 0.0f;
       Ps[row * ldP + c] = p;
     }
     __syncwarp();
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kThreads)
     {  // dP^T_w = V_w dO^T
       WarpAcc<kStr> dp;
       dp.zero();
-      dp.template add_abt<Dk>(Vs + warp * 16 * ldT, ldT, dOs, ldT);
+      dp.template add_abt<kWidth>(Vs + warp * 16 * ldT, ldT, dOs, ldT);
       dp.store(dPs + warp * 16 * ldS, ldS);
     }
     __syncwarp();  // also: the dV product has read P before dS overwrites it
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int c2 = 0; c2 < kStr / 2; ++c2) {
       const int c = 2 * c2 + par;
       const float s = logit(Ss[row * ldS + c], dims);
-      const float p = allowed(q0 + c, j, w, T_len) ? attn_exp<float>(s - lse_s[c]) : 0.0f;
+      const float p = allowed(q0 + c, j, w, seq_len) ? attn_exp<float>(s - lse_s[c]) : 0.0f;
       Ps[row * ldP + c] = dlogit(p, dPs[row * ldS + c], dvec_s[c], s, dims);
     }
     __syncwarp();
@@ -170,24 +170,24 @@ __global__ void __launch_bounds__(kThreads)
   float* stage = reinterpret_cast<float*>(smem) + warp * 16 * ldO;
   dk_acc.store(stage, ldO);
   __syncwarp();
-  store_rows<Dk>(dk, stage, ldO, k0 + warp * 16, T_len, dims.scale, D, dims.dk.t);
+  store_rows<kWidth>(dk, stage, ldO, k0 + warp * 16, seq_len, dims.scale, D, dims.dk.t);
   __syncwarp();
   dv_acc.store(stage, ldO);
   __syncwarp();
-  store_rows<Dk>(dv, stage, ldO, k0 + warp * 16, T_len, 1.0f, D, dims.dv.t);
+  store_rows<kWidth>(dv, stage, ldO, k0 + warp * 16, seq_len, 1.0f, D, dims.dv.t);
 }
 
-// Shapes: q, k, v, dout, dq (B, H, T, D) f32 at their dims Rows, D = dims.D <= Dk; lse, dvec
+// Shapes: q, k, v, dout, dq (B, H, T, D) f32 at their dims Rows, D = dims.D <= kWidth; lse, dvec
 // (B, H, T) f32.
 // Grid (B*H, ceil(T / 64)), 128 threads: block (bh, y) owns queries [64 qt, 64 qt + 64) (qt from
 // the end, as in the forward) and streams the 32-key tiles they see. Warp w owns queries
 // 16w..16w+15: S_w = Q_w K^T, dP_w = dO_w V^T, dQ_w += dS K. Lanes 2r, 2r+1 share query row r.
-template <int Dk>
+template <int kWidth>
 __global__ void __launch_bounds__(kThreads)
     attention_dq_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                         const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dvec,
                         float* __restrict__ dq, Dims dims) {
-  using Bw = Bwd<Dk>;
+  using Bw = Bwd<kWidth>;
   constexpr typename Bw::Layout L = Bw::layout();
   constexpr int kOwn = Bw::kOwn, kStr = Bw::kStr, ldT = Bw::ldT, ldS = Bw::ldS, ldP = Bw::ldP, ldO = Bw::ldO;
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kThreads)
   float* dPs = reinterpret_cast<float*>(smem + L.dp);
   float* Ps = reinterpret_cast<float*>(smem + L.p);
 
-  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
+  const int bh = blockIdx.x, h = bh % dims.H, seq_len = dims.T, D = dims.D, w = dims.window[h];
   const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kOwn;
   q += dims.q.pair(bh, dims.H), k += dims.k.pair(bh, dims.H), v += dims.v.pair(bh, dims.H);
   dout += dims.dout.pair(bh, dims.H), dq += dims.dq.pair(bh, dims.H);
@@ -209,28 +209,28 @@ __global__ void __launch_bounds__(kThreads)
   const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;
   const int i = q0 + row;
 
-  load_tile<Dk>(Qs, ldT, q + static_cast<int64_t>(q0) * dims.q.t, kOwn, T_len - q0, D, dims.q.t);
-  load_tile<Dk>(dOs, ldT, dout + static_cast<int64_t>(q0) * dims.dout.t, kOwn, T_len - q0, D, dims.dout.t);
-  load_row_stats(lse_s, lse + static_cast<int64_t>(bh) * T_len + q0, kOwn, T_len - q0, 0.0f);
-  load_row_stats(dvec_s, dvec + static_cast<int64_t>(bh) * T_len + q0, kOwn, T_len - q0, 0.0f);
-  WarpAcc<Dk> dq_acc;
+  load_tile<kWidth>(Qs, ldT, q + static_cast<int64_t>(q0) * dims.q.t, kOwn, seq_len - q0, D, dims.q.t);
+  load_tile<kWidth>(dOs, ldT, dout + static_cast<int64_t>(q0) * dims.dout.t, kOwn, seq_len - q0, D, dims.dout.t);
+  load_row_stats(lse_s, lse + static_cast<int64_t>(bh) * seq_len + q0, kOwn, seq_len - q0, 0.0f);
+  load_row_stats(dvec_s, dvec + static_cast<int64_t>(bh) * seq_len + q0, kOwn, seq_len - q0, 0.0f);
+  WarpAcc<kWidth> dq_acc;
   dq_acc.zero();
 
-  const TileRange keys = key_tiles_for_query_tile(qt, kOwn, kStr, T_len, w);
+  const TileRange keys = key_tiles_for_query_tile(qt, kOwn, kStr, seq_len, w);
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int k0 = kt * kStr;
     __syncthreads();  // the previous K, V tiles are no longer read (and Q, dO, stats are in place)
-    load_tile<Dk>(Ks, ldT, k + static_cast<int64_t>(k0) * dims.k.t, kStr, T_len - k0, D, dims.k.t);
-    load_tile<Dk>(Vs, ldT, v + static_cast<int64_t>(k0) * dims.v.t, kStr, T_len - k0, D, dims.v.t);
+    load_tile<kWidth>(Ks, ldT, k + static_cast<int64_t>(k0) * dims.k.t, kStr, seq_len - k0, D, dims.k.t);
+    load_tile<kWidth>(Vs, ldT, v + static_cast<int64_t>(k0) * dims.v.t, kStr, seq_len - k0, D, dims.v.t);
     __syncthreads();
 
     {  // S_w = Q_w K^T, dP_w = dO_w V^T
       WarpAcc<kStr> acc;
       acc.zero();
-      acc.template add_abt<Dk>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
+      acc.template add_abt<kWidth>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
       acc.store(Ss + warp * 16 * ldS, ldS);
       acc.zero();
-      acc.template add_abt<Dk>(dOs + warp * 16 * ldT, ldT, Vs, ldT);
+      acc.template add_abt<kWidth>(dOs + warp * 16 * ldT, ldT, Vs, ldT);
       acc.store(dPs + warp * 16 * ldS, ldS);
     }
     __syncwarp();
@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int c2 = 0; c2 < kStr / 2; ++c2) {
       const int c = 2 * c2 + par;
       const float s = logit(Ss[row * ldS + c], dims);
-      const float p = allowed(i, k0 + c, w, T_len) ? attn_exp<float>(s - lse_i) : 0.0f;
+      const float p = allowed(i, k0 + c, w, seq_len) ? attn_exp<float>(s - lse_i) : 0.0f;
       Ps[row * ldP + c] = dlogit(p, dPs[row * ldS + c], d_i, s, dims);
     }
     __syncwarp();
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kThreads)
   float* stage = reinterpret_cast<float*>(smem) + warp * 16 * ldO;
   dq_acc.store(stage, ldO);
   __syncwarp();
-  store_rows<Dk>(dq, stage, ldO, q0 + warp * 16, T_len, dims.scale, D, dims.dq.t);
+  store_rows<kWidth>(dq, stage, ldO, q0 + warp * 16, seq_len, dims.scale, D, dims.dq.t);
 }
 
 }  // namespace

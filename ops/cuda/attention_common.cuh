@@ -87,9 +87,9 @@ __device__ __forceinline__ float dlogit(float p, float dp, float d_i, float s, c
 // reads in 32 different banks.
 constexpr int ld_f32(int cols) { return cols + 1; }
 
-// Shared memory a block of width Dk may take: an A100's 163 KB up to width 128; width 256 takes an
+// Shared memory a block of width kWidth may take: an A100's 163 KB up to width 128; width 256 takes an
 // H100's 227 KB where its tiles cannot shrink further (the f32 kernels: 16-row warp tiles).
-constexpr int max_shared_bytes(int Dk) { return (Dk <= 128 ? 163 : 227) * 1024; }
+constexpr int max_shared_bytes(int kWidth) { return (kWidth <= 128 ? 163 : 227) * 1024; }
 
 // Byte offsets of the regions of a kernel's dynamic shared memory, each 128-byte aligned.
 struct SmemCarver {
@@ -162,16 +162,16 @@ struct WarpAcc {
 };
 
 // ---- tile loads (the whole block) ----
-// rows x Dk elements to shared (stride ld) from global rows of D elements (D <= Dk, stride gld);
+// rows x kWidth elements to shared (stride ld) from global rows of D elements (D <= kWidth, stride gld);
 // rows at or beyond `valid` and columns at or beyond D are zero-filled, so a sequence end inside
 // a tile reads no memory past it and feeds only finite zeros to the products (a NaN there would
 // survive 0 * NaN in P V), and a head dim below the width runs as if it were the width
 // (attention_tiles.h). D is a multiple of 8, so a 16-byte vector is all inside or all outside.
-template <int Dk>
+template <int kWidth>
 __device__ void load_tile(float* dst, int ld, const float* src, int rows, int valid, int D, int gld) {
   constexpr int kVec = 4;  // 16-byte global loads; scalar stores into the odd-strided tile
-  for (int c = threadIdx.x; c < rows * (Dk / kVec); c += kThreads) {
-    const int r = c / (Dk / kVec), col = c % (Dk / kVec) * kVec;
+  for (int c = threadIdx.x; c < rows * (kWidth / kVec); c += kThreads) {
+    const int r = c / (kWidth / kVec), col = c % (kWidth / kVec) * kVec;
     float4 x = make_float4(0, 0, 0, 0);
     if (r < valid && col < D) x = ptx::load_16<float4>(src + static_cast<int64_t>(r) * gld + col);
     float* o = dst + r * ld + col;
@@ -187,12 +187,12 @@ __device__ inline void load_row_stats(float* dst, const float* src, int n, int v
 // A warp writes the first D columns of its 16 f32 rows (stride ld) to global rows [row0, row0 + 16)
 // ∩ [0, T) (stride gld), times `mul`: lanes walk the rows in order, so each store instruction is
 // coalesced. The padding columns past D (zeros) are never stored.
-template <int Dk>
-__device__ void store_rows(float* dst, const float* src, int ld, int row0, int T_len, float mul, int D, int gld) {
+template <int kWidth>
+__device__ void store_rows(float* dst, const float* src, int ld, int row0, int seq_len, float mul, int D, int gld) {
   const int lane = threadIdx.x & 31;
-  for (int e = lane; e < kRowsPerWarp * Dk; e += 32) {  // over the width: no division by D
-    const int r = e / Dk, c = e % Dk;
-    if (row0 + r < T_len && c < D) dst[static_cast<int64_t>(row0 + r) * gld + c] = src[r * ld + c] * mul;
+  for (int e = lane; e < kRowsPerWarp * kWidth; e += 32) {  // over the width: no division by D
+    const int r = e / kWidth, c = e % kWidth;
+    if (row0 + r < seq_len && c < D) dst[static_cast<int64_t>(row0 + r) * gld + c] = src[r * ld + c] * mul;
   }
 }
 
@@ -236,7 +236,7 @@ inline void check_head_dim(const char* op, int64_t D) {
                          std::to_string(kMaxHeadDim) + "; choose n_embd / n_head among them (or run on the CPU)");
 }
 
-// Calls f.template operator()<Dk>() with the kernel width Dk that runs head dim D
+// Calls f.template operator()<kWidth>() with the kernel width kWidth that runs head dim D
 // (attention_tiles.h): a power of two from Narrowest (16 for the tensor-core kernels, 32 for f32)
 // to 256. ShapeError for a head dim no width takes.
 template <int Narrowest, typename F>

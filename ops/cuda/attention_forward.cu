@@ -53,17 +53,18 @@ struct Fwd {
   static_assert(layout().bytes <= max_shared_bytes(D), "must fit the shared memory of a block");
 };
 
-// Shapes: q, k, v, out (B, H, T, D) f32 at dims.q, .k, .v, .out (Rows), D = dims.D <= Dk, the
-// kernel width (tile columns D..Dk-1 are zeros: attention_tiles.h); lse (B, H, T) f32; max_logit, max_range (H) f32 read as bits.
+// Shapes: q, k, v, out (B, H, T, D) f32 at dims.q, .k, .v, .out (Rows), D = dims.D <= kWidth, the
+// kernel width (tile columns D..kWidth-1 are zeros: attention_tiles.h); lse (B, H, T) f32;
+// max_logit, max_range (H) f32 read as bits.
 // Grid (B*H, ceil(T / 64)), 128 threads: block (bh, y) owns query rows [64 qt, 64 qt + 64) of
 // pair bh = b*H + h, qt counted from the end (see below). Warp w owns rows 16w..16w+15 of the tile;
 // in the per-element phase, lanes 2r and 2r+1 share row r of the warp (even and odd columns).
-template <int Dk>
+template <int kWidth>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                              float* __restrict__ out, float* __restrict__ lse, unsigned* __restrict__ max_logit,
                              unsigned* __restrict__ max_range, Dims dims) {
-  using F = Fwd<Dk>;
+  using F = Fwd<kWidth>;
   constexpr typename F::Layout L = F::layout();
   constexpr int kBr = F::kBr, kBc = F::kBc, ldT = F::ldT, ldS = F::ldS, ldP = F::ldP, ldO = F::ldO;
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(kThreads)
   KEEL_SHARED(unsigned, block_max);
   KEEL_SHARED(unsigned, block_range);
 
-  const int bh = blockIdx.x, h = bh % dims.H, T_len = dims.T, D = dims.D, w = dims.window[h];
+  const int bh = blockIdx.x, h = bh % dims.H, seq_len = dims.T, D = dims.D, w = dims.window[h];
   // Under a causal mask the last query tiles see the most keys: launching them first (blocks run
   // roughly in index order) keeps the long ones from being the tail of the grid.
   const int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * kBr;
@@ -86,25 +87,25 @@ __global__ void __launch_bounds__(kThreads)
   const int row = warp * kRowsPerWarp + (lane >> 1), par = lane & 1;  // this lane's row in the tile
   const int i = q0 + row;                                              // ... and its query index
 
-  load_tile<Dk>(Qs, ldT, q + static_cast<int64_t>(q0) * dims.q.t, kBr, T_len - q0, D, dims.q.t);
+  load_tile<kWidth>(Qs, ldT, q + static_cast<int64_t>(q0) * dims.q.t, kBr, seq_len - q0, D, dims.q.t);
   for (int e = threadIdx.x; e < kBr * ldO; e += kThreads) Os[e] = 0.0f;
   if (threadIdx.x == 0) block_max = block_range = 0;
 
   float m_run = -INFINITY, l_run = 0.0f;  // row statistics; both lanes of a row hold the same values
   unsigned amax = 0;                      // largest |logit| bits this lane saw (NaN bits beat all)
   float lo = INFINITY;                    // smallest allowed logit this lane saw; the row's max is m_run
-  const TileRange keys = key_tiles_for_query_tile(qt, kBr, kBc, T_len, w);
+  const TileRange keys = key_tiles_for_query_tile(qt, kBr, kBc, seq_len, w);
   for (int kt = keys.begin; kt < keys.end; ++kt) {
     const int k0 = kt * kBc;
     __syncthreads();  // the previous tile's K, V are no longer read (and Q, O are in place)
-    load_tile<Dk>(Ks, ldT, k + static_cast<int64_t>(k0) * dims.k.t, kBc, T_len - k0, D, dims.k.t);
-    load_tile<Dk>(Vs, ldT, v + static_cast<int64_t>(k0) * dims.v.t, kBc, T_len - k0, D, dims.v.t);
+    load_tile<kWidth>(Ks, ldT, k + static_cast<int64_t>(k0) * dims.k.t, kBc, seq_len - k0, D, dims.k.t);
+    load_tile<kWidth>(Vs, ldT, v + static_cast<int64_t>(k0) * dims.v.t, kBc, seq_len - k0, D, dims.v.t);
     __syncthreads();
 
     {  // S_w = Q_w K^T: the warp's 16 rows against the tile's kBc keys
       WarpAcc<kBc> s;
       s.zero();
-      s.template add_abt<Dk>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
+      s.template add_abt<kWidth>(Qs + warp * 16 * ldT, ldT, Ks, ldT);
       s.store(Ss + warp * 16 * ldS, ldS);
     }
     __syncwarp();
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int c2 = 0; c2 < kBc / 2; ++c2) {
       const int c = 2 * c2 + par;
       float s = logit(Ss[row * ldS + c], dims);
-      if (allowed(i, k0 + c, w, T_len)) {
+      if (allowed(i, k0 + c, w, seq_len)) {
         amax = max(amax, stat_bits(s));
         lo = fminf(lo, s);
       } else {
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
 
     {  // O_w += P_w V
-      WarpAcc<Dk> o;
+      WarpAcc<kWidth> o;
       o.load(Os + warp * 16 * ldO, ldO);
       o.template add_ab<kBc>(Ps + warp * 16 * ldP, ldP, Vs, ldT);
       o.store(Os + warp * 16 * ldO, ldO);
@@ -153,15 +154,15 @@ __global__ void __launch_bounds__(kThreads)
   // (a NaN logit) must stay NaN in the output, so the test is == 0, not > 0.
   const float inv = l_run == 0.0f ? 0.0f : 1.0f / l_run;
   for (int d = par; d < D; d += 2) Os[row * ldO + d] *= inv;
-  if (par == 0 && i < T_len) lse[static_cast<int64_t>(bh) * T_len + i] = m_run + logf(l_run);
+  if (par == 0 && i < seq_len) lse[static_cast<int64_t>(bh) * seq_len + i] = m_run + logf(l_run);
   __syncwarp();
-  store_rows<Dk>(out, Os + warp * 16 * ldO, ldO, q0 + warp * 16, T_len, 1.0f, D, dims.out.t);
+  store_rows<kWidth>(out, Os + warp * 16 * ldO, ldO, q0 + warp * 16, seq_len, 1.0f, D, dims.out.t);
 
   // The row's logit range: m_run is already the row's max over both lanes; its min is the smaller
   // of the two lanes' minima. fmaxf and fminf skip a NaN, but a NaN logit made this lane's amax
   // NaN bits (above +inf's), and then the range is NaN too. Rows past the end count 0.
   lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, 1));
-  unsigned arange = i < T_len ? stat_bits(m_run - lo) : 0u;
+  unsigned arange = i < seq_len ? stat_bits(m_run - lo) : 0u;
   if (amax > 0x7f800000u) arange = amax;
 
   publish_head_stats(amax, arange, &block_max, &block_range, max_logit + h, max_range + h);

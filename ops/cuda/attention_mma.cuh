@@ -192,7 +192,7 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4],
   a[2] = pack2<T>(hi[0], hi[1]), a[3] = pack2<T>(hi[2], hi[3]);
 }
 
-// The soft-capped logit, cap tanh(scale dot / cap), for the half kernels' capped variant (kPlain
+// The soft-capped logit, cap tanh(scale dot / cap), for the half kernels' capped variant (kNoSoftcap
 // false). tanhf is an accurate software routine that branches on |x| (about 20 instructions and a
 // test per element, which would cost every tile the mask-free path); here tanh y = 1 - 2 / (1 +
 // e^2y) is one ex2 (e^2y = 2^(k dot), k = 2 log2 e scale / cap, computed once) and one approximate
@@ -224,13 +224,14 @@ namespace keel::cuda {
 
 // The mma kernels' launchers (bf16 and f16, DTypeError otherwise; D a multiple of 8 up to 256),
 // called by attention_forward() and attention_backward() after their checks for those dtypes.
-// Tensors as there, contiguous; dims from attn::make_dims; dvec (B, H, T) f32 = rowsum(dout * out).
+// Tensors as there, each (b, h)'s rows at their stride (attn::Rows, so q, k and v may be views of one
+// packed projection); dims from attn::make_dims; dvec (B, H, T) f32 = rowsum(dout * out).
 void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const attn::Dims& dims, Tensor& out,
                            Tensor& lse, Tensor& max_logit, Tensor& max_range);
 void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const Tensor& dout,
                             const Tensor& dvec, const attn::Dims& dims, Tensor& dq, Tensor& dk, Tensor& dv);
 
-// The plain kernels (no soft cap) take the running max of raw dot products, so they need scale >
+// The kNoSoftcap kernels (no soft cap) take the running max of raw dot products, so they need scale >
 // 0. A negative scale runs them on -q instead: scale q.k = |scale| (-q).k bit for bit (negation
 // is exact), so the logits, outputs and statistics are those of q, and dK = |scale| dS^T (-q) =
 // scale dS^T q; only dQ = scale dS K keeps the sign, which the backward applies in its final

@@ -1,38 +1,47 @@
 // Flash-attention backward, FlashAttention-2's way: one kernel, five products, on the PTX
-// tensor-core instructions (bf16 and f16). attention_backward.cu derives the formulas:
+// tensor-core instructions (bf16 and f16; attention_mma.cuh explains the register layout).
+// attention_backward.cu derives the formulas:
 //   P = exp(S - lse),  dV = P^T dO,  dP = dO V^T,  dS = P (dP - D_i) (x the soft-cap's
 //   derivative),  dK = scale dS^T Q,  dQ = scale dS K.
 //
-// A block owns 128 keys of one (b, h): 8 warps of 16 keys, whose dK and dV stay in registers (f32)
-// for the whole kernel (head dims above 128: narrower tiles and half the columns, MmaBwd). It
-// streams the 64-query tiles that see its keys (attn::query_tiles_for_key_tile), Q and dO
-// double-buffered with cp.async, from its diagonal tile up (see dQ below). Per tile, each warp whose
-// keys meet the tile's bands computes, in registers, S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x
-// 64 queries), then P^T and dS^T element by element, then dV_w += P^T dO and dK_w += dS^T Q with
-// the accumulators turned into A fragments as in the forward. dS^T also goes to shared memory,
-// where the whole block's 128 keys meet: each warp then computes a 16 x D/2 share of this tile's dQ
-// = dS K.
+// The names, against the FlashAttention-2 paper (Dao 2023, Algorithm 2), and the forward's
+// (attention_mma_forward.cu) where they are the same:
+//   kBc, kBr        B_c, B_r: the keys a block owns (128; 64 at width 256) and the queries of one
+//                   tile (64; 32 at width 256)
+//   kWidth          d rounded up to a kernel width (16 .. 256); D = dims.D, the heads' own width
+//   kt, qt          j and i: the key tile of the block, the query tile of the loop
+//   s, dp           S_ij^T and dP_ij^T, transposed (keys are the warp's rows), in mma
+//                   accumulators; in place they become P_ij^T and dS_ij^T
+//   dk_acc, dv_acc  dK_j and dV_j, in registers for the whole kernel
+//   dvec            D_i = rowsum(dO_i * O_i), computed before this kernel
+//   dq_accum        dQ in f32, summed over key tiles, scaled into dq by dq_convert_kernel
+//   log2_scale      as in the forward: a score times it is in the exponent's log2 units
+//   kNoSoftcap      as in the forward: the kernel for the usual logit, on raw dot products
+//   block_tiles     the query tiles some key of the block meets; warp_tiles, those of one warp
+//
+// A block owns kBc keys of one (b, h), 16 per warp, whose dK and dV stay in f32 registers for
+// the whole kernel. It streams the query tiles that see its keys, Q and dO double-buffered with
+// cp.async, from its diagonal tile up. Per tile, each warp whose keys meet the tile's bands
+// computes S^T = K_w Q^T and dP^T = V_w dO^T, then P^T and dS^T element by element, then
+// dV_w += P^T dO and dK_w += dS^T Q (accumulators turned into A fragments as in the forward).
+// dS^T also goes to shared memory, where the block's keys meet: each warp then computes a
+// 16 x kShare part of the tile's dQ = dS K and adds it to dq_accum.
 //
 // The grid runs the key tiles of one (b, h) next to each other (grid x), as FlashAttention-2's
-// does: the blocks resident at once share their head's Q, dO and f32 dQ in
-// L2 (4 MB a head at T 4096, D 128). With (b, h) first, the resident blocks were ~132 different
-// heads, whose Q, dO and dQ sums (~530 MB, ten times the L2) came from DRAM for every key tile: on an
-// H100 that kernel was memory-bound (1.1 TB/s, 24% of the SMs busy).
+// does: the blocks resident at once share their head's Q, dO and dQ sums in L2 (4 MB a head at
+// T 4096, D 128); with (b, h) first they would be ~132 heads whose ~530 MB come from DRAM.
 //
-// dQ is accumulated in f32 (dq_accum, then one pass scales it into dq) by every key tile that
-// the query tile sees. Deterministically: the key tiles add their shares to a query tile in
-// decreasing order, handed over by a flag per query tile (ptx::spin_wait_equal and
-// red_release_gpu_add), so every element sums its terms in the same order on every run. That
-// order costs no waiting: key tile kt reaches query tile qt after qt - first(kt) steps, and
-// first(kt + 1) lies kBc / kBr = 2 tiles further on, so kt + 1 got there two steps earlier. A
-// block takes its key tile from a ticket it draws when it starts (an atomic counter per (b, h)
-// and column half, as CUB's decoupled look-back numbers its tiles), the highest key tile first,
-// so it waits only for blocks that started before it, whatever order the GPU starts blocks in
-// (never a deadlock). The price is a __syncthreads per tile, the f32 buffer (B*H*T*D*4 bytes)
-// and its final pass.
-// With keel::set_deterministic(false) (core/determinism.h; `gpt2 train --deterministic 0`) the
-// unordered kernel runs instead: the key tiles add as they finish, FlashAttention-2's way, with
-// no flag and no wait, and dQ's rounding depends on the order the blocks ran in.
+// dQ, deterministically: the key tiles add their shares to a query tile in decreasing order,
+// handed over by a flag per query tile (ptx::spin_wait_equal, red_release_gpu_add), so every
+// element sums its terms in the same order on every run. The order costs no waiting: key tile
+// kt reaches query tile qt after qt - first(kt) steps, and first(kt + 1) lies kBc / kBr = 2
+// tiles further on, so kt + 1 got there two steps earlier. A block takes its key tile from a
+// ticket drawn when it starts (an atomic counter per (b, h) and column half, as CUB's decoupled
+// look-back numbers its tiles), the highest key tile first, so it waits only for blocks that
+// started before it, whatever order the GPU starts blocks in. The price: a __syncthreads per
+// tile, the f32 buffer (B*H*T*D*4 bytes) and its final pass. With keel::set_deterministic(false)
+// (`gpt2 train --deterministic 0`) the unordered kernel runs instead: key tiles add as they
+// finish, FlashAttention-2's way, and dQ's rounding depends on the order the blocks ran in.
 #include "core/determinism.h"
 #include "core/factory.h"
 #include "ops/cuda/attention_mma.cuh"
@@ -44,25 +53,24 @@ namespace {
 using namespace attn;
 using namespace attn::mma;
 
-// Tile sizes and shared memory (elements of T) for kernel width Dk: K, V (kBc x Dk), Q and dO of
-// two stages (kBr x Dk each), dS^T (kBc x kBr); then f32 lse and D_i of two stages. bf16 Dk = 128:
-// 145 KB (one block per multiprocessor, as FlashAttention-2);
-// Dk = 64: 81 KB.
-// Up to Dk = 128 a block writes all Dk columns of its dK and dV. At 256, a warp's 16 rows of dK
-// and dV would take 256 f32 registers a thread: there a block writes kOut = 128 of the columns
-// (of dK, dV and its dQ shares; grid z picks which half) and both halves recompute S and dP,
-// whose products need all 256 (5 products become 7). Its tiles shrink to 64 keys (4 warps) x 32
-// queries, so the full-width K, V, Q and dO take 132 KB; registers stay those of Dk = 128.
+// Tile sizes and shared memory (elements of T) for kernel width kWidth: K, V (kBc x kWidth), Q
+// and dO of two stages (kBr x kWidth each), dS^T (kBc x kBr); then f32 lse and D_i of two
+// stages. bf16 at width 128: 145 KB (one block per multiprocessor, as FlashAttention-2); 64: 81 KB.
+// At width 256 a warp's 16 rows of dK and dV would take 256 f32 registers a thread: there a
+// block writes kOut = 128 of the columns (of dK, dV and its dQ shares; grid z picks which half)
+// and both halves recompute S and dP, whose products need all 256 (5 products become 7). Its
+// tiles shrink to 64 keys (4 warps) x 32 queries, so the full-width K, V, Q and dO take 132 KB.
 // dQ of a query tile (kBr x kOut) is split among the warps: kBr / 16 row groups of 16 queries,
 // and the warps of a row group share its columns, kShare each.
-template <int Dk>
+template <int kWidth>
 struct MmaBwd {
-  static constexpr bool kWide = Dk > 128;
+  static constexpr bool kWide = kWidth > 128;
   static constexpr int kWarps = kWide ? 4 : 8, kThreads = 32 * kWarps, kBc = 16 * kWarps, kBr = kWide ? 32 : 64;
-  static constexpr int kOut = kWide ? 128 : Dk, kSplit = Dk / kOut;
+  static constexpr int kOut = kWide ? 128 : kWidth, kSplit = kWidth / kOut;
   static constexpr int kRowGroups = kBr / 16, kShare = kOut / (kWarps / kRowGroups);
-  static constexpr int kV = kBc * Dk, kQ = 2 * kBc * Dk, kDO = kQ + 2 * kBr * Dk, kDS = kDO + 2 * kBr * Dk;
-  static constexpr int kStage = kBr * Dk, kElems = kDS + kBc * kBr;
+  static constexpr int kV = kBc * kWidth, kQ = 2 * kBc * kWidth;
+  static constexpr int kDO = kQ + 2 * kBr * kWidth, kDS = kDO + 2 * kBr * kWidth;
+  static constexpr int kStage = kBr * kWidth, kElems = kDS + kBc * kBr;
   static constexpr int kStats = 2 * kElems;  // byte offset of lse[2][kBr], dvec[2][kBr]
   static constexpr int kBytes = kStats + 4 * 4 * kBr;
   // backward_tiles' static shared variables (KEEL_SHARED), which a block holds beside kBytes.
@@ -73,27 +81,28 @@ struct MmaBwd {
 // One query tile's P^T and dS^T for the warp's 16 keys (lane (g, t): keys[0], keys[1]; queries
 // q0 + 8n + 2t + (e & 1)), in registers: s holds S^T = K Q^T and leaves as P^T; dp holds dP^T and
 // leaves as dS^T. lse2 and dvec are the tile's rows in shared memory, lse2 already times log2 e,
-// so P = 2^(c v - lse2) is one FFMA and an ex2, v the raw dot product with c = scale log2 e when
-// kPlain (no soft cap, scale > 0: with_positive_scale), else the soft-capped logit cap th (th =
-// tanh(scale dot / cap), SoftCap) with c = log2 e, whose dS takes the cap's derivative 1 - th^2
+// so P = 2^(log2_scale v - lse2) is one FFMA and an ex2: v the raw dot product and log2_scale =
+// scale log2 e when kNoSoftcap (scale > 0: with_positive_scale), else v the soft-capped logit
+// cap th (th = tanh(scale dot / cap), SoftCap) and log2_scale = log2 e, whose dS takes the cap's
+// derivative 1 - th^2
 // (dlogit in attention_common.cuh). kMasked gives the pairs outside the band P = 0 (a select,
 // never a NaN); a tile where every pair is allowed skips the test.
-template <bool kMasked, bool kPlain, int kS>
+template <bool kMasked, bool kNoSoftcap, int kS>
 __device__ __forceinline__ void probs_and_dlogits(float (&s)[kS][4], float (&dp)[kS][4], const float* lse2,
-                                                  const float* dvec, float c, const SoftCap& cap,
-                                                  const int (&keys)[2], int q0, int t, int w, int T_len) {
+                                                  const float* dvec, float log2_scale, const SoftCap& cap,
+                                                  const int (&keys)[2], int q0, int t, int w, int seq_len) {
 #pragma unroll
   for (int n = 0; n < kS; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int j = 8 * n + 2 * t + (e & 1);  // the query, in the tile
-      const float th = kPlain ? 0.0f : cap.tanh_of(s[n][e]);
-      const float x = kPlain ? s[n][e] : cap.cap * th;
-      float p = ptx::ex2(fmaf(c, x, -lse2[j]));
-      if constexpr (kMasked) p = allowed(q0 + j, keys[e >> 1], w, T_len) ? p : 0.0f;
+      const float th = kNoSoftcap ? 0.0f : cap.tanh_of(s[n][e]);
+      const float x = kNoSoftcap ? s[n][e] : cap.cap * th;
+      float p = ptx::ex2(fmaf(log2_scale, x, -lse2[j]));
+      if constexpr (kMasked) p = allowed(q0 + j, keys[e >> 1], w, seq_len) ? p : 0.0f;
       s[n][e] = p;
       const float ds = p * (dp[n][e] - dvec[j]);
-      dp[n][e] = kPlain ? ds : ds * fmaf(-th, th, 1.0f);
+      dp[n][e] = kNoSoftcap ? ds : ds * fmaf(-th, th, 1.0f);
     }
 }
 
@@ -107,38 +116,36 @@ __device__ __forceinline__ void store_ds(T* dSs, const LaneRow<kBr>& lr, int r0,
   *reinterpret_cast<uint32_t*>(dSs + lr.at(r0 + 8, 2 * kk + 1)) = a[3];
 }
 
-// Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T at their dims Rows, D = dims.D <= Dk, the kernel width (tile
-// columns D..Dk-1 are zeros: attention_tiles.h); lse, dvec (B, H, T) f32; dq_accum (B, H, T, D)
-// f32, zeroed; flags int, zeroed: B*H*kSplit tickets, then (B*H, kSplit, ceil(T / kBr)) hand-over
-// flags (null for the unordered kernel, which has no hand-over). Grid (ceil(T / kBc), H,
-// B * kSplit), kThreads threads (Dk <= 128: kBc = 128 keys, 256 threads): block (i, h, b kSplit +
-// z) owns keys [kBc kt, kBc kt + kBc), kt counted from the end (kt = gridDim.x - 1 - n, n its
-// ticket, or i in the unordered kernel), of pair bh = b H + h, and output columns
-// [kOut z, kOut z + kOut). Warp w owns keys
-// 16w..16w+15 (the rows of its S^T); lane (g, t) holds keys g and g + 8 and queries 8n + 2t,
-// 8n + 2t + 1.
-// kOrdered: the dQ adds in key-tile order (the default), or as the key tiles finish
-// (keel::set_deterministic(false)); the two kernels below.
-template <typename T, int Dk, bool kPlain, bool kOrdered>
+// Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T at their dims Rows, D = dims.D <= kWidth (tile
+// columns D..kWidth-1 are zeros: attention_tiles.h); lse, dvec (B, H, T) f32; dq_accum
+// (B, H, T, D) f32, zeroed; flags int, zeroed: B*H*kSplit tickets, then (B*H, kSplit,
+// ceil(T / kBr)) hand-over flags (null for the unordered kernel, which has no hand-over).
+// Grid (ceil(T / kBc), H, B * kSplit), kThreads threads: block (i, h, b kSplit + z) owns keys
+// [kBc kt, kBc kt + kBc), kt counted from the end (kt = gridDim.x - 1 - n, n its ticket, or i in
+// the unordered kernel), of pair bh = b H + h, and output columns [kOut z, kOut z + kOut). Warp
+// w owns keys 16w..16w+15 (the rows of its S^T); lane (g, t) holds keys g and g + 8 and queries
+// 8n + 2t, 8n + 2t + 1. kOrdered: the dQ adds in key-tile order (the default), or as the key
+// tiles finish (keel::set_deterministic(false)); the two kernels below.
+template <typename T, int kWidth, bool kNoSoftcap, bool kOrdered>
 __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T* __restrict__ k,
                                                const T* __restrict__ v, const T* __restrict__ dout,
                                                const float* __restrict__ lse, const float* __restrict__ dvec,
                                                float* __restrict__ dq_accum, int* __restrict__ flags,
                                                T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
-  using F = MmaBwd<Dk>;
+  using F = MmaBwd<kWidth>;
   constexpr int kBr = F::kBr, kBc = F::kBc, kThreads = F::kThreads;
-  constexpr int kS = kBr / 8, kO = F::kOut / 8, kK = Dk / 16, kN = F::kShare / 8;  // n-blocks: S^T, dK/dV, dQ
-                                                                                    // share; k-steps over Dk
+  // n-blocks of S^T, of dK and dV, of the dQ share; k-steps over the width
+  constexpr int kS = kBr / 8, kO = F::kOut / 8, kN = F::kShare / 8, kK = kWidth / 16;
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 128);
   T* const Ks = reinterpret_cast<T*>(smem);
   T* const Vs = Ks + F::kV;
   T* const dSs = Ks + F::kDS;
   float* const stats = reinterpret_cast<float*>(smem + F::kStats);  // lse log2 e: [s * kBr], dvec: [(2 + s) * kBr]
 
-  const int h = blockIdx.y, T_len = dims.T, D = dims.D, w = dims.window[h];
+  const int h = blockIdx.y, seq_len = dims.T, D = dims.D, w = dims.window[h];
   const int z = F::kSplit == 1 ? 0 : static_cast<int>(blockIdx.z) % F::kSplit;  // which output columns
   const int bh = static_cast<int>(blockIdx.z) / F::kSplit * dims.H + h;
-  const int pair = bh * F::kSplit + z, nq = (T_len + kBr - 1) / kBr;
+  const int pair = bh * F::kSplit + z, nq = (seq_len + kBr - 1) / kBr;
   // The operands' rows may lie anywhere (Rows). The offsets of Q's, dO's, K's and V's first rows
   // wait in shared memory, read where used (Q's and dO's once per tile): held in registers across
   // the loop, these 64-bit values made this kernel spill. The ordered kernel's ticket waits there too.
@@ -147,7 +154,7 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   if (threadIdx.x == 0) {
     first_row[0] = dims.q.pair(bh, dims.H), first_row[1] = dims.dout.pair(bh, dims.H);
     first_row[2] = dims.k.pair(bh, dims.H), first_row[3] = dims.v.pair(bh, dims.H);
-    first_row[4] = static_cast<int64_t>(bh) * T_len * D;
+    first_row[4] = static_cast<int64_t>(bh) * seq_len * D;
     if constexpr (kOrdered) ticket = atomicAdd(flags + pair, 1);
   }
   __syncthreads();
@@ -155,61 +162,62 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   const int c0 = z * F::kOut;  // the block's first output column
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r0 = 16 * warp, first = k0 + r0;  // the warp's first key: in the tile, in the sequence
-  const TileRange queries = query_tiles_for_key_tile(kt, kBc, kBr, T_len, w);
+  const TileRange block_tiles = query_tiles_for_key_tile(kt, kBc, kBr, seq_len, w);
   // The query tiles that meet the warp's own keys, and its first key for the final stores, in
   // shared memory: registers held across the loop for them were what the D = 128 kernels spilled.
-  KEEL_SHARED(TileRange[F::kWarps], warp_tiles);
+  KEEL_SHARED(TileRange[F::kWarps], tiles_by_warp);
   KEEL_SHARED(int[F::kWarps], warp_first);
   if (lane == 0) {
-    warp_tiles[warp] = first < T_len ? query_tiles_for_key_tile(first / 16, 16, kBr, T_len, w) : TileRange{0, 0};
+    tiles_by_warp[warp] =
+        first < seq_len ? query_tiles_for_key_tile(first / 16, 16, kBr, seq_len, w) : TileRange{0, 0};
     warp_first[warp] = first;
   }
   const int m0 = 16 * (warp % F::kRowGroups), d0 = c0 + warp / F::kRowGroups * F::kShare;  // its dQ share
 
   // Q and dO tiles: each thread's copies at global offsets computed once (TileStream; at width
   // 256, whose 128 threads cover 4 rows a pass, the shared offsets per copy).
-  using Stream = TileStream<T, Dk, kBr, kThreads>;
+  using Stream = TileStream<T, kWidth, kBr, kThreads>;
   const int ldq = dims.q.t, ldo = dims.dout.t;
   const Stream q_copy(D, ldq), do_copy(D, ldo);
   auto load_stage = [&](int qt, int stage) {
     const int q0 = qt * kBr;
     const T* qg = q + first_row[0] + static_cast<int64_t>(q0) * ldq;
     const T* dog = dout + first_row[1] + static_cast<int64_t>(q0) * ldo;
-    q_copy.load(Ks + F::kQ + stage * F::kStage, qg, T_len - q0, ldq);
-    do_copy.load(Ks + F::kDO + stage * F::kStage, dog, T_len - q0, ldo);
+    q_copy.load(Ks + F::kQ + stage * F::kStage, qg, seq_len - q0, ldq);
+    do_copy.load(Ks + F::kDO + stage * F::kStage, dog, seq_len - q0, ldo);
     for (int r = threadIdx.x; r < kBr; r += kThreads) {  // small: plain loads, 0 past the end
-      const bool inside = q0 + r < T_len;
-      stats[stage * kBr + r] = inside ? kLog2e * lse[static_cast<int64_t>(bh) * T_len + q0 + r] : 0.0f;
-      stats[(2 + stage) * kBr + r] = inside ? dvec[static_cast<int64_t>(bh) * T_len + q0 + r] : 0.0f;
+      const bool inside = q0 + r < seq_len;
+      stats[stage * kBr + r] = inside ? kLog2e * lse[static_cast<int64_t>(bh) * seq_len + q0 + r] : 0.0f;
+      stats[(2 + stage) * kBr + r] = inside ? dvec[static_cast<int64_t>(bh) * seq_len + q0 + r] : 0.0f;
     }
   };
-  load_tile_async<T, Dk, kBc, kThreads>(Ks, k + first_row[2] + static_cast<int64_t>(k0) * dims.k.t, T_len - k0, D,
+  load_tile_async<T, kWidth, kBc, kThreads>(Ks, k + first_row[2] + static_cast<int64_t>(k0) * dims.k.t, seq_len - k0, D,
                                         dims.k.t);
-  load_tile_async<T, Dk, kBc, kThreads>(Vs, v + first_row[3] + static_cast<int64_t>(k0) * dims.v.t, T_len - k0, D,
+  load_tile_async<T, kWidth, kBc, kThreads>(Vs, v + first_row[3] + static_cast<int64_t>(k0) * dims.v.t, seq_len - k0, D,
                                         dims.v.t);
-  load_stage(queries.begin, 0);
+  load_stage(block_tiles.begin, 0);
   ptx::cp_async_commit();
 
   // The lanes' ldmatrix rows (attention_mma.cuh): K's and V's A fragments and the B columns of
   // dO, Q and K; the B rows of Q and dO; dS^T read transposed. Adding c0 (0 or 128) to a tile
   // keeps its swizzle: 16 chunks are whole periods.
-  const auto a_row = LaneRow<Dk>::a_rows(lane), b_row = LaneRow<Dk>::b_rows(lane);
+  const auto a_row = LaneRow<kWidth>::a_rows(lane), b_row = LaneRow<kWidth>::b_rows(lane);
   const auto ds_row = LaneRow<kBr>::b_rows(lane);
   const LaneRow<kBr> ds_out(g, 0, 2 * t);  // the lane's dS^T stores: row g, the pair 2t of a chunk
 
   float dk_acc[kO][4] = {}, dv_acc[kO][4] = {};
-  const float c = (kPlain ? dims.scale : 1.0f) * kLog2e;  // v -> log2 units (probs_and_dlogits)
+  const float log2_scale = (kNoSoftcap ? dims.scale : 1.0f) * kLog2e;  // v -> log2 units (probs_and_dlogits)
   const SoftCap cap(dims);
   int* handed = nullptr;  // the flag of the query tile whose dQ this block added last
-  for (int qt = queries.begin; qt < queries.end; ++qt) {
-    const int stage = (qt - queries.begin) & 1, q0 = qt * kBr;
+  for (int qt = block_tiles.begin; qt < block_tiles.end; ++qt) {
+    const int stage = (qt - block_tiles.begin) & 1, q0 = qt * kBr;
     ptx::cp_async_wait<0>();
     __syncthreads();  // tile qt is in; every warp is done with tile qt - 1, dS^T, and its dQ adds
     if (handed && threadIdx.x == 0) {
       __threadfence();
       ptx::red_release_gpu_add(handed, 1);
     }
-    if (qt + 1 < queries.end) {
+    if (qt + 1 < block_tiles.end) {
       load_stage(qt + 1, stage ^ 1);
       ptx::cp_async_commit();
     }
@@ -217,8 +225,8 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
     const T* dOs = Ks + F::kDO + stage * F::kStage;
     const float* lse_s = stats + stage * kBr;
     const float* dvec_s = stats + (2 + stage) * kBr;
-    const TileRange mine = warp_tiles[warp];
-    const bool busy = qt >= mine.begin && qt < mine.end;  // an allowed pair among this warp's keys
+    const TileRange warp_tiles = tiles_by_warp[warp];
+    const bool busy = qt >= warp_tiles.begin && qt < warp_tiles.end;  // an allowed pair among this warp's keys
     if (busy) {
       float s[kS][4] = {}, dp[kS][4] = {};  // S^T = K_w Q^T, dP^T = V_w dO^T
 #pragma unroll
@@ -244,11 +252,11 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
       // where used, as the register held across the loop spilled at D = 128.
       const int key0 = kOrdered ? warp_first[warp] : first;
       const int keys[2] = {key0 + g, key0 + g + 8};
-      const bool whole = q0 + kBr - 1 < T_len && key0 + 15 <= q0 && key0 >= band_start(q0 + kBr - 1, w);
+      const bool whole = q0 + kBr - 1 < seq_len && key0 + 15 <= q0 && key0 >= band_start(q0 + kBr - 1, w);
       if (whole)
-        probs_and_dlogits<false, kPlain>(s, dp, lse_s, dvec_s, c, cap, keys, q0, t, w, T_len);
+        probs_and_dlogits<false, kNoSoftcap>(s, dp, lse_s, dvec_s, log2_scale, cap, keys, q0, t, w, seq_len);
       else
-        probs_and_dlogits<true, kPlain>(s, dp, lse_s, dvec_s, c, cap, keys, q0, t, w, T_len);
+        probs_and_dlogits<true, kNoSoftcap>(s, dp, lse_s, dvec_s, log2_scale, cap, keys, q0, t, w, seq_len);
 #pragma unroll
       for (int kk = 0; kk < kBr / 16; ++kk) {  // dV_w += P^T dO, dK_w += dS^T Q (k = queries)
         uint32_t ap[4], as[4];
@@ -280,9 +288,9 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
     for (int kw = 0; kw < F::kWarps; ++kw) {
       uint32_t a[4];
       load_a_trans(a, dSs, ds_row, 16 * kw, m0);
-      if constexpr (kN == 1) {  // Dk = 16: a share of 8 columns, one n-block
+      if constexpr (kN == 1) {  // kWidth = 16: a share of 8 columns, one n-block
         uint32_t b[2];
-        load_b_col<Dk>(b, Ks, 16 * kw, d0, lane);
+        load_b_col<kWidth>(b, Ks, 16 * kw, d0, lane);
         ptx::mma_m16n8k16<T>(dq[0], a, b);
       } else {
 #pragma unroll
@@ -300,7 +308,7 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
     if constexpr (kOrdered) {
       flag = flags + gridDim.y * gridDim.z + static_cast<int64_t>(pair) * nq + qt;  // past the tickets
       if (threadIdx.x == 0)
-        ptx::spin_wait_equal(flag, key_tiles_for_query_tile(qt, kBr, kBc, T_len, w).end - gridDim.x + ticket);
+        ptx::spin_wait_equal(flag, key_tiles_for_query_tile(qt, kBr, kBc, seq_len, w).end - gridDim.x + ticket);
       __syncthreads();  // the higher key tiles' shares of this query tile are all in
     }
     // Row g, columns 2t, 2t + 1 of each n-block of the share (rows g + 8: 8 D further), one
@@ -309,7 +317,7 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
     // but the last, unless D is padded) adds without a test, at constant offsets from two rows, a
     // lane's two adjacent columns in one instruction (red_add_f32x2: D and 2t are even).
     float* const dq_row = dq_accum + first_row[4] + static_cast<int64_t>(q0 + m0 + g) * D + d0 + 2 * t;
-    if (q0 + m0 + 16 <= T_len && d0 + F::kShare <= D) {
+    if (q0 + m0 + 16 <= seq_len && d0 + F::kShare <= D) {
       float* const dq_row8 = dq_row + 8 * D;
 #pragma unroll
       for (int d = 0; d < kN; ++d) {
@@ -322,7 +330,7 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
         if (d0 + 8 * d >= D) break;  // padding columns from here on (D is a multiple of 8: whole n-blocks)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          if (q0 + m0 + g + 8 * (e >> 1) < T_len) atomicAdd(dq_row + 8 * (e >> 1) * D + 8 * d + (e & 1), dq[d][e]);
+          if (q0 + m0 + g + 8 * (e >> 1) < seq_len) atomicAdd(dq_row + 8 * (e >> 1) * D + 8 * d + (e & 1), dq[d][e]);
       }
     }
     if constexpr (kOrdered) handed = flag;
@@ -338,7 +346,7 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   for (int d = 0; d < kO; ++d)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int at = Swizzle<Dk>::offset(r0 + g + 8 * r, c0 + 8 * d + 2 * t);
+      const int at = Swizzle<kWidth>::offset(r0 + g + 8 * r, c0 + 8 * d + 2 * t);
       *reinterpret_cast<uint32_t*>(Ks + at) =
           pack2<T>(dk_acc[d][2 * r] * dims.scale, dk_acc[d][2 * r + 1] * dims.scale);
       *reinterpret_cast<uint32_t*>(Vs + at) = pack2<T>(dv_acc[d][2 * r], dv_acc[d][2 * r + 1]);
@@ -346,34 +354,34 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
   __syncwarp();
   dk += dims.dk.pair(bh, dims.H), dv += dims.dv.pair(bh, dims.H);
   const int key = warp_first[warp];  // = first
-  for (int c = lane; c < 16 * kO; c += 32) {
-    const int r = c / kO, col = c0 + c % kO * 8;
-    if (key + r >= T_len || col >= D) continue;  // past the sequence, or a padding column (zeros)
+  for (int i = lane; i < 16 * kO; i += 32) {
+    const int r = i / kO, col = c0 + i % kO * 8;
+    if (key + r >= seq_len || col >= D) continue;  // past the sequence, or a padding column (zeros)
     ptx::store_16(dk + static_cast<int64_t>(key + r) * dims.dk.t + col,
-                  ptx::load_16<uint4>(Ks + Swizzle<Dk>::offset(r0 + r, col)));
+                  ptx::load_16<uint4>(Ks + Swizzle<kWidth>::offset(r0 + r, col)));
     ptx::store_16(dv + static_cast<int64_t>(key + r) * dims.dv.t + col,
-                  ptx::load_16<uint4>(Vs + Swizzle<Dk>::offset(r0 + r, col)));
+                  ptx::load_16<uint4>(Vs + Swizzle<kWidth>::offset(r0 + r, col)));
   }
 }
 
-template <typename T, int Dk, bool kPlain>
-__global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
+template <typename T, int kWidth, bool kNoSoftcap>
+__global__ void __launch_bounds__(MmaBwd<kWidth>::kThreads, 1)
     attention_mma_backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                   const T* __restrict__ dout, const float* __restrict__ lse,
                                   const float* __restrict__ dvec, float* __restrict__ dq_accum, int* __restrict__ flags,
                                   T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
-  backward_tiles<T, Dk, kPlain, true>(q, k, v, dout, lse, dvec, dq_accum, flags, dk, dv, dims);
+  backward_tiles<T, kWidth, kNoSoftcap, true>(q, k, v, dout, lse, dvec, dq_accum, flags, dk, dv, dims);
 }
 
 // The same with the dQ adds in any order: no flag waited for or handed on.
-template <typename T, int Dk, bool kPlain>
-__global__ void __launch_bounds__(MmaBwd<Dk>::kThreads, 1)
+template <typename T, int kWidth, bool kNoSoftcap>
+__global__ void __launch_bounds__(MmaBwd<kWidth>::kThreads, 1)
     attention_mma_backward_unordered_kernel(const T* __restrict__ q, const T* __restrict__ k,
                                             const T* __restrict__ v, const T* __restrict__ dout,
                                             const float* __restrict__ lse, const float* __restrict__ dvec,
                                             float* __restrict__ dq_accum, int* __restrict__ flags,
                                             T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
-  backward_tiles<T, Dk, kPlain, false>(q, k, v, dout, lse, dvec, dq_accum, flags, dk, dv, dims);
+  backward_tiles<T, kWidth, kNoSoftcap, false>(q, k, v, dout, lse, dvec, dq_accum, flags, dk, dv, dims);
 }
 
 // Shapes: dq_accum (B, H, T, D) f32 packed -> dq (B, H, T, D) in T at dims.dq, times scale; 8
@@ -405,8 +413,8 @@ void attention_mma_backward(const Tensor& q_in, const Tensor& k, const Tensor& v
   const int dev = q.device().index;
   const cudaStream_t stream = detail::stream(dev);
   visit_half(kOp, q.dtype(), [&]<typename E>() {
-    with_width<16>(kOp, D, [&]<int HD>() {
-      using F = MmaBwd<HD>;
+    with_width<16>(kOp, D, [&]<int kWidth>() {
+      using F = MmaBwd<kWidth>;
       const int64_t nq = (T + F::kBr - 1) / F::kBr;
       Tensor dq_accum = empty({B, H, T, D}, {DType::f32, q.device()});
       detail::count_copy();
@@ -429,10 +437,11 @@ void attention_mma_backward(const Tensor& q_in, const Tensor& k, const Tensor& v
                        static_cast<E*>(dv.raw_data()), dims);
       };
       if (dims.softcap == 0.0f)  // the usual logit: probs_and_dlogits
-        launch(ordered ? attention_mma_backward_kernel<E, HD, true> : attention_mma_backward_unordered_kernel<E, HD, true>);
+        launch(ordered ? attention_mma_backward_kernel<E, kWidth, true>
+                       : attention_mma_backward_unordered_kernel<E, kWidth, true>);
       else
-        launch(ordered ? attention_mma_backward_kernel<E, HD, false>
-                       : attention_mma_backward_unordered_kernel<E, HD, false>);
+        launch(ordered ? attention_mma_backward_kernel<E, kWidth, false>
+                       : attention_mma_backward_unordered_kernel<E, kWidth, false>);
       const int64_t n8 = dq.numel() / 8;
       launch_threads(dq_convert_kernel<E>, dim3(static_cast<unsigned>((n8 + 255) / 256)), 256, 0, dev,
                      static_cast<const float*>(dq_accum.raw_data()), static_cast<E*>(dq.raw_data()), n8,

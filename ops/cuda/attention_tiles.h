@@ -55,7 +55,7 @@ constexpr int kMaxHeads = 128;  // windows travel to the kernels by value
 // Head dims: every multiple of 8 from 8 to 256, FlashAttention-2's set. Compiling a kernel per
 // head dim would be 32 instantiations of every kernel (in nvcc and four host-compiler presets), so
 // the kernels are compiled for a few widths, powers of two, and head dim D runs on the narrowest
-// width Dk >= D: tile columns D..Dk-1 are loaded as zeros, which add exact zeros to every dot
+// width kWidth >= D: tile columns D..kWidth-1 are loaded as zeros, which add exact zeros to every dot
 // product over the head dim (Q K^T, dO V^T) and make output columns that are zero and never
 // stored, so the result is bit for bit that of a D-wide kernel. Global rows keep their own stride. The
 // price is the padded columns' share of the work, under 2x and 0 at the powers of two themselves.

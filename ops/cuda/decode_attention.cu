@@ -86,15 +86,15 @@ __device__ __forceinline__ float merge_column(const float* pr, int n_split, int 
 
 // q (R = B*H*t, D), cache (B, H0, S0, D) + (B, H - H0, S1, D) -> out (R, D) when n_split == 1,
 // else part (R, n_split, D + 2) f32: acc (D), m, l per chunk. k_new, v_new (B*H, D) go into
-// slot position % S first. D = dims.D <= Dk, the kernel width (attention_tiles.h: a few widths
+// slot position % S first. D = dims.D <= kWidth, the kernel width (attention_tiles.h: a few widths
 // serve every head dim). Grid (R, n_split), kBlock threads.
 // The P V product: the block is G groups of kCols threads, thread d of a group owns columns
 // d + kCols c (c < kPer) and the group every G-th key of the tile; columns at or past D idle.
-template <typename T, int Dk>
+template <typename T, int kWidth>
 __global__ void __launch_bounds__(kBlock) decode_partial_kernel(DecodeArgs<T> a, DecodeDims dims) {
-  constexpr int kCols = Dk < kBlock ? Dk : kBlock, G = kBlock / kCols, kPer = Dk / kCols;
-  static_assert(kBlock % kCols == 0 && Dk % kCols == 0, "groups of kCols threads split the P V product");
-  KEEL_SHARED(float[Dk], qs);
+  constexpr int kCols = kWidth < kBlock ? kWidth : kBlock, G = kBlock / kCols, kPer = kWidth / kCols;
+  static_assert(kBlock % kCols == 0 && kWidth % kCols == 0, "groups of kCols threads split the P V product");
+  KEEL_SHARED(float[kWidth], qs);
   KEEL_SHARED(float[kBlock], ps);  // exp(s - m) of the tile's keys
   KEEL_SHARED(float[kPer * kBlock], accs);
   KEEL_SHARED(float[32], scratch);
