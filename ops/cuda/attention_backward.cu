@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(kThreads)
 // and streams 32-query tiles. Warp w owns keys 16w..16w+15 and computes the transposed products
 // (keys x queries): S^T = K_w Q^T, dP^T = V_w dO^T, then dV_w += P^T dO, dK_w += dS^T Q.
 // In the per-element phase lanes 2r and 2r+1 share key row r of the warp.
+// One function, in the order of the five products: dK and dV accumulate across the query loop.
 template <int kWidth>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,

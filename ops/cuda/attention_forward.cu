@@ -59,6 +59,8 @@ struct Fwd {
 // Grid (B*H, ceil(T / 64)), 128 threads: block (bh, y) owns query rows [64 qt, 64 qt + 64) of
 // pair bh = b*H + h, qt counted from the end (see below). Warp w owns rows 16w..16w+15 of the tile;
 // in the per-element phase, lanes 2r and 2r+1 share row r of the warp (even and odd columns).
+// One function, in the order of the algorithm (Q in, then per key tile S, the online softmax and
+// O += P V, then the statistics): the row state (m, l) and the warp's O tile live across the loop.
 template <int kWidth>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,

@@ -126,6 +126,10 @@ __device__ __forceinline__ void store_ds(T* dSs, const LaneRow<kBr>& lr, int r0,
 // w owns keys 16w..16w+15 (the rows of its S^T); lane (g, t) holds keys g and g + 8 and queries
 // 8n + 2t, 8n + 2t + 1. kOrdered: the dQ adds in key-tile order (the default), or as the key
 // tiles finish (keel::set_deterministic(false)); the two kernels below.
+// One function of ~230 lines: dK, dV, S^T and dP^T live in registers across the query-tile loop,
+// 244 to 255 a thread at widths 64 and 128 (the kernel report), at the limit; the values this
+// kernel keeps in shared memory instead (first_row, warp_first) are the ones whose registers,
+// held across the loop, made it spill. A split must keep the kernel report's numbers.
 template <typename T, int kWidth, bool kNoSoftcap, bool kOrdered>
 __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T* __restrict__ k,
                                                const T* __restrict__ v, const T* __restrict__ dout,

@@ -90,6 +90,8 @@ __device__ __forceinline__ float merge_column(const float* pr, int n_split, int 
 // serve every head dim). Grid (R, n_split), kBlock threads.
 // The P V product: the block is G groups of kCols threads, thread d of a group owns columns
 // d + kCols c (c < kPer) and the group every G-th key of the tile; columns at or past D idle.
+// One function, in the order of one token's attention: its running max, sum and accumulator live
+// across the key-tile loop.
 template <typename T, int kWidth>
 __global__ void __launch_bounds__(kBlock) decode_partial_kernel(DecodeArgs<T> a, DecodeDims dims) {
   constexpr int kCols = kWidth < kBlock ? kWidth : kBlock, G = kBlock / kCols, kPer = kWidth / kCols;
@@ -278,12 +280,12 @@ void check_done_counters(const Tensor& done, const Tensor& q, int64_t R) {
                               ") on q's device: " + shape_str(done.shape()));
 }
 
-// The launches for kernel width HD: the partial kernel over (row, chunk), then the combine unless
+// The launches for kernel width kWidth: the partial kernel over (row, chunk), then the combine unless
 // a lone chunk or the one-launch merge has finished the rows.
-template <typename T, int HD>
+template <typename T, int kWidth>
 void launch_decode(const DecodeArgs<T>& args, const DecodeDims& dims, int64_t R, int64_t n_split, bool merge_here,
                    cudaStream_t stream) {
-  launch_kernel(decode_partial_kernel<T, HD>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(n_split)),
+  launch_kernel(decode_partial_kernel<T, kWidth>, dim3(static_cast<unsigned>(R), static_cast<unsigned>(n_split)),
                 dim3(kBlock), 0, stream, args, dims);
   KEEL_CHECK_LAUNCH();
   if (n_split == 1 || merge_here) return;
