@@ -31,6 +31,7 @@
 #include "core/cuda/ptx.cuh"
 #include "core/cuda/runtime.h"
 #include "planted_rounding.h"
+#include "shared_kernel.cuh"
 
 namespace keel::planted {
 
@@ -39,16 +40,6 @@ namespace {
 using cuda::BlockSchedule;
 using cuda::launch_kernel;
 namespace ptx = cuda::ptx;
-
-// out[0] = stats[0] + buf[n - 1]: 64 bytes of static shared memory and n floats of dynamic.
-__global__ void stats_and_rows_kernel(float* out, int n) {
-  KEEL_SHARED(float[16], stats);
-  KEEL_DYNAMIC_SHARED(float, buf, 16);
-  if (threadIdx.x < 16) stats[threadIdx.x] = 1.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = 2.0f;
-  __syncthreads();
-  if (threadIdx.x == 0) out[0] = stats[0] + buf[n - 1];
-}
 
 // Block b records its index at *out's turn, then passes the turn on through *flag.
 enum class Turn { later, earlier, ticket };
@@ -88,7 +79,7 @@ T* device_array(size_t n, int byte = 0) {
 void shared_over(bool fixed) {
   float* out = device_array<float>(1);
   const int floats = fixed ? (48 << 10) / 4 - 16 : (48 << 10) / 4;
-  launch_kernel(stats_and_rows_kernel, 1, 64, floats * sizeof(float), nullptr, out, floats);
+  launch_kernel(emu_test::shared_kernel, 1, 64, floats * sizeof(float), nullptr, out, floats);
   KEEL_CHECK_LAUNCH();
   KEEL_CHECK_CUDA(cudaFree(out));
 }

@@ -15,6 +15,7 @@
 #include "core/cuda/ptx.cuh"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "shared_kernel.cuh"
 
 using keel::cuda::BlockSchedule;
 using keel::cuda::launch_kernel;
@@ -22,6 +23,7 @@ namespace ptx = keel::cuda::ptx;
 
 namespace {
 
+using keel::emu_test::shared_kernel;
 using Order = BlockSchedule::Order;
 
 template <typename T>
@@ -84,15 +86,6 @@ __global__ void handover_kernel(int* ticket, int* flag, int* sum) {
   }
 }
 
-// 16 floats of static shared memory and `n` floats of dynamic, both written and read.
-__global__ void shared_kernel(float* out, int n) {
-  KEEL_SHARED(float[16], stats);
-  KEEL_DYNAMIC_SHARED(float, buf, 16);
-  if (threadIdx.x < 16) stats[threadIdx.x] = 1.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = 2.0f;
-  __syncthreads();
-  if (threadIdx.x == 0) out[0] = stats[15] + (n ? buf[n - 1] : 0.0f);
-}
 // The same, never launched before the test that checks its first launch.
 __global__ void shared_first_kernel(float* out, int n) {
   KEEL_SHARED(float[16], stats);
