@@ -19,6 +19,7 @@ struct CrossEntropyBackward : Node {
   Tensor count;                 // [] i64 on the logits' device: the rows that count
   Tensor ready;                 // (N, V): the forward's gradient for a loss gradient of `expected`, or none
   float expected = 1.0f;
+  double z_loss = 0;
   Shape logits_shape;
   DType logits_dtype = DType::f32;  // the dtype dlogits must have
   int64_t classes = 0, ignore_index = kIgnoreIndex;
@@ -27,7 +28,7 @@ struct CrossEntropyBackward : Node {
   std::vector<Tensor> backward(const Tensor& grad) override {
     // The loss gradient stays on the device: no host round trip in the backward pass.
     auto kernel = logits.device().is_cuda() ? cuda::cross_entropy_backward : cpu::cross_entropy_backward;
-    Tensor d = kernel(logits, targets, lse, classes, ignore_index, count, grad, ready, expected);
+    Tensor d = kernel(logits, targets, lse, classes, ignore_index, count, grad, ready, expected, z_loss);
     if (d.dtype() != logits_dtype) d = d.to(logits_dtype);
     return {d.as_strided(logits_shape, contiguous_strides(logits_shape), 0), Tensor()};
   }
@@ -39,9 +40,9 @@ struct CrossEntropyBackward : Node {
 
 }  // namespace
 
-// logits (..., Vp), targets (...) -> [], over the first `classes` columns (0: all)
+// logits (..., Vp), targets (...) -> [], over the first `classes` columns (0: all); log_z (2) when asked
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, int64_t classes,
-                     std::optional<double> expected_grad) {
+                     std::optional<double> expected_grad, double z_loss, Tensor* log_z) {
   const char* op = "cross_entropy";
   detail::check_same_device(op, {{"logits", logits}, {"targets", targets}});
   detail::check_floating(op, {{"logits", logits}});
@@ -65,6 +66,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   if (expected_grad && !std::isfinite(*expected_grad))
     throw ValueError(op, "expected_grad = " + std::to_string(*expected_grad) + " is not finite",
                      "pass the gradient the loss will get in backward (1 for loss.backward()), or none");
+  if (!std::isfinite(z_loss) || z_loss < 0)
+    throw ValueError(op, "z_loss = " + std::to_string(z_loss) + " is not a finite number >= 0",
+                     "pass the z-loss coefficient (1e-4 in arXiv 2309.14322), or 0 for none");
   const bool fuse = expected_grad && needs_grad({logits});
   profiler::Scope prof(op);
   if (prof)
@@ -79,7 +83,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor lse, count, ready;
   const float expected = fuse ? static_cast<float>(*expected_grad) : 1.0f;
   auto kernel = logits.device().is_cuda() ? cuda::cross_entropy_forward : cpu::cross_entropy_forward;
-  Tensor loss = kernel(l2, t1, V, ignore_index, lse, count, fuse ? &ready : nullptr, expected);
+  Tensor loss = kernel(l2, t1, V, ignore_index, lse, count, fuse ? &ready : nullptr, expected, z_loss, log_z);
   if (needs_grad({logits})) {
     auto node = std::make_shared<CrossEntropyBackward>();
     node->logits = l2;
@@ -92,6 +96,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     node->count = count;
     node->ready = ready;
     node->expected = expected;
+    node->z_loss = z_loss;
     connect(loss, node, {logits, targets});
   }
   return loss;

@@ -38,7 +38,23 @@ inline constexpr int64_t kIgnoreIndex = -100;
 // promise (on the device: no synchronisation) and recomputes where it was wrong, so the result
 // is the same bits either way; a wrong promise only costs the wasted write. Without it (or when
 // no gradient is needed) nothing changes.
+//
+// z_loss > 0: the z-loss of PaLM and of Wortsman et al. 2023 ("Small-scale proxies for
+// large-scale Transformer training instabilities", arXiv 2309.14322). Each counted row adds
+// z_loss * lse(row)^2 to its loss, so the loss is the mean of lse - row[target] + z_loss * lse^2
+// and a row's gradient is softmax * (1 + 2 z_loss lse) - onehot(target). lse is log Z, the log
+// of the softmax's partition function; the term pulls it towards 0, which keeps the output
+// logits from drifting (a drift the softmax itself cannot see). The kernels compute it from the
+// lse they already have, in the same passes; z_loss = 0 gives the very bits of the loss without it.
+// z_loss < 0 or not finite raises ValueError.
+//
+// log_z not null: *log_z = (2) [mean log Z, max |log Z|] over the counted rows (0 and 0 when no
+// row counts; a NaN lse makes the max NaN), without gradient, on the logits' device, f32 (f64 for
+// f64 logits on the CPU): the statistics of the output softmax that the trainer logs beside the
+// attention's, made by the loss's own kernels from its lse (on CUDA by the kernel that already
+// averages the rows' losses), so they cost no pass over the logits and no synchronisation.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = kIgnoreIndex,
-                     int64_t classes = 0, std::optional<double> expected_grad = std::nullopt);
+                     int64_t classes = 0, std::optional<double> expected_grad = std::nullopt, double z_loss = 0,
+                     Tensor* log_z = nullptr);
 
 }  // namespace keel

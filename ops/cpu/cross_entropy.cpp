@@ -5,6 +5,7 @@
 
 #include "core/factory.h"
 #include "ops/cpu/cross_entropy.h"
+#include "ops/nan_max.h"
 
 namespace keel::cpu {
 
@@ -24,11 +25,31 @@ std::vector<int64_t> checked_targets(const Tensor& targets, int64_t V, int64_t i
                        "targets must be in [0, V) or equal ignore_index (" + std::to_string(ignore_index) + ")");
   return t;
 }
+
+// lse (N), targets (N) -> (2) [mean lse, max |lse|] over the counted rows (0, 0 when none), in
+// lse's dtype. One pass in row order, after the rows: the same bits for any thread count.
+Tensor log_z_stats(const Tensor& lse, const std::vector<int64_t>& t, int64_t ignore_index) {
+  Tensor out = empty({2}, {lse.dtype()});
+  visit_dtype<CpuFloat>(lse.dtype(), "cross_entropy", [&]<typename T>() {
+    const T* pl = lse.data<T>();
+    double sum = 0, top = 0;
+    int64_t n = 0;
+    for (size_t r = 0; r < t.size(); ++r) {
+      if (t[r] == ignore_index) continue;
+      sum += pl[r];
+      top = nan_max(top, std::abs(static_cast<double>(pl[r])));
+      ++n;
+    }
+    out.data<T>()[0] = static_cast<T>(n > 0 ? sum / double(n) : 0.0);
+    out.data<T>()[1] = static_cast<T>(top);
+  });
+  return out;
+}
 }  // namespace
 
-// logits (N, Vp), targets (N) -> loss [], lse (N)
+// logits (N, Vp), targets (N) -> loss [], lse (N), and log_z (2) when asked
 Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t V, int64_t ignore_index, Tensor& lse,
-                             Tensor& count, Tensor* dlogits, float grad) {
+                             Tensor& count, Tensor* dlogits, float grad, double z_loss, Tensor* log_z) {
   const int64_t N = logits.size(0), Vp = logits.size(1);
   std::vector<int64_t> t = checked_targets(targets, V, ignore_index);
   lse = empty({N}, {logits.dtype()});
@@ -48,22 +69,25 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
       double l = m + std::log(s);
       pl[r] = static_cast<T>(l);
       if (t[r] == ignore_index) continue;
-      total += l - row[t[r]];
+      // z_loss 0 adds nothing, not 0 * l^2 (NaN for an infinite l): the loss keeps its bits.
+      total += z_loss != 0 ? l - row[t[r]] + z_loss * l * l : l - row[t[r]];
       ++n;
     }
     count = full({}, static_cast<double>(n), {DType::i64});
     loss.data<T>()[0] = static_cast<T>(n > 0 ? total / n : 0.0);
   });
+  if (log_z) *log_z = log_z_stats(lse, t, ignore_index);
   // The CPU saves nothing by it (its backward is the same loop), but keeps the contract.
   if (dlogits)
-    *dlogits = cross_entropy_backward(logits, targets, lse, V, ignore_index, count, full({}, grad, {logits.dtype()}));
+    *dlogits = cross_entropy_backward(logits, targets, lse, V, ignore_index, count, full({}, grad, {logits.dtype()}),
+                                      {}, 1.0f, z_loss);
   return loss;
 }
 
 // logits (N, Vp), targets (N), lse (N), grad [], ready (N, Vp) or none -> dlogits (N, Vp)
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse, int64_t V,
                               int64_t ignore_index, const Tensor& count_t, const Tensor& grad, const Tensor& ready,
-                              float expected) {
+                              float expected, double z_loss) {
   if (ready.defined() && grad.item() == static_cast<double>(expected)) return ready;
   const int64_t N = logits.size(0), Vp = logits.size(1);
   std::vector<int64_t> t = targets.to_vector<int64_t>();  // checked by the forward
@@ -83,7 +107,10 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
         continue;
       }
       double l = pl[r];
-      for (int64_t v = 0; v < V; ++v) out[v] = static_cast<T>(std::exp(row[v] - l) * scale);
+      // The z-loss's share, 2 z_loss lse softmax, folded into the softmax's factor; exactly
+      // `scale` without it, so the gradient keeps its bits.
+      const double soft = z_loss != 0 ? scale * (1 + 2 * z_loss * l) : scale;
+      for (int64_t v = 0; v < V; ++v) out[v] = static_cast<T>(std::exp(row[v] - l) * soft);
       out[t[r]] = static_cast<T>(out[t[r]] - scale);
     }
   });

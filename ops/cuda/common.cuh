@@ -79,13 +79,16 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 }
 
 // Online softmax state: running max m and sum s of exp(x - m). Merging two states rescales the
-// smaller-max one; an empty state is (-inf, 0) and never produces exp(-inf - -inf) = NaN.
+// smaller-max one; an empty state is (-inf, 0) and never produces exp(-inf - -inf) = NaN. A NaN
+// input makes s NaN (push), and s stays NaN through every merge, an empty partner's included
+// (fmaxf drops the NaN m, so the sum carries it): a row with a NaN has a NaN log-sum-exp, as on
+// the CPU.
 struct MaxSum {
   float m, s;
 };
 __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   float m = fmaxf(a.m, b.m);
-  if (m == -INFINITY) return {m, 0.0f};
+  if (m == -INFINITY) return {m, a.s + b.s};  // 0, or NaN from a NaN input
   return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
 }
 __device__ __forceinline__ MaxSum push(MaxSum a, float x) {

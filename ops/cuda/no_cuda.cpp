@@ -46,11 +46,12 @@ void decode_attention_forward(const Tensor&, const Tensor&, const Tensor&, const
   no_cuda("decode_attention");
 }
 
-Tensor cross_entropy_forward(const Tensor&, const Tensor&, int64_t, int64_t, Tensor&, Tensor&, Tensor*, float) {
+Tensor cross_entropy_forward(const Tensor&, const Tensor&, int64_t, int64_t, Tensor&, Tensor&, Tensor*, float, double,
+                             Tensor*) {
   no_cuda("cross_entropy");
 }
 Tensor cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, const Tensor&,
-                              const Tensor&, const Tensor&, float) {
+                              const Tensor&, const Tensor&, float, double) {
   no_cuda("cross_entropy backward");
 }
 

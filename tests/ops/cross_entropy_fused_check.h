@@ -20,9 +20,11 @@ namespace keel::cross_entropy_test {
 // vocabulary), two rows ignored. For each gradient g the loss gets and each promise p (none, g,
 // or a wrong one): the loss and the logits' gradient equal the unpromised ones bit for bit. Then
 // the promise is seen to be used: logits overwritten between forward and backward change the
-// gradient only when the promise was wrong (the backward then recomputes from the logits).
-inline void check_fused(Device dev, DType dt) {
+// gradient only when the promise was wrong (the backward then recomputes from the logits). z: the
+// z-loss coefficient of every call (the fused pass writes its gradient too).
+inline void check_fused(Device dev, DType dt, double z = 0) {
   CAPTURE(std::string(dtype_name(dt)));
+  CAPTURE(z);
   Generator gen(5);
   const Tensor base = randn({37, 1024}, gen, {DType::f32}, 0.0, 2.0).to(dt).to(dev);
   std::vector<int64_t> t(37);
@@ -33,7 +35,7 @@ inline void check_fused(Device dev, DType dt) {
   // loss gradient g, promise p, and whether to overwrite the logits after the forward -> loss, dlogits
   auto run = [&](double g, std::optional<double> p, bool overwrite) {
     Tensor logits = base.clone().set_requires_grad(true);
-    Tensor loss = cross_entropy(logits, targets, kIgnoreIndex, 1001, p);
+    Tensor loss = cross_entropy(logits, targets, kIgnoreIndex, 1001, p, z);
     if (overwrite) {
       Tensor raw = logits.detach();
       fill_(raw, 0.0);
@@ -57,8 +59,8 @@ inline void check_fused(Device dev, DType dt) {
     CHECK(run(g, 0.5, true).second != plain.second);
   }
   // No gradient wanted: the promise changes nothing and nothing is written.
-  CHECK(cross_entropy(base, targets, kIgnoreIndex, 1001, 1.0).item() ==
-        cross_entropy(base, targets, kIgnoreIndex, 1001).item());
+  CHECK(cross_entropy(base, targets, kIgnoreIndex, 1001, 1.0, z).item() ==
+        cross_entropy(base, targets, kIgnoreIndex, 1001, std::nullopt, z).item());
 }
 
 }  // namespace keel::cross_entropy_test

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cross_entropy_fused_check.h"
+#include "cross_entropy_z_loss_check.h"
 #include "gradcheck.h"
 #include "ops/cross_entropy.h"
 #include "ops/shape.h"
@@ -210,4 +211,40 @@ TEST_CASE("cross_entropy over the first `classes` columns: padding is never a cl
 
 TEST_CASE("cross_entropy with expected_grad: the forward computes the gradient, the same bits") {
   for (DType dt : {DType::f32, DType::f64}) cross_entropy_test::check_fused(Device::cpu(), dt);
+  // With a z-loss: the forward writes its gradient too, the same bits as the backward's.
+  for (DType dt : {DType::f32, DType::f64}) cross_entropy_test::check_fused(Device::cpu(), dt, 1e-3);
+}
+
+TEST_CASE("cross_entropy z-loss: loss, gradient and log Z against an f64 reference, every dtype") {
+  for (DType dt : {DType::f64, DType::f32, DType::bf16, DType::f16}) z_loss_test::check_z_loss(Device::cpu(), dt);
+  z_loss_test::check_log_z_edges(Device::cpu());
+}
+
+TEST_CASE("cross_entropy z-loss backward matches finite differences") {
+  // The z-loss's gradient, 2 z lse softmax, checked without the formula the kernels use.
+  Generator gen(8);
+  for (double z : {1e-3, 0.2}) {
+    CAPTURE(z);
+    Tensor targets = from_vector<int64_t>({2, kIgnoreIndex, 0, 4}, {4});
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) {
+      return cross_entropy(in[0], targets, kIgnoreIndex, 0, std::nullopt, z);
+    }, {leaf({4, 5}, gen, 3.0)}));
+    // And over the first 5 of 7 columns, the padding with no gradient.
+    CHECK(gradcheck([&](const std::vector<Tensor>& in) {
+      return cross_entropy(in[0], targets, kIgnoreIndex, 5, std::nullopt, z);
+    }, {leaf({4, 7}, gen, 3.0)}));
+  }
+}
+
+TEST_CASE("cross_entropy z-loss: 0 is the loss without it, a negative or non-finite coefficient is refused") {
+  Generator gen(9);
+  Tensor logits = leaf({6, 11}, gen, 2.0);
+  Tensor targets = from_vector<int64_t>({1, 0, 10, kIgnoreIndex, 3, 3}, {6});
+  Tensor log_z;
+  CHECK(cross_entropy(logits, targets, kIgnoreIndex, 0, std::nullopt, 0.0, &log_z).item() ==
+        cross_entropy(logits, targets).item());
+  CHECK(log_z.dtype() == DType::f64);  // the lse's dtype: f64 logits on the CPU
+  CHECK_THROWS_AS(cross_entropy(logits, targets, kIgnoreIndex, 0, std::nullopt, -1e-4), ValueError);
+  CHECK_THROWS_AS(cross_entropy(logits, targets, kIgnoreIndex, 0, std::nullopt, std::nan("")), ValueError);
+  CHECK_THROWS_AS(cross_entropy(logits, targets, kIgnoreIndex, 0, std::nullopt, INFINITY), ValueError);
 }
