@@ -20,6 +20,26 @@ const GPT2Config& validated(const GPT2Config& c) {
 // Distinct Philox keys for initialisation and dropout, so drawing dropout masks never shifts
 // the initial weights of a given seed (and the other way round).
 constexpr uint64_t kDropoutKey = 0x9E3779B97F4A7C15ull;
+
+// stats: L max_logit (H) then L max_range (H), log_z (2) or undefined -> out's max_logit,
+// max_range (L, H) f32 and log_z (2), on the CPU for StatsOn::host in one transfer (a host wait
+// on a GPU), else where they are.
+void gather_stats(std::vector<Tensor>& stats, const Tensor& log_z, int64_t H, StatsOn stats_on, GPT2Output& out) {
+  NoGradGuard no_grad;
+  const int64_t nl = static_cast<int64_t>(stats.size() / 2);
+  for (Tensor& m : stats) m = reshape(m, {H});
+  // One transfer for all layers: on CUDA the statistics stay on the device until here.
+  Tensor flat = concat(stats, 0).to(DType::f32);  // (2L H)
+  out.log_z = log_z;
+  if (stats_on == StatsOn::host && flat.device().is_cuda()) {
+    if (log_z.defined()) flat = concat({flat, log_z.to(DType::f32)}, 0);
+    flat = flat.to(Device::cpu());
+    if (log_z.defined()) out.log_z = slice(flat, 0, 2 * nl * H, 2 * nl * H + 2).contiguous();
+  }
+  const Tensor both = view(slice(flat, 0, 0, 2 * nl * H), {2 * nl, H});
+  out.max_logit = slice(both, 0, 0, nl).contiguous();
+  out.max_range = slice(both, 0, nl, 2 * nl).contiguous();
+}
 }  // namespace
 
 int64_t padded_vocab(int64_t vocab_size, Device device) {
@@ -48,9 +68,9 @@ GPT2::GPT2(const GPT2Config& config, uint64_t seed)
   register_module("lm_head", lm_head.get());
 }
 
-// ids (B, T), targets (B, T) or undefined -> logits (B, T, V), loss [], max_logit, max_range (L, H)
+// ids (B, T), targets (B, T) or undefined -> logits (B, T, V), loss [], max_logit, max_range (L, H), log_z (2)
 GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets, StatsOn stats_on,
-                         std::optional<double> loss_grad) {
+                         std::optional<double> loss_grad, double z_loss) {
   static const char* kOp = "GPT2::forward";
   if (!ids.defined() || ids.dim() != 2)
     throw ShapeError(kOp, "ids must be (B, T), got " + (ids.defined() ? shape_str(ids.shape()) : "undefined"));
@@ -78,12 +98,14 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets, StatsOn stats
   for (size_t l = 0; l < L; ++l) r = h[l]->forward(r, &stats[l], &stats[L + l]);
 
   GPT2Output out;
+  Tensor log_z;
   x = normalize(r, ln_f).out;
   const int64_t V = config_.vocab_size, Vp = padded_vocab(V, x.device());
+  Tensor* lz = targets.defined() ? &log_z : nullptr;
   if (Vp == V) {
     out.logits = lm_head->forward(x);
     // padded targets are cross_entropy's ignore index
-    if (targets.defined()) out.loss = cross_entropy(out.logits, targets, kIgnoreIndex, 0, loss_grad);
+    if (targets.defined()) out.loss = cross_entropy(out.logits, targets, kIgnoreIndex, 0, loss_grad, z_loss, lz);
   } else {
     // The output layer over Vp >= V rows, the extra ones zero: every dimension of its three
     // matmuls (forward, both gradients) is then a multiple of 128, which cuBLAS's fast kernels
@@ -94,19 +116,9 @@ GPT2Output GPT2::forward(const Tensor& ids, const Tensor& targets, StatsOn stats
     const Tensor wp = concat({w, zeros({Vp - V, w.size(1)}, {w.dtype(), w.device()})}, 0);  // (Vp, C)
     const Tensor logits = linear(x, wp);                                                    // (B, T, Vp)
     out.logits = narrow(logits, 2, 0, V);
-    if (targets.defined()) out.loss = cross_entropy(logits, targets, kIgnoreIndex, V, loss_grad);
+    if (targets.defined()) out.loss = cross_entropy(logits, targets, kIgnoreIndex, V, loss_grad, z_loss, lz);
   }
-  {
-    NoGradGuard no_grad;
-    const int64_t H = config_.n_head;
-    for (Tensor& m : stats) m = reshape(m, {1, H});
-    // One transfer for all layers: on CUDA the statistics stay on the device until here.
-    Tensor both = concat(stats, 0).to(DType::f32);  // (2L, H)
-    if (stats_on == StatsOn::host) both = both.to(Device::cpu());
-    const int64_t nl = static_cast<int64_t>(L);
-    out.max_logit = slice(both, 0, 0, nl).contiguous();
-    out.max_range = slice(both, 0, nl, 2 * nl).contiguous();
-  }
+  gather_stats(stats, log_z, config_.n_head, stats_on, out);
   return out;
 }
 

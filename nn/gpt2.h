@@ -27,9 +27,13 @@ struct GPT2Output {
   Tensor loss;       // [] mean cross-entropy over non-ignored targets; undefined without targets
   Tensor max_logit;  // (L, H) f32 on the CPU: largest |pre-softmax logit| per layer and head
   Tensor max_range;  // (L, H) f32 on the CPU: largest logit range of one row (ops/attention.h)
+  // (2) [mean log Z, max |log Z|] of the output softmax over the non-ignored targets (the log of
+  // its partition function: the loss's lse; cross_entropy's log_z), on the CPU like max_logit, f32
+  // (f64 for an f64 model on the CPU); undefined without targets.
+  Tensor log_z;
 };
 
-// Where GPT2::forward leaves max_logit and max_range: on the CPU (one transfer per call, a host
+// Where GPT2::forward leaves max_logit, max_range and log_z: on the CPU (one transfer per call, a host
 // wait on a GPU), or on the parameters' device for a caller that gathers them there and reads
 // them later with other values (the trainer, once per step: optim/step_readback.h).
 enum class StatsOn { host, device };
@@ -44,13 +48,14 @@ class GPT2 : public Module {
   explicit GPT2(const GPT2Config& config, uint64_t seed = 0);
 
   // ids (B, T) i32/i64 token ids, T <= block_size; targets (B, T) token ids, -100 = ignore, or
-  // undefined -> logits (B, T, V), loss [], max_logit (L, H), max_range (L, H). ShapeError when
+  // undefined -> logits (B, T, V), loss [], max_logit (L, H), max_range (L, H), log_z (2). ShapeError when
   // T > block_size. loss_grad: the gradient the loss will get in backward (1 for
   // loss.backward(); a trainer's loss scale / grad_accum; none when unknown): the logits'
   // gradient is then computed with the loss, in one pass over the logits (cross_entropy's
-  // expected_grad); a wrong value costs time, never correctness.
+  // expected_grad); a wrong value costs time, never correctness. z_loss: the loss adds z_loss *
+  // (log Z)^2 per target (cross_entropy's z-loss; 0: none).
   GPT2Output forward(const Tensor& ids, const Tensor& targets = {}, StatsOn stats = StatsOn::host,
-                     std::optional<double> loss_grad = 1.0);
+                     std::optional<double> loss_grad = 1.0, double z_loss = 0);
 
   // Generation. An empty cache for this model (local heads keep only their window); `capacity`
   // positions of the global heads are allocated at the first step (0: what it needs, then

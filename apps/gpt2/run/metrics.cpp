@@ -140,6 +140,8 @@ std::optional<ParsedLine> parse_line(std::string_view text, const LineRef& at) {
     }
     r.max_logit = get_logits(j, "max_logit", at);
     r.max_range = get_logits(j, "max_range", at);
+    r.log_z_mean = get_num(j, "log_z_mean", at);
+    r.log_z_max = get_num(j, "log_z_max", at);
   } else if (kind == "val") {
     r.kind = RecordKind::Val;
     r.val_loss = get_num(j, "val_loss", at);
@@ -198,6 +200,8 @@ std::string to_json_line(const MetricsRecord& r) {
       j["grad_norm"] = json_number(r.grad_norm);
       j["max_logit"] = logits_json(r.max_logit);
       j["max_range"] = logits_json(r.max_range);
+      j["log_z_mean"] = json_number(r.log_z_mean);
+      j["log_z_max"] = json_number(r.log_z_max);
       j["tokens_per_s"] = json_number(r.tokens_per_s);
       j["mfu"] = json_number(r.mfu);
       j["mem_bytes"] = r.mem_bytes;

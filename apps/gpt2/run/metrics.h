@@ -4,7 +4,7 @@
 //
 //   {"kind":"train", "step":int, "loss":num, "lr":num, "grad_norm":num,
 //    "max_logit":[[num per head] per layer], "max_range":[[num per head] per layer],
-//    "tokens_per_s":num, "mfu":num, "mem_bytes":int, "loss_scale":num, "skipped":bool, "elapsed_s":num}
+//    "log_z_mean":num, "log_z_max":num, "tokens_per_s":num, "mfu":num, "mem_bytes":int, "loss_scale":num, "skipped":bool, "elapsed_s":num}
 //   {"kind":"val", "step":int, "val_loss":num, "val_ppl":num, "max_logit":[[...] per layer],
 //    "max_range":[[...] per layer]}
 //   {"kind":"event", "step":int, "event":"spike"|"nonfinite"|"checkpoint"|"resume"|"stop",
@@ -13,6 +13,10 @@
 // max_logit is the largest |pre-softmax attention logit| seen in that step, per layer and head;
 // max_range the largest max - min of one attention row's logits (ops/attention.h), the signal
 // that a shift of a whole row does not move. Logs written before max_range existed lack it.
+// log_z_mean and log_z_max are the output softmax's log partition function (the loss's
+// log-sum-exp, log Z) over the step's targets: its mean, and its largest |log Z|. log Z drifting
+// far from 0 is the output-logit divergence of arXiv 2309.14322, which --z-loss counters. Logs
+// written before keel recorded them read them back as NaN.
 //
 // Non-finite numbers: JSON has no NaN or infinity, and a diverged run is exactly the one whose
 // log must survive, so any num above may also be the string "nan", "inf" or "-inf" (the writer
@@ -63,6 +67,8 @@ struct MetricsRecord {
   double loss_scale = kMissing;
   bool skipped = false;
   double elapsed_s = kMissing;
+  double log_z_mean = kMissing;  // the output softmax's mean log Z over the step's targets
+  double log_z_max = kMissing;   // and its largest |log Z|
 
   // train and val: [layer][head]
   std::vector<std::vector<double>> max_logit;

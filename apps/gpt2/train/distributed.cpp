@@ -194,6 +194,14 @@ void max_over_ranks(Communicator& comm, MaxLogit& m) {
   m = merged;
 }
 
+double max_over_ranks(Communicator& comm, double v) {
+  if (comm.world_size() == 1) return v;
+  MaxLogit m(1, 1);
+  m.merge({static_cast<float>(v)});
+  max_over_ranks(comm, m);
+  return m.top();
+}
+
 uint64_t dropout_seed_for_rank(uint64_t seed, int rank) {
   if (rank == 0) return seed;
   // splitmix64 of (seed, rank): streams of neighbouring ranks share no structure.

@@ -60,6 +60,8 @@ double mean_over_ranks(Communicator& comm, double v);
 bool any_rank(Communicator& comm, bool v);
 // Elementwise max over ranks, NaN winning (a rank whose logits blew up must show).
 void max_over_ranks(Communicator& comm, MaxLogit& m);
+// v (>= 0, e.g. a largest |log Z|) merged over every rank as MaxLogit merges: NaN wins.
+double max_over_ranks(Communicator& comm, double v);
 
 // The dropout seed of `rank`, from the seed rank 0 uses: each rank draws its own masks (it
 // sees other sequences; one mask for all would correlate them), deterministically from the

@@ -7,6 +7,8 @@ namespace keel::app {
 StepResult StepScalars::result(const double* row, bool loss_scaled) const {
   StepResult s;
   s.loss = row[kLoss];
+  s.log_z_mean = row[kLogZMean];
+  s.log_z_max = row[kLogZMax];
   s.grad_norm = std::sqrt(row[kGradSumSq]);
   s.stats.max_logit = MaxLogit(layers, heads_per_layer);
   s.stats.max_range = MaxLogit(layers, heads_per_layer);

@@ -4,6 +4,8 @@
 //   slot                     what                                   written by
 //   kGradSumSq               the gradients' sum of squares          the optimizer (optim/clip.h)
 //   kLoss                    the step's mean loss                   each micro-batch: += loss / accum
+//   kLogZMean                the output softmax's mean log Z        each micro-batch: += mean / accum
+//   kLogZMax                 its largest |log Z|                    each micro-batch: nan_max
 //   max_logit() ...          max |logit|, one slot per (layer, head) each micro-batch: nan_max
 //   max_range() ...          the largest row range, likewise        each micro-batch: nan_max
 //   loss_scale()             f16's loss scale after the step        the loss scaler (update_in_step)
@@ -23,13 +25,14 @@ namespace keel::app {
 // What one optimizer step left for the log: its loss, norm, statistics, and whether it was applied.
 struct StepResult {
   double loss = 0, grad_norm = 0, loss_scale = 1;  // loss_scale: f16's, after the step's update
+  double log_z_mean = 0, log_z_max = 0;            // the output softmax's log Z (nn::GPT2Output::log_z)
   bool finite = true, skipped = false;             // skipped: not applied (a NaN or inf)
   StepStats stats;  // the attention statistics, merged over micro-batches and ranks
 };
 
 struct StepScalars {
   // The optimizer's slot is the one optim::StepReadback reserves for it.
-  enum Slot : int64_t { kGradSumSq = optim::StepReadback::kGradSumSq, kLoss, kMaxLogit };
+  enum Slot : int64_t { kGradSumSq = optim::StepReadback::kGradSumSq, kLoss, kLogZMean, kLogZMax, kMaxLogit };
 
   int64_t layers = 0, heads_per_layer = 0;
 

@@ -136,6 +136,7 @@ void TrainConfig::validate() const {
   need(weight_decay >= 0, "weight-decay", "cannot be negative");
   need(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "beta1", "betas must be in [0, 1)");
   need(grad_clip >= 0, "grad-clip", "cannot be negative (0 turns clipping off)");
+  need(std::isfinite(z_loss) && z_loss >= 0, "z-loss", "must be a non-negative number (0 turns it off)");
   need(model.dropout >= 0 && model.dropout < 1, "dropout", "must be in [0, 1)");
   need(model.softcap > 0, "softcap", "the cap must be positive");
   need(dtype == "f32" || dtype == "bf16" || dtype == "f16", "dtype", "unknown dtype '" + dtype + "'",

@@ -52,6 +52,8 @@ struct TrainConfig {
   int64_t max_steps = 200, warmup_steps = 20;  // a short demo run (the paper's: optim/defaults.h)
   double lr = optim::kDefaultLr, min_lr = optim::kDefaultMinLr, weight_decay = optim::kDefaultWeightDecay;
   double beta1 = optim::kDefaultBeta1, beta2 = optim::kDefaultBeta2, grad_clip = optim::kDefaultGradClip;
+  // The z-loss: the training loss adds z_loss * (log Z)^2 per target (ops/cross_entropy.h; 0 = off).
+  double z_loss = 0;
 
   // --- precision and device ---
   std::string dtype = "f32";    // f32 | bf16 | f16

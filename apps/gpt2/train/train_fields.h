@@ -54,6 +54,9 @@ void for_each_field(TrainConfig& c, F&& f) {
   f("beta1", c.beta1, "AdamW beta1");
   f("beta2", c.beta2, "AdamW beta2");
   f("grad_clip", c.grad_clip, "clip the global gradient norm to this (0 = off)");
+  f("z_loss", c.z_loss,
+    "z-loss: the training loss adds COEF * (log Z)^2 per token, log Z the output softmax's log partition "
+    "function (1e-4 in arXiv 2309.14322; 0 = off; the validation loss never has it)");
   f("dtype", c.dtype, "compute dtype: f32 | bf16 | f16 (bf16/f16 need CUDA)");
   f("device", c.device, "auto | cpu | cuda | cuda:N");
   f("run_dir", c.run_dir, "run directory (config, metrics, checkpoints)");

@@ -48,7 +48,7 @@ void Trainer::micro_batch(const Tensor& batch, optim::StepReadback& scalars, boo
   const auto [ids, targets] = split_batch(batch);
   // The loss's gradient is known now, so the loss computes the logits' gradient in its pass.
   const double factor = 1.0 / double(cfg_.grad_accum);
-  nn::GPT2Output out = model_->forward(ids, targets, nn::StatsOn::device, scaler_->loss_grad(factor));
+  nn::GPT2Output out = model_->forward(ids, targets, nn::StatsOn::device, scaler_->loss_grad(factor), cfg_.z_loss);
   // Scaling each loss by 1/accum makes the sum of the micro-batches' gradients the gradient of
   // the mean loss (and by the loss scale for f16, in f32). During the last backward, finished
   // gradients start their reduction over the ranks.
@@ -56,8 +56,11 @@ void Trainer::micro_batch(const Tensor& batch, optim::StepReadback& scalars, boo
     auto hook = last ? opt_->backward_hook() : nullptr;
     scaler_->scale_loss(out.loss, factor).backward();
   }
-  // The mean loss as `loss += item / accum` in f64, the statistics merged NaN-first (MaxLogit).
+  // The mean loss as `loss += item / accum` in f64, the statistics merged NaN-first (MaxLogit);
+  // log Z's mean as the loss's, its largest |log Z| as the attention's statistics.
   scalars.add_quotient(StepScalars::kLoss, out.loss, double(cfg_.grad_accum));
+  scalars.add_quotient(StepScalars::kLogZMean, slice(out.log_z, 0, 0, 1), double(cfg_.grad_accum));
+  scalars.merge_max(StepScalars::kLogZMax, slice(out.log_z, 0, 1, 2));
   scalars.merge_max(scalars_.max_logit(), out.max_logit);
   scalars.merge_max(scalars_.max_range(), out.max_range);
 }
@@ -117,6 +120,8 @@ StepResult Trainer::finish_on_host(double lr, optim::StepReadback& scalars) {
   StepResult s = scalars_.result(scalars.read(), scaler_->enabled());
   s.grad_norm = norm;  // ZeRO's norm sums every rank's slice; the slot holds this rank's
   s.loss = mean_over_ranks(*dist_.comm, s.loss);
+  s.log_z_mean = mean_over_ranks(*dist_.comm, s.log_z_mean);
+  s.log_z_max = max_over_ranks(*dist_.comm, s.log_z_max);
   max_over_ranks(*dist_.comm, s.stats.max_logit);
   max_over_ranks(*dist_.comm, s.stats.max_range);
   const bool grads_finite = std::isfinite(s.grad_norm);
@@ -176,6 +181,8 @@ void Trainer::log_step(int64_t step, const StepResult& s, double lr, double seco
   r.grad_norm = s.grad_norm;
   r.max_logit = s.stats.max_logit.rows();
   r.max_range = s.stats.max_range.rows();
+  r.log_z_mean = s.log_z_mean;
+  r.log_z_max = s.log_z_max;
   r.tokens_per_s = tokens / seconds;
   if (peak_ > 0) r.mfu = flops_per_token_ * r.tokens_per_s / peak_;
   r.mem_bytes = int64_t(memory_stats(device_).peak);
