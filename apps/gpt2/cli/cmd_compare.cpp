@@ -3,10 +3,13 @@
 // report (loss, validation perplexity, max attention logit per layer over steps).
 //
 // --sweep KEY=V1,V2,... turns it into a class exercise: one run per variant and value, and a report
-// that opens with the sweep's charts (report/sweep_section.h). Several --sweep flags of equal
-// length vary together (the i-th values form the i-th run), e.g. seq-len and batch-size so that
-// every run sees the same tokens per step. A variant whose model and training the swept keys do
-// not change (MHSA under an ls-window sweep) runs once.
+// with the sweep's charts (report/sweep_section.h). Several --sweep flags of equal length vary
+// together (the i-th values form the i-th run), e.g. seq-len and batch-size so that every run sees
+// the same tokens per step. --sweep lr=... crosses the others instead: every learning rate at every
+// point of them (a model size, say), and the report opens with the learning-rate sensitivity
+// figure (report/lr_section.h). A variant whose model and training the swept keys do not change
+// (MHSA under an ls-window sweep) runs once. A variant may carry train flags of its own,
+// "mhsa:z-loss=1e-4". A run that diverges is a result of the comparison, not its end.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -35,104 +38,165 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+// A train flag and its value, as a sweep or a variant sets it: ("--ls-window", "16").
+using Flags = std::vector<std::pair<std::string, std::string>>;
+
 // One --sweep flag: the TrainConfig field (as a flag, --ls-window) and its values.
 struct SweepAxis {
   std::string flag;  // "--ls-window"
   std::vector<std::string> values;
 };
 
+// "ls_window" or "--ls-window" -> "ls-window"; ConfigError for a key that names the run rather
+// than its training (`what`: where it was given, for the message).
+std::string flag_key(std::string key, const std::string& what, const std::string& spec) {
+  if (key.rfind("--", 0) == 0) key = key.substr(2);
+  std::replace(key.begin(), key.end(), '_', '-');
+  for (const char* fixed : {"attention", "run-dir", "name", "data", "config", "resume", "nproc"})
+    if (key == fixed)
+      throw ConfigError("compare", what + " " + spec + ": --" + key + " cannot be " +
+                                       (what == "--sweep" ? "swept" : "set per variant"),
+                        key == std::string("attention") ? "list the variants with --variants instead"
+                                                        : "set a model, data or training setting");
+  return key;
+}
+
+// --sweep flags: those other than lr vary together and need as many values each; lr crosses them
+// (sweep_points).
 std::vector<SweepAxis> parse_sweeps(const std::vector<std::string>& specs) {
   std::vector<SweepAxis> axes;
   for (const std::string& spec : specs) {
     const size_t eq = spec.find('=');
-    std::string key = eq == std::string::npos ? "" : spec.substr(0, eq);
-    if (key.rfind("--", 0) == 0) key = key.substr(2);
-    std::replace(key.begin(), key.end(), '_', '-');
+    const std::string key = flag_key(eq == std::string::npos ? spec : spec.substr(0, eq), "--sweep", spec);
     SweepAxis a{"--" + key, eq == std::string::npos ? std::vector<std::string>{} : split_list(spec.substr(eq + 1))};
     if (key.empty() || a.values.empty())
       throw ConfigError("compare", "--sweep " + spec + ": expected KEY=V1,V2,...",
                         "e.g. --sweep ls-window=16,32,64,128");
-    for (const char* fixed : {"attention", "run-dir", "name", "data", "config", "resume", "nproc"})
-      if (key == fixed)
-        throw ConfigError("compare", "--sweep " + spec + ": --" + key + " cannot be swept",
-                          key == std::string("attention") ? "list the variants with --variants instead"
-                                                          : "sweep a model, data or training setting");
-    if (!axes.empty() && a.values.size() != axes.front().values.size())
+    for (const SweepAxis& b : axes)
+      if (b.flag == a.flag) throw ConfigError("compare", "--sweep " + spec + ": " + a.flag + " is swept twice");
+    const auto first = std::find_if(axes.begin(), axes.end(), [](const SweepAxis& x) { return x.flag != "--lr"; });
+    if (first != axes.end() && key != "lr" && a.values.size() != first->values.size())
       throw ConfigError("compare",
-                        fmt::format("--sweep {}: {} values, but {} has {}", spec, a.values.size(),
-                                    axes.front().flag, axes.front().values.size()),
-                        "several --sweep flags vary together and need the same number of values");
+                        fmt::format("--sweep {}: {} values, but {} has {}", spec, a.values.size(), first->flag,
+                                    first->values.size()),
+                        "several --sweep flags vary together and need the same number of values (lr crosses them)");
     axes.push_back(std::move(a));
   }
   return axes;
 }
 
-// base with run i of the sweep applied, parsed as the train flags are (the same types, ranges
-// and messages), then validated.
-TrainConfig apply_sweep(const TrainConfig& base, const std::vector<SweepAxis>& axes, size_t i) {
+// The sweep's runs, each as its flags: the i-th values of the axes other than --lr together, and
+// every --lr value with each of them (a learning-rate sweep at every model size, say).
+std::vector<Flags> sweep_points(const std::vector<SweepAxis>& axes) {
+  const auto lr = std::find_if(axes.begin(), axes.end(), [](const SweepAxis& a) { return a.flag == "--lr"; });
+  const auto other = std::find_if(axes.begin(), axes.end(), [](const SweepAxis& a) { return a.flag != "--lr"; });
+  std::vector<Flags> points;
+  const size_t n = other == axes.end() ? 1 : other->values.size();
+  for (size_t i = 0; i < n; ++i) {
+    Flags together;
+    for (const SweepAxis& a : axes)
+      if (a.flag != "--lr") together.emplace_back(a.flag, a.values[i]);
+    if (lr == axes.end()) {
+      points.push_back(together);
+      continue;
+    }
+    for (const std::string& v : lr->values) {
+      points.push_back(together);
+      points.back().emplace_back("--lr", v);
+    }
+  }
+  return points;
+}
+
+// base with `flags` applied, parsed as the train flags are (the same types, ranges and
+// messages), then validated. what: "--sweep" or "--variants", for the messages.
+TrainConfig apply_flags(const TrainConfig& base, const Flags& flags, const std::string& what) {
   TrainConfig cfg = base;
   std::string unused;
   CLI::App parser;
   add_train_flags(parser, &cfg, &unused);
   std::vector<std::string> args;  // CLI11 reads a vector from the back
-  for (auto a = axes.rbegin(); a != axes.rend(); ++a) args.insert(args.end(), {a->values[i], a->flag});
+  for (auto f = flags.rbegin(); f != flags.rend(); ++f) args.insert(args.end(), {f->second, f->first});
   try {
     parser.parse(args);
   } catch (const CLI::ParseError& e) {
-    throw ConfigError("compare", fmt::format("--sweep: {}", e.what()), "sweep a flag of `gpt2 train --help`");
+    throw ConfigError("compare", fmt::format("{}: {}", what, e.what()), "give a flag of `gpt2 train --help`");
   }
   cfg.validate();
   return cfg;
 }
 
-// "ls-window=16 seq-len=128" and "ls-window-16_seq-len-128" for run i.
-std::pair<std::string, std::string> sweep_label(const std::vector<SweepAxis>& axes, size_t i) {
+// "ls-window=16 seq-len=128" and "ls-window-16_seq-len-128" for the flags of one run.
+std::pair<std::string, std::string> flags_label(const Flags& flags) {
   std::string name, dir;
-  for (const SweepAxis& a : axes) {
-    std::string v = a.values[i];
+  for (const auto& [flag, value] : flags) {
+    std::string v = value;
     for (char& c : v)
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';
-    name += (name.empty() ? "" : " ") + a.flag.substr(2) + "=" + a.values[i];
-    dir += (dir.empty() ? "" : "_") + a.flag.substr(2) + "-" + v;
+    name += (name.empty() ? "" : " ") + flag.substr(2) + "=" + value;
+    dir += (dir.empty() ? "" : "_") + flag.substr(2) + "-" + v;
   }
   return {name, dir};
 }
 
-// The attention variants named in --variants, each checked before the first run starts.
-std::vector<std::string> parse_variants(const std::string& variants) {
-  std::vector<std::string> names = split_list(variants);
-  if (names.empty()) throw ConfigError("compare", "--variants is empty", "e.g. --variants mhsa,ls");
-  for (const std::string& v : names) {
+// One entry of --variants: an attention variant, with train flags of its own after colons
+// ("mhsa:z-loss=1e-4" is MHSA with a z-loss), named and placed by them.
+struct Variant {
+  std::string attention;
+  Flags flags;
+  std::string name, dir;  // "mhsa z-loss=1e-4", "mhsa_z-loss-1e-4"
+};
+
+// The variants named in --variants, each checked before the first run starts.
+std::vector<Variant> parse_variants(const std::string& variants) {
+  std::vector<Variant> out;
+  for (const std::string& spec : split_list(variants)) {
+    std::stringstream ss(spec);
+    Variant v;
+    std::getline(ss, v.attention, ':');
     try {
-      nn::parse_attention_kind(v);
+      nn::parse_attention_kind(v.attention);
     } catch (const ConfigError& e) {
       throw ConfigError("compare", "--variants: " + e.message(), e.hint());
     }
+    for (std::string kv; std::getline(ss, kv, ':');) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == kv.size())
+        throw ConfigError("compare", "--variants " + spec + ": expected ATTENTION:KEY=VALUE, got '" + kv + "'",
+                          "e.g. --variants mhsa,mhsa:z-loss=1e-4");
+      v.flags.emplace_back("--" + flag_key(kv.substr(0, eq), "--variants", spec), kv.substr(eq + 1));
+    }
+    const auto [name, dir] = flags_label(v.flags);
+    v.name = name.empty() ? v.attention : v.attention + " " + name;
+    v.dir = dir.empty() ? v.attention : v.attention + "_" + dir;
+    out.push_back(std::move(v));
   }
-  return names;
+  if (out.empty()) throw ConfigError("compare", "--variants is empty", "e.g. --variants mhsa,ls");
+  return out;
 }
 
-// The runs of variant v: one in OUT/v, or with a sweep one per value in OUT/v/KEY-V (one in OUT/v
+// The runs of variant v: one in OUT/v, or with a sweep one per point in OUT/v/KEY-V (one in OUT/v
 // when the sweep does not change this variant).
-std::vector<TrainConfig> variant_runs(const TrainConfig& base, const std::string& v, const std::vector<SweepAxis>& axes,
+std::vector<TrainConfig> variant_runs(const TrainConfig& base, const Variant& v, const std::vector<SweepAxis>& axes,
                                       const std::string& out) {
   TrainConfig cfg = base;
-  cfg.model.attention = v;
-  cfg.name = v;
-  cfg.run_dir = (fs::path(out) / v).string();
+  cfg.model.attention = v.attention;
+  cfg.name = v.name;
+  cfg.run_dir = (fs::path(out) / v.dir).string();
+  cfg = apply_flags(cfg, v.flags, "--variants " + v.name);
   if (axes.empty()) return {cfg};
   std::vector<TrainConfig> runs;
   std::set<std::string> identities;
-  for (size_t i = 0; i < axes.front().values.size(); ++i) {
-    TrainConfig r = apply_sweep(cfg, axes, i);
+  for (const Flags& point : sweep_points(axes)) {
+    TrainConfig r = apply_flags(cfg, point, "--sweep");
     identities.insert(identity_of(r).dump());
-    const auto [name, dir] = sweep_label(axes, i);
-    r.name = v + " " + name;
-    r.run_dir = (fs::path(out) / v / dir).string();
+    const auto [name, dir] = flags_label(point);
+    r.name = v.name + " " + name;
+    r.run_dir = (fs::path(out) / v.dir / dir).string();
     runs.push_back(r);
   }
   if (identities.size() == 1) {  // the sweep does not touch this variant: one run is enough
-    runs.front().name = v;
+    runs.front().name = v.name;
     runs.front().run_dir = cfg.run_dir;
     runs.resize(1);
   }
@@ -186,10 +250,14 @@ void report_runs(const std::vector<std::string>& dirs, const std::string& out, c
   for (const auto& d : dirs) summaries.push_back(summarize(d));
   fmt::print("\n{}", compare_table(summaries));
   fs::path html = fs::path(out) / "report.html";
-  std::string sweep_key = axes.empty() ? "" : axes.front().flag.substr(2);
+  // A learning-rate sweep opens with its own figure (report/lr_section.h), whatever else it varies.
+  const bool lr = std::any_of(axes.begin(), axes.end(), [](const SweepAxis& a) { return a.flag == "--lr"; });
+  std::string sweep_key = lr ? "lr" : axes.empty() ? "" : axes.front().flag.substr(2);
   std::replace(sweep_key.begin(), sweep_key.end(), '-', '_');
   write_report(dirs, html.string(),
-               axes.empty() ? "keel: attention variants compared" : "keel: a sweep over " + axes.front().flag,
+               lr              ? "keel: learning-rate sensitivity"
+               : axes.empty()  ? "keel: attention variants compared"
+                               : "keel: a sweep over " + axes.front().flag,
                sweep_key);
   fmt::print("gpt2 compare: report written to {}\n", html.string());
 }
@@ -197,12 +265,12 @@ void report_runs(const std::vector<std::string>& dirs, const std::string& out, c
 void run_compare(CLI::App& cmd, const TrainConfig& flags, const std::string& config_file, const std::string& out,
                  const std::string& variants, const std::string& include, const std::vector<std::string>& sweeps) {
   if (out.empty()) throw ConfigError("compare", "--out is required", "e.g. --out runs/compare");
-  const std::vector<std::string> names = parse_variants(variants);
+  const std::vector<Variant> names = parse_variants(variants);
   const TrainConfig base = resolve_train_config(cmd, flags, config_file);
   const std::vector<SweepAxis> axes = parse_sweeps(sweeps);
   // Every run planned (and every sweep value checked) before the first one starts.
   std::vector<TrainConfig> plan;
-  for (const std::string& v : names) {
+  for (const Variant& v : names) {
     const std::vector<TrainConfig> runs = variant_runs(base, v, axes, out);
     plan.insert(plan.end(), runs.begin(), runs.end());
   }
@@ -226,12 +294,16 @@ void add_compare_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "compare", "Train one run per attention variant under the same budget; print a table, write report.html");
   cmd->add_option("--out", *out, "directory for the runs (OUT/<variant>) and OUT/report.html");
-  cmd->add_option("--variants", *variants, "comma-separated attention variants: " + nn::attention_kind_names());
+  cmd->add_option("--variants", *variants,
+                  "comma-separated attention variants: " + nn::attention_kind_names() +
+                      "; train flags of one variant follow it after colons, e.g. mhsa:z-loss=1e-4");
   cmd->add_option("--include", *include,
                   "comma-separated run directories trained elsewhere to add to the table and report");
   cmd->add_option("--sweep", *sweeps,
                   "KEY=V1,V2,...: one run per variant and value of the train flag KEY (e.g. ls-window=16,32,64,128, "
-                  "seq-len=64,128,256); repeat it to vary several flags together; runs go to OUT/<variant>/KEY-V")
+                  "seq-len=64,128,256); repeat it to vary several flags together; lr=... crosses the others "
+                  "(every learning rate at each of their points) and opens the report with LR sensitivity; runs go "
+                  "to OUT/<variant>/KEY-V")
       ->allow_extra_args(false);
   add_train_flags(*cmd, flags.get(), config_file.get());
   cmd->callback([cmd, flags, config_file, out, variants, include, sweeps] {

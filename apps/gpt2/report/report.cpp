@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
 #include <map>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -13,6 +12,8 @@
 #include <tuple>
 
 #include "apps/gpt2/report/finite_values.h"
+#include "apps/gpt2/report/log_z_section.h"
+#include "apps/gpt2/report/lr_section.h"
 #include "apps/gpt2/report/profile_section.h"
 #include "apps/gpt2/report/signal_sections.h"
 #include "apps/gpt2/report/sweep_section.h"
@@ -42,7 +43,6 @@ std::string cell(double v, int decimals) {
   if (std::abs(v) >= 1e5) return svg::short_number(v);  // an exploded logit: magnitude matters
   return fmt::format("{:.{}f}", v, decimals);
 }
-
 
 struct ReportRun {
   RunSummary summary;
@@ -179,13 +179,12 @@ std::string render_html(const std::vector<ReportRun>& runs, const std::string& t
                        dirs += (dirs.empty() ? "" : ", ") + svg::escape(r.summary.dir.string());
                      return dirs;
                    }());
+  std::vector<RunSummary> summaries;
+  std::vector<std::string> colors;
+  for (const auto& r : runs) summaries.push_back(r.summary), colors.push_back(r.color);
+  if (sweep_key == "lr") h += lr_section(summaries);  // the paper's figure opens a learning-rate sweep
   h += "<h2>Summary</h2>\n" + summary_table(runs) + config_table(runs) + events_table(runs);
-  if (!sweep_key.empty()) {
-    std::vector<RunSummary> summaries;
-    std::vector<std::string> colors;
-    for (const auto& r : runs) summaries.push_back(r.summary), colors.push_back(r.color);
-    h += sweep_section(summaries, colors, sweep_key);
-  }
+  if (!sweep_key.empty() && sweep_key != "lr") h += sweep_section(summaries, colors, sweep_key);
   h += kExplanation;
 
   // Loss: the raw curve faint, a moving average on top so runs can be told apart. The first
@@ -221,7 +220,7 @@ std::string render_html(const std::vector<ReportRun>& runs, const std::string& t
 
   std::vector<SignalRun> signal_runs;
   for (const auto& r : runs) signal_runs.push_back({r.summary.name, r.color, &r.records});
-  h += signal_sections(signal_runs);
+  h += log_z_section(signal_runs) + signal_sections(signal_runs);
   std::vector<ProfiledRun> profiled;
   for (const auto& r : runs) profiled.push_back({r.summary.name, r.color, r.profile ? &*r.profile : nullptr});
   h += profile_section(profiled);
@@ -263,6 +262,8 @@ RunSummary summarize(const std::vector<MetricsRecord>& records) {
         train.push_back(&r);
         s.steps = std::max(s.steps, r.step);
         if (std::isfinite(r.tokens_per_s) && r.tokens_per_s > 0) tps.push_back(r.tokens_per_s);
+        if (std::isfinite(r.log_z_max) && !(r.log_z_max <= s.max_log_z)) s.max_log_z = r.log_z_max;
+        if (std::isfinite(r.log_z_mean)) s.final_log_z = r.log_z_mean;
         if (r.skipped) ++s.skipped_steps;
         else if (!std::isfinite(r.loss)) diverge_at(r.step);
         if (any_finite(r.max_logit)) {
@@ -272,7 +273,7 @@ RunSummary summarize(const std::vector<MetricsRecord>& records) {
         }
         break;
       case RecordKind::Val:
-        s.final_val_ppl = r.val_ppl;
+        s.final_val_ppl = r.val_ppl, s.final_val_loss = r.val_loss;
         if (std::isfinite(r.val_ppl) && !(r.val_ppl >= s.best_val_ppl))
           s.best_val_ppl = r.val_ppl, s.best_val_step = r.step;
         if (!std::isfinite(r.val_loss)) diverge_at(r.step);

@@ -29,6 +29,10 @@ struct RunSummary {
   int64_t steps = 0;              // last train step logged
   double final_train_loss = kNaN; // mean loss over the last 10% of train records (at least 1)
   double final_val_ppl = kNaN;    // of the last val record
+  double final_val_loss = kNaN;   // of the last val record (nats per token)
+  // The output softmax's log Z (metrics.h): the largest finite |log Z| of any train record, and the
+  // mean log Z of the last train record that has one (NaN when no record has).
+  double max_log_z = kNaN, final_log_z = kNaN;
   double best_val_ppl = kNaN;     // lowest finite val perplexity
   int64_t best_val_step = -1;
   double max_logit = kNaN;        // over every layer, head and record (train and val)
@@ -66,7 +70,8 @@ std::string compare_table(const std::vector<RunSummary>& runs);
 
 // Writes the HTML report comparing the runs to out_html (atomically). IoError as summarize;
 // ValueError when run_dirs is empty. With a sweep_key (a TrainConfig field, e.g. "ls_window"), the
-// report opens with the sweep's charts (sweep_section.h).
+// sweep's charts follow the summary (sweep_section.h); "lr" opens the report with the
+// learning-rate sensitivity figure instead (lr_section.h).
 void write_report(const std::vector<std::string>& run_dirs, const std::string& out_html,
                   const std::string& title, const std::string& sweep_key = "");
 

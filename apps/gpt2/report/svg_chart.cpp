@@ -233,9 +233,9 @@ void draw_marks(std::string& markers, const Series& se, const Plot& p) {
         best = i;
     if (best == n) continue;
     fmt::format_to(std::back_inserter(markers),
-                   "<path d=\"M{:.1f},{:.1f} l-5,-9 h10 z\" fill=\"{}\" stroke=\"#fff\"><title>{}: loss "
-                   "spike at step {}</title></path>\n",
-                   p.px(se.x[best]), std::max(p.py(se.y[best]) - 3, p.top + 9), se.color, escape(se.label), mx);
+                   "<path d=\"M{:.1f},{:.1f} l-5,-9 h10 z\" fill=\"{}\" stroke=\"#fff\"><title>{}: {} {}"
+                   "</title></path>\n", p.px(se.x[best]), std::max(p.py(se.y[best]) - 3, p.top + 9), se.color,
+                   escape(se.label), escape(se.mark_what), mx);
   }
 }
 

@@ -24,6 +24,7 @@ struct Series {
   bool mark_divergence = true;
   // x values (steps) to flag with a triangle on the line: e.g. where the trainer logged a loss spike.
   std::vector<double> marks = {};
+  std::string mark_what = "loss spike at step";  // a mark's tooltip: LABEL: MARK_WHAT X
 };
 
 struct ChartOptions {
