@@ -71,7 +71,7 @@ def declared_names(root):
                               "--kinds-C++=+p", "-f", "-"] + dirs, cwd=root, capture_output=True, text=True,
                              check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
-        sys.exit(f"check_doc_refs: universal-ctags failed ({e}); install it with `bash .ci/setup`")
+        sys.exit(f"check_doc_refs: universal-ctags failed ({e}); install it with `bash .ci/setup --test`")
     names = set()
     for line in out.splitlines():
         if line.startswith("!"):

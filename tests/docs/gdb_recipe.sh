@@ -9,7 +9,7 @@
 # breakpoint names no kernel, is never hit, or gdb cannot read the emulated thread's index.
 set -euo pipefail
 cd "${1:-$(dirname "$0")/../..}"
-command -v gdb >/dev/null || { echo "gdb_recipe: gdb is missing; bash .ci/setup installs it"; exit 1; }
+command -v gdb >/dev/null || { echo "gdb_recipe: gdb is missing; bash .ci/setup --test installs it"; exit 1; }
 
 # The README's block: the ```sh block that holds `gdb -q`, its continuation lines joined.
 block=$(awk '/^```sh$/ {b = ""; inb = 1; next} /^```$/ {if (inb && b ~ /gdb -q/) {printf "%s", b; exit} inb = 0; next}

@@ -8,6 +8,10 @@
 #   2. bash .ci/demo --lab --max-steps 2      the DoF lab, a synthetic corpus, the n/d sweep
 #   3. bash .ci/demo --figure1 --max-steps 2  its data preparation, then "needs a GPU" (exit 1),
 #      for a text corpus and for the synthetic one (KEEL_CORPUS=markov)
+#   3c. bash .ci/demo --lr-lab --max-steps 2  the learning-rate lab, and --lr-lab --gpu's data step,
+#      then "needs a GPU" (exit 1)
+# The reports of 1, 2 and 3c (and the lab's DoF page) are loaded in headless Chromium, which must
+# find no error and draw every chart (tests/app/report_in_browser.py).
 #   4. the README's tokenize examples print the ids their comments show
 #   5. the README's `gpt2` app block, line by line, with --max-steps 2 on train and compare
 # KEEL_GPT2 makes the demo use the binary under test instead of building one, and
@@ -59,6 +63,8 @@ fresh demo
 check "demo: compare MHSA and LS from a clean tree" run demo.log bash .ci/demo --max-steps 2
 check "demo: the report exists" test -s runs/demo-cpu/report.html
 check "demo: --max-steps 2 replaced the recipe's 200" test "$(last_step runs/demo-cpu/ls/metrics.jsonl)" = 2
+check "demo: the report loads in a browser and draws every chart" \
+  run browser-demo.log python3 "$src/tests/app/report_in_browser.py" runs/demo-cpu/report.html
 
 # 2. The teaching lab.
 fresh lab
@@ -69,6 +75,8 @@ check "demo --lab: the synthetic corpus left nothing beside its dataset" \
   test "$(ls runs/data)" = markov-64
 check "demo --lab: --max-steps 2 replaced the recipe's 1500" \
   test "$(last_step runs/lab/growth/mhsa/seq-len-256_batch-size-8/metrics.jsonl)" = 2
+check "demo --lab: the growth report and the DoF page load in a browser and draw every chart" \
+  run browser-lab.log python3 "$src/tests/app/report_in_browser.py" runs/lab/growth/report.html runs/lab/dof.html
 
 # 3. Figure 1 on a machine without a GPU: the data, then one clear message and exit 1.
 fresh figure1
@@ -86,6 +94,24 @@ rc=$?
 check "demo --figure1 on the synthetic corpus without a GPU exits 1 after its data" \
   test $rc -eq 1 -a -s runs/data/markov-64-long/meta.json
 [ $rc -eq 1 ] || tail -n 20 figure1-markov.log
+
+# 3c. The learning-rate lab: 48 runs of 2 steps, the report opening with the LR figure.
+fresh lr-lab
+check "demo --lr-lab: tiny models across learning rates" run lr-lab.log bash .ci/demo --lr-lab --max-steps 2
+check "demo --lr-lab: every variant, width and learning rate ran" \
+  test "$(ls -d runs/lr-lab/*/n-embd-*_lr-* | wc -l)" = 48
+check "demo --lr-lab: --max-steps 2 replaced the recipe's 300" \
+  test "$(last_step runs/lr-lab/mhsa_z-loss-1e-4/n-embd-64_lr-1/metrics.jsonl)" = 2
+check "demo --lr-lab: the report opens with learning-rate sensitivity" \
+  grep -q "<h2>Learning-rate sensitivity</h2>" runs/lr-lab/report.html
+check "demo --lr-lab: the report loads in a browser and draws every chart" \
+  run browser-lr-lab.log python3 "$src/tests/app/report_in_browser.py" runs/lr-lab/report.html
+LR_STEPS=2 bash .ci/demo --lr-lab --gpu >lr-lab-gpu.log 2>&1
+rc=$?
+check "demo --lr-lab --gpu without a GPU exits 1 after its data" \
+  test $rc -eq 1 -a -s runs/data/markov-64-long/meta.json
+check "demo --lr-lab --gpu without a GPU says so" grep -q "needs an NVIDIA GPU" lr-lab-gpu.log
+[ $rc -eq 1 ] || tail -n 20 lr-lab-gpu.log
 
 # 4. The README's tokenize examples: `echo TEXT | $gpt2 tokenize [--decode]   # OUTPUT`.
 fresh readme

@@ -14,7 +14,7 @@ docs/gpu-benchmarks.md ("Static kernel report") explains every column. The budge
 (tests/gpu/kernel_budgets.json) are a ratchet: exit status 1 names each kernel that got worse
 than its budget; --update rewrites them from today's values.
 --self-test checks, on the last measurement, that a budget tightened below today's value fails.
-Without nvcc the report says so and exits 0; nvdisasm comes from PyPI (bash .ci/setup).
+Without nvcc the report says so and exits 0; nvdisasm comes from PyPI (bash .ci/setup --test).
 """
 import argparse, concurrent.futures, glob, itertools, json, math, os, re, shutil, struct, subprocess, sys, tempfile
 
@@ -333,7 +333,7 @@ def measure(args, budgets):
     nvdisasm = find_tool("nvdisasm")
     if not nvdisasm:
         sys.exit("kernel report: nvdisasm not found (PATH, $KEEL_CUDA_TOOLS, ~/.cache/keel/cuda-tools, "
-                 "/usr/local/cuda/bin); `bash .ci/setup` installs it from PyPI (nvidia-cuda-nvdisasm)")
+                 "/usr/local/cuda/bin); `bash .ci/setup --test` installs it from PyPI (nvidia-cuda-nvdisasm)")
     os.makedirs(args.out, exist_ok=True)
     sources = sorted(os.path.relpath(p, ROOT) for d in SOURCE_DIRS for p in glob.glob(os.path.join(ROOT, d, "*.cu")))
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:

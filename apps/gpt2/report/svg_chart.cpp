@@ -86,10 +86,9 @@ struct Plot {
 // The <svg> element's opening, a white background and the title.
 std::string chart_title(const ChartOptions& opt, double em) {
   const double W = opt.width, H = opt.height;
-  std::string s;
+  std::string s = fmt::format("<svg class=\"chart\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+                              "font-family=\"sans-serif\" font-size=\"{2}\">\n", opt.width, opt.height, opt.font_size);
   auto out = std::back_inserter(s);
-  fmt::format_to(out, "<svg class=\"chart\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
-                 "font-family=\"sans-serif\" font-size=\"{2}\">\n", opt.width, opt.height, opt.font_size);
   fmt::format_to(out, "<rect width=\"{}\" height=\"{}\" fill=\"#fff\"/>\n", W, H);
   fmt::format_to(out, "<text x=\"{}\" y=\"{:.0f}\" text-anchor=\"middle\" font-size=\"{}\" "
                  "font-weight=\"bold\">{}</text>\n", W / 2, 17 * em, opt.font_size + 2, escape(opt.title));
@@ -351,10 +350,8 @@ std::vector<double> moving_average(const std::vector<double>& y, size_t window) 
   if (window <= 1) return y;
   std::vector<double> out(y.size());
   for (size_t i = 0; i < y.size(); ++i) {
-    if (!std::isfinite(y[i])) {
-      out[i] = y[i];
-      continue;
-    }
+    out[i] = y[i];  // a non-finite point stays as it is
+    if (!std::isfinite(y[i])) continue;
     double sum = 0;
     size_t n = 0;
     const size_t half = window / 2;
@@ -365,20 +362,23 @@ std::vector<double> moving_average(const std::vector<double>& y, size_t window) 
   return out;
 }
 
-std::string line_chart(const std::vector<Series>& series, const ChartOptions& opt) {
-  const double em = opt.font_size / 11;  // layout below was drawn for 11px text
-  std::string s = chart_title(opt, em);
+std::string line_chart(const std::vector<Series>& series, const ChartOptions& options) {
+  const double em = options.font_size / 11;  // layout below was drawn for 11px text
   Plot p;
-  p.left = 64 * em, p.right = opt.width - 18.0;
-  p.top = legend(s, series, p.left, p.right, em) + 14 * em, p.bottom = opt.height - 44 * em;
+  p.left = 64 * em, p.right = options.width - 18.0;
+  // Each legend row past the first makes the chart taller, so that a sweep of many runs keeps its plot.
+  std::string rows;
+  const double legend_end = legend(rows, series, p.left, p.right, em);
+  ChartOptions opt = options;
+  opt.height += static_cast<int>(std::ceil(std::max(0.0, legend_end - 34 * em)));
+  std::string s = chart_title(opt, em) + rows;
+  p.top = legend_end + 14 * em, p.bottom = opt.height - 44 * em;
   const Extent e = extent(series);
   fmt::format_to(std::back_inserter(s), "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
                  "stroke=\"#888\"/>\n", p.left, p.top, p.right - p.left, p.bottom - p.top);
-  if (!(e.ymin <= e.ymax)) {
-    fmt::format_to(std::back_inserter(s), "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#888\">no data"
-                   "</text>\n</svg>\n", (p.left + p.right) / 2, (p.top + p.bottom) / 2);
-    return s;
-  }
+  if (!(e.ymin <= e.ymax))
+    return s + fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#888\">no data</text>\n</svg>\n",
+                           (p.left + p.right) / 2, (p.top + p.bottom) / 2);
   fit_y_axis(p, opt, e);
   fit_x_axis(p, opt, e);
   draw_axes(s, p, opt, em);
