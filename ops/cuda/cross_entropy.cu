@@ -59,26 +59,27 @@ __global__ void __launch_bounds__(1024)
   if (threadIdx.x == 0) count[0] = static_cast<int64_t>(counted);
 }
 
-// The gradient of one row: (softmax - onehot(t)) * scale over the V classes, 0 in the padding
-// and in rows whose target does not count. One formula for the forward's fused pass and the
-// backward, so both give the same bits.
-// soft: the softmax's factor, 1 + 2 z lse with a z-loss and exactly 1 without (then
-// expf(..) * soft is expf(..), fused or not, and the gradient keeps its bits).
+// The z-loss's factor of the softmax in a row's gradient: 1 + 2 z lse, or exactly 1 without a
+// z-loss (not 1 + 0 * lse, NaN for an infinite lse; and expf(..) * 1 is expf(..), fused or not,
+// so the gradient keeps its bits).
+__device__ __forceinline__ float ce_soft(float z, float l) { return z != 0.0f ? fmaf(2.0f * z, l, 1.0f) : 1.0f; }
+
+// The gradient of one row: (softmax * ce_soft(z, l) - onehot(t)) * scale over the V classes, 0 in
+// the padding and in rows whose target does not count. One formula for the forward's fused pass
+// and the backward, so both give the same bits. The factor is formed inside the element's
+// expression, from z and l that the loop holds anyway: one more live register there made the
+// fused forward spill (it runs at 32 registers, the most that keeps two 1024-thread blocks per SM).
 template <typename T>
 __device__ __forceinline__ void ce_grad_row(const T* __restrict__ row, T* __restrict__ out, int64_t V, int64_t Vp,
-                                            int64_t head, int64_t t, bool counts, float l, float soft, float scale) {
+                                            int64_t head, int64_t t, bool counts, float l, float z, float scale) {
   if (!counts) {
     row_map<T>(row, nullptr, out, Vp, head, [](int64_t, float, float) { return 0.0f; });
     return;
   }
   row_map<T>(row, nullptr, out, Vp, head, [&](int64_t j, float v, float) {
-    return j < V ? (expf(v - l) * soft - (j == t ? 1.0f : 0.0f)) * scale : 0.0f;
+    return j < V ? (expf(v - l) * ce_soft(z, l) - (j == t ? 1.0f : 0.0f)) * scale : 0.0f;
   });
 }
-
-// The z-loss's factor of the softmax in a row's gradient: 1 + 2 z lse, or 1 without a z-loss
-// (not 1 + 0 * lse, NaN for an infinite lse).
-__device__ __forceinline__ float ce_soft(float z, float l) { return z != 0.0f ? fmaf(2.0f * z, l, 1.0f) : 1.0f; }
 
 // 1 / count (0 when no row counts) times the loss's gradient: the rows' gradient factor.
 __device__ __forceinline__ float ce_scale(const int64_t* count, float grad) {
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(1024)
     }
     if constexpr (kGrad)
       ce_grad_row(row, dlogits + r * Vp, V, Vp, vec ? row_head(row, Vp) : Vp, t, t != ignore_index && !bad, l,
-                  ce_soft(z, l), ce_scale(count, grad));
+                  z, ce_scale(count, grad));
   }
 }
 
@@ -180,9 +181,8 @@ __global__ void __launch_bounds__(1024)
   for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
     const T* row = logits + r * Vp;
     const int64_t t = static_cast<int64_t>(targets[r]);  // out of range: reported by the forward
-    const float l = lse[r];
     ce_grad_row(row, dlogits + r * Vp, V, Vp, vec ? row_head(row, Vp) : Vp, t,
-                t != ignore_index && t >= 0 && t < V, l, ce_soft(z, l), scale);
+                t != ignore_index && t >= 0 && t < V, lse[r], z, scale);
   }
 }
 
