@@ -96,7 +96,7 @@ TEST_CASE("lr_section: the loss, max logit and max |log Z| against lr, diverged 
   CHECK(lr_section({RunSummary{}}).find("No run records its learning rate") != std::string::npos);
 }
 
-TEST_CASE("write_report of an lr sweep opens with the LR figure; every report plots log Z when logged") {
+TEST_CASE("write_report of an lr sweep opens with the LR figure, and every report plots log Z when logged") {
   TempDir dir("report_lr");
   for (const char* lr : {"0.001", "0.01"}) {
     const auto d = dir / (std::string("mhsa_") + lr);
