@@ -15,14 +15,7 @@ using namespace keel;
 using namespace keel::app;
 namespace fs = std::filesystem;
 
-namespace {
-std::vector<MetricsRecord> train_records(const fs::path& run_dir) {
-  std::vector<MetricsRecord> out;
-  for (auto& r : read_metrics(metrics_path(run_dir)))
-    if (r.kind == RecordKind::Train) out.push_back(r);
-  return out;
-}
-}  // namespace
+using testing::train_records;
 
 TEST_CASE("train --z-loss: log Z in every record, the loss gains z (log Z)^2, log Z is pulled towards 0") {
   TrainConfig plain = testing::tiny_config("z_plain");

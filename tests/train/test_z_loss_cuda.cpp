@@ -15,14 +15,7 @@
 using namespace keel;
 using namespace keel::app;
 
-namespace {
-std::vector<MetricsRecord> train_records(const std::string& run_dir) {
-  std::vector<MetricsRecord> out;
-  for (auto& r : read_metrics(metrics_path(run_dir)))
-    if (r.kind == RecordKind::Train) out.push_back(r);
-  return out;
-}
-}  // namespace
+using testing::train_records;
 
 TEST_CASE("a z-loss run on the GPU logs the CPU run's losses and log Z") {
   KEEL_REQUIRE_CUDA();

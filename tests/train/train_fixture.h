@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <string>
 
+#include <vector>
+
+#include "apps/gpt2/run/metrics.h"
 #include "apps/gpt2/train/train_config.h"
 #include "data/assets.h"
 #include "data/prepare.h"
@@ -54,6 +57,14 @@ inline app::TrainConfig tiny_config(const std::string& run) {
   c.data = tiny_dataset().string();
   c.run_dir = scratch_dir(run).string();
   return c;
+}
+
+// The train records of a run's metrics.jsonl, in step order.
+inline std::vector<app::MetricsRecord> train_records(const std::filesystem::path& run_dir) {
+  std::vector<app::MetricsRecord> out;
+  for (auto& r : app::read_metrics(app::metrics_path(run_dir)))
+    if (r.kind == app::RecordKind::Train) out.push_back(r);
+  return out;
 }
 
 }  // namespace keel::testing
