@@ -16,6 +16,7 @@ add_library(keel_app STATIC
   ${CMAKE_CURRENT_LIST_DIR}/report/sweep_section.cpp
   ${CMAKE_CURRENT_LIST_DIR}/report/lr_section.cpp
   ${CMAKE_CURRENT_LIST_DIR}/report/log_z_section.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/report/reading.cpp
 )
 target_include_directories(keel_app PUBLIC
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/keel>)

@@ -20,6 +20,7 @@
 
 #include "apps/gpt2/cli/commands.h"
 #include "apps/gpt2/cli/train_flags.h"
+#include "apps/gpt2/report/reading.h"
 #include "apps/gpt2/report/report.h"
 #include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/train/trainer.h"
@@ -244,11 +245,18 @@ bool train_runs(const std::vector<TrainConfig>& plan, bool resume) {
   return true;
 }
 
-// The table of the runs in dirs, printed, and OUT/report.html.
+// The table of the runs in dirs and how to read it (each run's n/d, and what to look at), printed,
+// and OUT/report.html, which opens with the same reading.
 void report_runs(const std::vector<std::string>& dirs, const std::string& out, const std::vector<SweepAxis>& axes) {
+  std::vector<std::pair<RunSummary, std::vector<MetricsRecord>>> runs;
+  for (const auto& d : dirs) runs.push_back(load_run(d));
   std::vector<RunSummary> summaries;
-  for (const auto& d : dirs) summaries.push_back(summarize(d));
-  fmt::print("\n{}", compare_table(summaries));
+  std::vector<ReadingRun> reading_runs;
+  for (const auto& [summary, records] : runs) {
+    summaries.push_back(summary);
+    reading_runs.push_back({&summary, &records});
+  }
+  fmt::print("\n{}\n{}\n", compare_table(summaries), reading_text(reading(reading_runs)));
   fs::path html = fs::path(out) / "report.html";
   // A learning-rate sweep opens with its own figure (report/lr_section.h), whatever else it varies.
   const bool lr = std::any_of(axes.begin(), axes.end(), [](const SweepAxis& a) { return a.flag == "--lr"; });

@@ -15,6 +15,7 @@
 #include "apps/gpt2/report/log_z_section.h"
 #include "apps/gpt2/report/lr_section.h"
 #include "apps/gpt2/report/profile_section.h"
+#include "apps/gpt2/report/reading.h"
 #include "apps/gpt2/report/signal_sections.h"
 #include "apps/gpt2/report/sweep_section.h"
 #include "apps/gpt2/report/svg_chart.h"
@@ -86,15 +87,15 @@ std::string num_cell(double v, int decimals) {
 }
 
 std::string summary_table(const std::vector<ReportRun>& runs) {
-  std::string s = "<table><tr><th>run</th><th>steps</th><th>final train loss</th><th>val ppl</th>"
+  std::string s = "<table><tr><th>run</th><th>n/d</th><th>steps</th><th>final train loss</th><th>val ppl</th>"
                   "<th>best val ppl (step)</th><th>max logit</th><th>max range</th><th>tokens/s (median)</th>"
                   "<th>status</th></tr>\n";
   for (const auto& r : runs) {
     const auto& m = r.summary;
     s += fmt::format("<tr><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>"
-                     "<td class=\"num\">{}</td>{}{}<td class=\"num\">{}</td>{}{}"
+                     "<td class=\"num\">{}</td><td class=\"num\">{}</td>{}{}<td class=\"num\">{}</td>{}{}"
                      "<td class=\"num\">{}</td><td{}>{}</td></tr>\n",
-                     r.color, svg::escape(m.name), m.steps, num_cell(m.final_train_loss, 4),
+                     r.color, svg::escape(m.name), n_over_d_cell(m), m.steps, num_cell(m.final_train_loss, 4),
                      num_cell(m.final_val_ppl, 2),
                      m.best_val_step < 0 ? "-" : fmt::format("{} ({})", cell(m.best_val_ppl, 2), m.best_val_step),
                      num_cell(m.max_logit, 1), num_cell(m.max_range, 1),
@@ -172,6 +173,9 @@ std::string render_html(const std::vector<ReportRun>& runs, const std::string& t
   std::string h = fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                               "<title>{0}</title><style>{1}{2}{3}</style></head><body>\n<h1>{0}</h1>\n",
                               svg::escape(title), kStyle, kSignalStyle, kProfileStyle);
+  std::vector<ReadingRun> reading_runs;  // the first paragraph: n/d, and what to look at
+  for (const auto& r : runs) reading_runs.push_back({&r.summary, &r.records});
+  h += reading_html(reading(reading_runs));
   h += fmt::format("<p>{} run{}: {}</p>\n", runs.size(), runs.size() == 1 ? "" : "s",
                    [&] {
                      std::string dirs;
@@ -313,9 +317,6 @@ RunSummary summarize(const std::vector<MetricsRecord>& records) {
   return s;
 }
 
-namespace {
-
-// The summary and the records of one run directory, reading metrics.jsonl once.
 std::pair<RunSummary, std::vector<MetricsRecord>> load_run(const fs::path& run_dir) {
   std::error_code ec;
   if (!fs::is_directory(run_dir, ec))
@@ -338,16 +339,14 @@ std::pair<RunSummary, std::vector<MetricsRecord>> load_run(const fs::path& run_d
   return {std::move(s), std::move(records)};
 }
 
-}  // namespace
-
 RunSummary summarize(const fs::path& run_dir) { return load_run(run_dir).first; }
 
 std::string compare_table(const std::vector<RunSummary>& runs) {
-  const std::vector<std::string> head = {"run",       "steps",     "train loss", "val ppl", "best ppl",
-                                         "max logit", "max range", "tokens/s",   "status"};
+  const std::vector<std::string> head = {"run",      "n/d",       "steps",     "train loss", "val ppl",
+                                         "best ppl", "max logit", "max range", "tokens/s",   "status"};
   std::vector<std::vector<std::string>> rows;
   for (const auto& r : runs)
-    rows.push_back({r.name, std::to_string(r.steps), cell(r.final_train_loss, 4),
+    rows.push_back({r.name, n_over_d_cell(r), std::to_string(r.steps), cell(r.final_train_loss, 4),
                     cell(r.final_val_ppl, 2), cell(r.best_val_ppl, 2), cell(r.max_logit, 1), cell(r.max_range, 1),
                     std::isnan(r.median_tokens_per_s) ? "-" : svg::short_number(r.median_tokens_per_s),
                     r.status()});

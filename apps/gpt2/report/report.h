@@ -64,14 +64,19 @@ RunSummary summarize(const std::filesystem::path& run_dir);
 // The same from records already read, for callers that have them (and for tests).
 RunSummary summarize(const std::vector<MetricsRecord>& records);
 
-// A fixed-width table for the terminal, one row per run:
-// run, steps, final train loss, val ppl (final), best val ppl, max logit, max range, tokens/s, status.
+// summarize(run_dir) and the records it read, for callers that need both (metrics.jsonl read once).
+std::pair<RunSummary, std::vector<MetricsRecord>> load_run(const std::filesystem::path& run_dir);
+
+// A fixed-width table for the terminal, one row per run: run, n/d (sequence length over head
+// width, reading.h), steps, final train loss, val ppl (final), best val ppl, max logit, max range,
+// tokens/s, status.
 std::string compare_table(const std::vector<RunSummary>& runs);
 
 // Writes the HTML report comparing the runs to out_html (atomically). IoError as summarize;
-// ValueError when run_dirs is empty. With a sweep_key (a TrainConfig field, e.g. "ls_window"), the
-// sweep's charts follow the summary (sweep_section.h); "lr" opens the report with the
-// learning-rate sensitivity figure instead (lr_section.h).
+// ValueError when run_dirs is empty. The report opens with a paragraph on how to read the runs (each
+// run's n/d, and what to look at: reading.h). With a sweep_key (a TrainConfig field, e.g.
+// "ls_window"), the sweep's charts follow the summary (sweep_section.h); "lr" opens the report
+// with the learning-rate sensitivity figure instead (lr_section.h).
 void write_report(const std::vector<std::string>& run_dirs, const std::string& out_html,
                   const std::string& title, const std::string& sweep_key = "");
 

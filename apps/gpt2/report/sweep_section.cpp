@@ -4,31 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <map>
 #include <set>
 
+#include "apps/gpt2/report/reading.h"
 #include "apps/gpt2/report/svg_chart.h"
 
 namespace keel::app {
 
 namespace {
-
-// A value of the run's flattened config.json, or nullopt.
-std::optional<std::string> config_value(const RunSummary& run, const std::string& key) {
-  for (const auto& [k, v] : run.config)
-    if (k == key) return v;
-  return std::nullopt;
-}
-
-std::optional<double> config_number(const RunSummary& run, const std::string& key) {
-  const auto v = config_value(run, key);
-  if (!v) return std::nullopt;
-  char* end = nullptr;
-  const double x = std::strtod(v->c_str(), &end);
-  if (end == v->c_str() || *end != '\0' || !std::isfinite(x)) return std::nullopt;
-  return x;
-}
 
 // The line a run belongs to: its attention variant.
 std::string group_of(const RunSummary& run) { return config_value(run, "model.attention").value_or(run.name); }
@@ -40,13 +24,7 @@ std::string cell(double v, int decimals) {
 }  // namespace
 
 std::optional<double> sweep_x(const RunSummary& run, const std::string& key) {
-  if (key != "seq_len") return config_number(run, "train." + key);
-  // T is the model's context when the run left seq_len at 0.
-  std::optional<double> T = config_number(run, "train.seq_len");
-  if (!T || *T == 0) T = config_number(run, "model.n_positions");
-  const auto C = config_number(run, "model.n_embd"), H = config_number(run, "model.n_head");
-  if (!T || !C || !H || *C <= 0 || *H <= 0) return std::nullopt;
-  return *T / (*C / *H);
+  return key == "seq_len" ? n_over_d(run) : config_number(run, "train." + key);
 }
 
 std::string sweep_axis_label(const std::string& key) {
