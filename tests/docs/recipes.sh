@@ -62,7 +62,7 @@ last_step() { tail -n 50 "$1" | grep -o '"step":[0-9]*' | tail -n 1 | cut -d: -f
 fresh demo
 check "demo: compare MHSA and LS from a clean tree" run demo.log bash .ci/demo --max-steps 2
 check "demo: the report exists" test -s runs/demo-cpu/report.html
-check "demo: --max-steps 2 replaced the recipe's 200" test "$(last_step runs/demo-cpu/ls/metrics.jsonl)" = 2
+check "demo: --max-steps 2 replaced the recipe's 1500" test "$(last_step runs/demo-cpu/ls/metrics.jsonl)" = 2
 check "demo: the report loads in a browser and draws every chart" \
   run browser-demo.log python3 "$src/tests/app/report_in_browser.py" runs/demo-cpu/report.html
 
