@@ -4,7 +4,7 @@
 #   tests/docs/recipes.sh GPT2 [SOURCE_DIR]
 # Each recipe keeps every step but trains for 2 steps (its step count overridden the way the
 # README tells users to: extra arguments replace the recipe's own):
-#   1. bash .ci/demo --max-steps 2            the main job (CPU branch)
+#   1. bash .ci/demo --max-steps 2            the main job (CPU branch), then its --austen pair
 #   2. bash .ci/demo --lab --max-steps 2      the DoF lab, a synthetic corpus, the n/d sweep
 #   3. bash .ci/demo --figure1 --max-steps 2  its data preparation, then "needs a GPU" (exit 1),
 #      for a text corpus and for the synthetic one (KEEL_CORPUS=markov)
@@ -65,6 +65,14 @@ check "demo: the report exists" test -s runs/demo-cpu/report.html
 check "demo: --max-steps 2 replaced the recipe's 1500" test "$(last_step runs/demo-cpu/ls/metrics.jsonl)" = 2
 check "demo: the report loads in a browser and draws every chart" \
   run browser-demo.log python3 "$src/tests/app/report_in_browser.py" runs/demo-cpu/report.html
+
+# 1b. The Austen pair at a small n/d: the table says why the two variants look alike.
+fresh austen
+check "demo --austen: compare MHSA and LS on the Austen novels" run austen.log bash .ci/demo --austen --max-steps 2
+check "demo --austen: the report exists" test -s runs/demo-austen/report.html
+reading=$(tr '\n' ' ' <austen.log)  # the reading is wrapped for the terminal
+check "demo --austen: the table says n/d = 8, too small, and points to --lab" \
+  grep -q "n/d = 8 in every run.*needs n >> d.*bash .ci/demo --lab" <<<"$reading"
 
 # 2. The teaching lab.
 fresh lab
