@@ -74,6 +74,19 @@ TEST_CASE("at a large n/d without a separation the reading says what the effect 
   CHECK(has(p[0], "--lab"));
 }
 
+TEST_CASE("in a learning-rate sweep MHSA is set against LS-attention at its own learning rate and z-loss") {
+  // n/d = 64 throughout; LS at lr 1e-3 comes first, so pairing by n/d alone would set MHSA at
+  // 1e-2 (range 90) against it (5) and report an 18-fold effect that is half the learning rate's.
+  RunSummary ls_low = shaped("ls", "512", 5), mhsa_high = shaped("mhsa", "512", 90), ls_high = shaped("ls", "512", 30),
+             mhsa_z = shaped("mhsa", "512", 40);
+  ls_low.config.push_back({"train.lr", "0.001"});
+  for (RunSummary* r : {&mhsa_high, &ls_high, &mhsa_z}) r->config.push_back({"train.lr", "0.01"});
+  mhsa_z.config.push_back({"train.z_loss", "0.0001"});  // no LS run has this z-loss: no pair
+  const auto p = reading({{&mhsa_z}, {&ls_low}, {&mhsa_high}, {&ls_high}});
+  REQUIRE(p.size() == 1);
+  CHECK(has(p[0], "reached 90.0 against LS-attention's 30.0, 3.0 times as high"));
+}
+
 TEST_CASE("where the effect shows, the reading says which curves part, where, and by how much") {
   TempDir dir("reading-effect");
   shaped_run(dir / "mhsa", "mhsa", 512, 0.01);  // layer l's logits grow like exp(0.01 (l + 1) step)

@@ -57,14 +57,23 @@ std::string value(double v) {
 
 std::string attention_of(const ReadingRun& r) { return config_value(*r.summary, "model.attention").value_or(""); }
 
-// An MHSA run and the LS-attention run at the same n/d.
+// An MHSA run and the LS-attention run at the same n/d and training recipe.
 struct Pair {
   const ReadingRun* mhsa;
   const ReadingRun* ls;
   double nd;
 };
 
-// One pair per MHSA run that has an LS-attention run at its n/d (the first such), by n/d.
+// Whether two runs share the training recipe a sweep varies besides the sequence length: the
+// learning rate and the z-loss (a learning-rate lab's MHSA at lr 1e-2 is not set against its LS
+// at 1e-3, nor an MHSA with z-loss against LS without).
+bool same_recipe(const ReadingRun& a, const ReadingRun& b) {
+  for (const char* key : {"train.lr", "train.z_loss"})
+    if (config_value(*a.summary, key) != config_value(*b.summary, key)) return false;
+  return true;
+}
+
+// One pair per MHSA run that has an LS-attention run at its n/d and recipe (the first such), by n/d.
 std::vector<Pair> pairs_of(const std::vector<ReadingRun>& runs) {
   std::vector<Pair> out;
   for (const ReadingRun& m : runs) {
@@ -72,7 +81,7 @@ std::vector<Pair> pairs_of(const std::vector<ReadingRun>& runs) {
     if (attention_of(m) != "mhsa" || !nd) continue;
     for (const ReadingRun& l : runs) {
       const auto l_nd = n_over_d(*l.summary);
-      if (attention_of(l) == "ls" && l_nd && std::abs(*l_nd - *nd) <= 1e-9 * *nd) {
+      if (attention_of(l) == "ls" && l_nd && std::abs(*l_nd - *nd) <= 1e-9 * *nd && same_recipe(m, l)) {
         out.push_back({&m, &l, *nd});
         break;
       }
