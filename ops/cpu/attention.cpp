@@ -1,7 +1,7 @@
 // CPU reference kernels for attention(), forward and backward.
 //
-// Each (batch, head) pair is independent, so OpenMP spreads the B*H pairs over the cores and each
-// pair runs serially: the backward's dK/dV accumulation over query rows then needs no atomics.
+// Each (batch, head) pair is independent, so keel's threads (core/parallel.h) take the B*H pairs
+// one at a time and each pair runs serially: the backward's dK/dV accumulation over query rows then needs no atomics.
 // Within a pair, query rows go in blocks of kRows, as the flash kernel's tiles do: a block's
 // logits are one small GEMM against the keys any of its rows may see, [band_start(first row),
 // last row]. Each row then softmaxes only its own band of that block; everything else in the row
@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "core/factory.h"
+#include "core/parallel.h"
 #include "ops/attention_band.h"
 #include "ops/nan_max.h"
 
@@ -41,9 +42,18 @@ Map pair_rows(Real* data, const Tensor& t, int64_t bh, int64_t H) {
 
 constexpr int64_t kRows = 32;  // query rows per block: enough for GEMM to pay, few wasted keys
 
-// Waking a thread team costs tens of microseconds (far more on a loaded machine), more than a tiny
-// problem takes, so small calls (gradient checks, T = 1 decoding) stay on one thread.
+// Handing work to another thread costs microseconds (far more on a loaded machine), more than a
+// tiny problem takes, so small calls (gradient checks, T = 1 decoding) stay on one thread.
 bool worth_threads(int64_t B, int64_t H, int64_t T, int64_t D) { return B * H * T * T * D >= (1 << 18); }
+
+// f(bh) for every (batch, head) pair, on keel's threads when the problem is worth them.
+template <typename F>
+void for_each_pair(int64_t B, int64_t H, int64_t T, int64_t D, F&& f) {
+  if (worth_threads(B, H, T, D))
+    parallel::for_each_chunk(B * H, f);
+  else
+    for (int64_t bh = 0; bh < B * H; ++bh) f(bh);
+}
 
 // A block row holds query i's logits for keys [k0, k0 + nk); its band [lo, i] sits at columns
 // [lo - k0, i - k0]. Zeroes the masked columns around the band (their probability) and returns the band.
@@ -70,8 +80,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const std::
   Real *op = out.data<Real>(), *lp = lse.data<Real>();
   const Real sc = static_cast<Real>(scale), cap = static_cast<Real>(softcap);
 
-#pragma omp parallel for schedule(dynamic, 1) if (worth_threads(B, H, T, D))
-  for (int64_t bh = 0; bh < B * H; ++bh) {
+  for_each_pair(B, H, T, D, [&](int64_t bh) {
     const int64_t w = window[bh % H];
     const auto Q = pair_rows<ConstRows<Real>>(qp, q, bh, H), K = pair_rows<ConstRows<Real>>(kp, k, bh, H),
                V = pair_rows<ConstRows<Real>>(vp, v, bh, H);
@@ -101,7 +110,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const std::
     }
     stats.max_logit[bh] = amax;
     stats.max_range[bh] = arange;
-  }
+  });
 }
 
 // q, k, v, out, dout: (B, H, T, D), lse (B, H, T) -> dq, dk, dv (B, H, T, D)
@@ -118,8 +127,7 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   Real *dqp = dq.data<Real>(), *dkp = dk.data<Real>(), *dvp = dv.data<Real>();
   const Real sc = static_cast<Real>(scale), cap = static_cast<Real>(softcap);
 
-#pragma omp parallel for schedule(dynamic, 1) if (worth_threads(B, H, T, D))
-  for (int64_t bh = 0; bh < B * H; ++bh) {
+  for_each_pair(B, H, T, D, [&](int64_t bh) {
     const int64_t w = window[bh % H];
     const auto Q = pair_rows<ConstRows<Real>>(qp, q, bh, H), K = pair_rows<ConstRows<Real>>(kp, k, bh, H),
                V = pair_rows<ConstRows<Real>>(vp, v, bh, H);
@@ -157,7 +165,7 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       dQ.middleRows(i0, r).noalias() = sc * (dSb * Kb);
       dK.middleRows(k0, nk).noalias() += sc * (dSb.transpose() * Q.middleRows(i0, r));
     }
-  }
+  });
 }
 
 // The loops read rows in place (pair_rows) when a tensor's D elements are adjacent and its strides

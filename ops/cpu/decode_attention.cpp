@@ -6,7 +6,7 @@
 // the new token's key and value come along (decode_attention_cached), they go into their slots
 // first, on one thread: a row's own key is part of its window.
 //
-// The (batch, head, query) rows are independent, so OpenMP spreads them over the cores. A row's
+// The (batch, head, query) rows are independent, so keel's threads take them one at a time. A row's
 // keys [band_start(p, w), p] sit in consecutive slots of the cache, wrapping once at most when
 // the cache is a ring (a local head's), so its logits are at most two matrix-vector products
 // against contiguous rows of K, and its output two more against V: nothing is copied, masked or
@@ -17,11 +17,16 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/parallel.h"
 #include "ops/attention_band.h"
 
 namespace keel::cpu {
 
 namespace {
+
+// Below this many multiply-adds (rows x keys x D) the rows stay on one thread
+// (docs/benchmarks.md, "CPU threads").
+constexpr int64_t kMinThreadedWork = int64_t{1} << 16;
 
 template <typename Real>
 using Mat = Eigen::Matrix<Real, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -78,13 +83,12 @@ void forward_impl(const Tensor& q, const Tensor& k_new, const Tensor& v_new, con
     }
   }
 
-  // Waking a thread team costs tens of microseconds: a few short rows stay on one thread.
+  // Handing rows to another thread costs microseconds: a few short rows stay on one thread.
   int64_t keys = 0;  // read by all rows, about
   for (int64_t h = 0; h < H; ++h) keys += position + t - band_start(position + t - 1, window[h]);
-  const bool threads = B * t * keys * D >= (int64_t(1) << 16);
+  const bool threads = B * t * keys * D >= kMinThreadedWork;
 
-#pragma omp parallel for schedule(dynamic, 1) if (threads)
-  for (int64_t r = 0; r < B * H * t; ++r) {
+  auto row = [&](int64_t r) {
     const int64_t bh = r / t, p = position + r % t, w = window[bh % H];
     const int64_t lo = band_start(p, w), n = p - lo + 1;
     Eigen::Map<const Vec<Real>> qv(qp + r * D, D);
@@ -109,7 +113,11 @@ void forward_impl(const Tensor& q, const Tensor& k_new, const Tensor& v_new, con
       o.noalias() += Vr.transpose() * s.segment(runs[i].at, runs[i].n);
     }
     o /= l;
-  }
+  };
+  if (threads)
+    parallel::for_each_chunk(B * H * t, row);
+  else
+    for (int64_t r = 0; r < B * H * t; ++r) row(r);
 }
 
 }  // namespace

@@ -2,9 +2,15 @@
 
 #include <algorithm>
 
+#include "core/parallel.h"
 #include "ops/common.h"
 
 namespace keel::cpu {
+
+namespace {
+// Elements copied per chunk of the threads (docs/benchmarks.md, "CPU threads").
+constexpr int64_t kGrain = int64_t{1} << 16;
+}  // namespace
 
 // weight (V, C), ids (N) -> out (N, C); all contiguous, ids already range-checked.
 void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) {
@@ -14,8 +20,9 @@ void embedding_forward(const Tensor& weight, const Tensor& ids, Tensor& out) {
     T* o = out.data<T>();
     visit_dtype<IndexDType>(ids.dtype(), "embedding", [&]<typename I>() {
       const I* id = ids.data<I>();
-#pragma omp parallel for if (N * C > 65536)
-      for (int64_t n = 0; n < N; ++n) std::copy_n(w + static_cast<int64_t>(id[n]) * C, C, o + n * C);
+      parallel::for_rows(N, C, kGrain, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n) std::copy_n(w + static_cast<int64_t>(id[n]) * C, C, o + n * C);
+      });
     });
   });
 }

@@ -1,10 +1,20 @@
-// CPU kernels of matmul and linear: Eigen GEMM on strided views.
+// CPU kernels of matmul and linear: Eigen GEMM on strided views, spread over keel's threads.
 //
 // Eigen maps a matrix in place when one of its two strides is 1: unit column stride is a
 // row-major matrix, unit row stride a column-major one (that is what a transposed view
 // looks like). So the transposes of the backward pass (grad @ b^T, a^T @ grad) cost no copy.
-// Eigen's GEMM threads itself through OpenMP; a batch of small products is instead spread
-// over the threads one product each (Eigen then stays single-threaded inside the region).
+//
+// Eigen runs single-threaded here (EIGEN_DONT_PARALLELIZE, ops/CMakeLists.txt); keel splits a
+// product itself (core/parallel.h). A product of many rows cuts C's rows into blocks, each one
+// serial Eigen GEMM of A's rows against all of B. Blocks start at multiples of kRowGranule rows,
+// and Eigen's GEMM computes a row the same way wherever it sits in such a block (its K blocking
+// depends on K alone; its kernels take rows in packets of 8 floats on AVX2, 16 on AVX-512), so
+// every element is the bits of the unsplit serial product, on any thread count
+// (tests/ops/test_matmul.cpp holds it). Splitting the columns instead would change the bits
+// (Eigen's last columns take other kernels) and repack A for every block, so it is not done.
+// A layer's bias and activation ride on the row blocks (linear_rows): the bias is written
+// into a block just before its product accumulates on it, the GELU applied to it just after,
+// while the block is still in the core's cache.
 //
 // A product with few rows (decoding: one token per sequence through every Linear and the
 // output layer) is a matrix-vector product, which Eigen runs on one thread, and Eigen's GEMM
@@ -12,13 +22,13 @@
 // kColumnBlock columns spread over the threads, each row of a block one Eigen GEMV (see
 // few_rows_product). The blocks depend on N alone, so the result does not depend on the
 // thread count.
-#include <omp.h>
-
 #include <Eigen/Core>
 #include <algorithm>
+#include <functional>
 
 #include "core/copy.h"
 #include "core/factory.h"
+#include "core/parallel.h"
 #include "ops/common.h"
 #include "ops/cpu/matmul.h"
 
@@ -92,9 +102,19 @@ constexpr int64_t kFewRows = 8;
 // row-major GEMV (which takes C's columns, the weight's rows, 8 at a time, then 4, 2, 1) would
 // start a group in the unsplit product: a one-row product gets the very bits of one GEMV.
 constexpr int64_t kColumnBlock = 32;
-// Below this many multiply-adds (M * N * K) a product stays on one thread: starting the
-// threads costs more than it saves (C x C at C = 192, 37k, ran slower on two).
+// Below this many multiply-adds (M * N * K) a product stays on one thread: handing work to
+// another thread and waiting for it costs more than it saves (docs/benchmarks.md, "CPU threads").
 constexpr int64_t kMinThreadedWork = int64_t{1} << 16;
+// Row blocks of a product of many rows start at multiples of this (see the top of the file).
+constexpr int64_t kRowGranule = 16;
+// A row block holds at least this many multiply-adds (each block packs all of B again), and a
+// product is cut into about kBlocksPerThread blocks per thread, so that a thread the system has
+// descheduled leaves little work for the others to wait on (docs/benchmarks.md, "CPU threads").
+constexpr int64_t kMinBlockWork = int64_t{1} << 20;
+constexpr int64_t kBlocksPerThread = 2;
+
+// A hook on a block of C's rows [r0, r1) (linear's bias before the product, its GELU after).
+using RowHook = std::function<void(int64_t r0, int64_t r1)>;
 
 // C (M, N) [+]= A (M, K) @ B (K, N) for M <= kFewRows, with A, B and C Eigen maps; K > 0.
 // C's columns go in blocks of kColumnBlock (the last takes the remainder, so no block is a
@@ -106,10 +126,7 @@ template <typename MatA, typename MatB, typename MatC>
 void few_rows_product(const MatA& A, const MatB& B, MatC& C, bool accumulate) {
   const int64_t M = C.rows(), N = C.cols(), K = A.cols();
   const int64_t nblocks = std::max<int64_t>(N / kColumnBlock, 1);
-  // Not inside another parallel loop (a batch of products spread over the threads).
-  const bool threaded = M * N * K >= kMinThreadedWork && !omp_in_parallel();
-#pragma omp parallel for schedule(static) if (threaded)
-  for (int64_t j = 0; j < nblocks; ++j) {
+  auto block = [&](int64_t j) {
     const int64_t n0 = j * kColumnBlock, n = j + 1 == nblocks ? N - n0 : kColumnBlock;
     for (int64_t m = 0; m < M; ++m) {
       auto c = C.row(m).segment(n0, n);
@@ -118,20 +135,62 @@ void few_rows_product(const MatA& A, const MatB& B, MatC& C, bool accumulate) {
       else
         c.noalias() = A.row(m) * B.middleCols(n0, n);
     }
+  };
+  if (M * N * K < kMinThreadedWork) {
+    for (int64_t j = 0; j < nblocks; ++j) block(j);
+    return;
   }
+  parallel::for_each_chunk(nblocks, block);
 }
 
-// C (M, N) [+]= A (M, K) @ B (K, N) on raw pointers; ldc is C's row stride.
+// The rows of each block of a product of M rows, N columns and depth K: all M when one thread
+// should do it, else a multiple of kRowGranule. Narrow products (N or K under kRowGranule) stay
+// whole: Eigen computes tiny blocks of them by other kernels (a matrix-vector product, a
+// coefficient loop), whose bits differ.
+int64_t block_rows(int64_t M, int64_t N, int64_t K) {
+  const int64_t threads = parallel::threads();
+  if (threads == 1 || M * N * K < kMinThreadedWork || N < kRowGranule || K < kRowGranule || parallel::in_parallel())
+    return M;
+  auto round_up = [](int64_t x) { return (x + kRowGranule - 1) / kRowGranule * kRowGranule; };
+  const int64_t by_threads = round_up((M + threads * kBlocksPerThread - 1) / (threads * kBlocksPerThread));
+  const int64_t by_work = round_up((kMinBlockWork + N * K - 1) / (N * K));
+  return std::min(M, std::max(by_threads, by_work));
+}
+
+// C (M, N) [+]= A (M, K) @ B (K, N) for M > kFewRows in row blocks over the threads (see the top
+// of the file); before(r0, r1) and after(r0, r1), when set, run on each block around its product.
+// The last block takes the remainder of M, so no block has fewer rows than the others (a block of
+// one row would be Eigen's matrix-vector product, other bits).
+template <typename MatA, typename MatB, typename MatC>
+void row_blocks_product(const MatA& A, const MatB& B, MatC& C, bool accumulate, const RowHook* before,
+                        const RowHook* after) {
+  const int64_t M = C.rows(), rows = block_rows(M, C.cols(), A.cols()), blocks = std::max<int64_t>(M / rows, 1);
+  parallel::for_each_chunk(blocks, [&](int64_t i) {
+    const int64_t r0 = i * rows, r1 = i + 1 == blocks ? M : r0 + rows;
+    if (before) (*before)(r0, r1);
+    auto c = C.middleRows(r0, r1 - r0);
+    if (accumulate)
+      c.noalias() += A.middleRows(r0, r1 - r0) * B;
+    else
+      c.noalias() = A.middleRows(r0, r1 - r0) * B;
+    if (after) (*after)(r0, r1);
+  });
+}
+
+// C (M, N) [+]= A (M, K) @ B (K, N) on raw pointers; ldc is C's row stride. The hooks run on
+// blocks of C's rows around their products (all M rows at once for a few-row product).
 template <typename T>
 void gemm2d(const T* a, Layout la, const T* b, Layout lb, T* c, int64_t ldc, int64_t M, int64_t K, int64_t N,
-            bool accumulate) {
+            bool accumulate, const RowHook* before = nullptr, const RowHook* after = nullptr) {
   using Stride = Eigen::OuterStride<>;
   using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
   if (M == 0 || N == 0) return;
   Eigen::Map<RowMat, 0, Stride> C(c, M, N, Stride(ldc));
   if (K == 0) {  // an empty sum
+    if (before) (*before)(0, M);
     if (!accumulate) C.setZero();
+    if (after) (*after)(0, M);
     return;
   }
   auto with_map = [](const T* p, int64_t rows, int64_t cols, Layout l, auto&& f) {
@@ -142,12 +201,10 @@ void gemm2d(const T* a, Layout la, const T* b, Layout lb, T* c, int64_t ldc, int
   };
   with_map(a, M, K, la, [&](const auto& A) {
     with_map(b, K, N, lb, [&](const auto& B) {
-      if (M <= kFewRows)
-        few_rows_product(A, B, C, accumulate);
-      else if (accumulate)
-        C.noalias() += A * B;
-      else
-        C.noalias() = A * B;
+      if (M > kFewRows) return row_blocks_product(A, B, C, accumulate, before, after);
+      if (before) (*before)(0, M);
+      few_rows_product(A, B, C, accumulate);
+      if (after) (*after)(0, M);
     });
   });
 }
@@ -220,15 +277,20 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   int64_t nbatch = numel_of(batch);
   std::vector<int64_t> oa = batch_offsets(a, batch), ob = batch_offsets(b, batch);
   Layout la = layout_of(a), lb = layout_of(b);
-  // Spread the batch over the threads when there are enough products to go round, or when
-  // each is too small for Eigen's own threading to pay.
-  bool by_batch = nbatch > 1 && (nbatch >= omp_get_max_threads() || M * N * K <= (int64_t{1} << 18));
+  // One product per chunk when there are enough to go round or each is too small to split;
+  // else the products one after another, each split over the threads. Either way every product
+  // is computed as alone (see the top of the file), so the bits are the same.
+  const bool by_batch = nbatch > 1 && nbatch * M * N * K >= kMinThreadedWork &&
+                        (nbatch >= parallel::threads() || M * N * K <= (int64_t{1} << 18));
   visit_dtype<CpuFloat>(a.dtype(), "matmul", [&]<typename T>() {
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     T* po = out.data<T>();
-#pragma omp parallel for schedule(static) if (by_batch)
-    for (int64_t i = 0; i < nbatch; ++i) gemm2d<T>(pa + oa[i], la, pb + ob[i], lb, po + i * M * N, N, M, K, N, false);
+    auto one = [&](int64_t i) { gemm2d<T>(pa + oa[i], la, pb + ob[i], lb, po + i * M * N, N, M, K, N, false); };
+    if (by_batch)
+      parallel::for_each_chunk(nbatch, one);
+    else
+      for (int64_t i = 0; i < nbatch; ++i) one(i);
   });
   return out;
 }
@@ -251,37 +313,55 @@ Tensor matmul_grad_b(const Tensor& grad, const Tensor& a, const Shape& b_shape) 
   return sum_to(cpu::matmul(transpose_last(a), grad), b_shape);
 }
 
+// x (..., K), weight (N, K), bias (N) or undefined, out (..., N) contiguous -> out
+void linear_into(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, const RowEpilogue& after) {
+  visit_dtype<CpuFloat>(x.dtype(), "linear", []<typename T>() {});  // refuse half types as linear, not matmul
+  const int64_t N = weight.size(0);
+  Tensor x2 = rows2d(x);
+  const int64_t R = x2.size(0);
+  Tensor o2 = out.as_strided({R, N}, {N, 1}, out.offset());
+  Tensor pb = bias.defined() ? bias.detach().contiguous() : Tensor();
+  RowHook start;  // each block of rows starts from the bias, then the product accumulates into it
+  if (bias.defined())
+    visit_dtype<CpuFloat>(x.dtype(), "linear", [&]<typename T>() {
+      start = [b = pb.data<T>(), o = o2.data<T>(), N](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) std::copy(b, b + N, o + r * N);
+      };
+    });
+  Tensor pa = mappable(x2), pw = mappable(transpose_last(weight));
+  const int64_t K = x2.size(1);
+  visit_dtype<CpuFloat>(x.dtype(), "linear", [&]<typename T>() {
+    gemm2d<T>(pa.data<T>(), layout_of(pa), pw.data<T>(), layout_of(pw), o2.data<T>(), N, R, K, N, bias.defined(),
+              start ? &start : nullptr, after ? &after : nullptr);
+  });
+}
+
 // x (..., K), weight (N, K), bias (N) or undefined -> (..., N)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  visit_dtype<CpuFloat>(x.dtype(), "linear", []<typename T>() {});  // refuse half types as linear, not matmul
-  int64_t N = weight.size(0);
-  Tensor x2 = rows2d(x);
-  int64_t R = x2.size(0);
   Shape out_shape = x.shape();
-  out_shape.back() = N;
+  out_shape.back() = weight.size(0);
   Tensor out = empty(out_shape, {x.dtype()});
-  Tensor o2 = out.as_strided({R, N}, {N, 1}, 0);
-  if (bias.defined()) {  // start every row from the bias, then accumulate the product into it
-    Tensor pb = bias.detach().contiguous();
-    visit_dtype<CpuFloat>(x.dtype(), "linear", [&]<typename T>() {
-      const T* b = pb.data<T>();
-      T* o = out.data<T>();
-      for (int64_t r = 0; r < R; ++r) std::copy(b, b + N, o + r * N);
-    });
-  }
-  gemm(x2, transpose_last(weight), o2, bias.defined());
+  linear_into(x, weight, bias, out);
   return out;
+}
+
+// grad (..., N), weight (N, K), dx (..., K) contiguous -> dx
+void linear_grad_x_into(const Tensor& grad, const Tensor& weight, Tensor& dx, const RowEpilogue& after) {
+  const int64_t K = weight.size(1);
+  Tensor g2 = mappable(rows2d(grad)), w = mappable(weight);
+  const int64_t R = g2.size(0), N = g2.size(1);
+  visit_dtype<CpuFloat>(grad.dtype(), "linear", [&]<typename T>() {
+    gemm2d<T>(g2.data<T>(), layout_of(g2), w.data<T>(), layout_of(w), dx.data<T>(), K, R, N, K, false, nullptr,
+              after ? &after : nullptr);
+  });
 }
 
 // grad (..., N), weight (N, K) -> (..., K)
 Tensor linear_grad_x(const Tensor& grad, const Tensor& weight) {
-  int64_t K = weight.size(1);
-  Tensor g2 = rows2d(grad);
   Shape shape = grad.shape();
-  shape.back() = K;
+  shape.back() = weight.size(1);
   Tensor dx = empty(shape, {grad.dtype()});
-  Tensor dx2 = dx.as_strided({g2.size(0), K}, {K, 1}, 0);
-  gemm(g2, weight, dx2);
+  linear_grad_x_into(grad, weight, dx);
   return dx;
 }
 

@@ -5,7 +5,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/parallel.h"
+
 namespace keel::cpu {
+
+namespace {
+// Elements read per chunk of the threads (docs/benchmarks.md, "CPU threads").
+constexpr int64_t kGrain = int64_t{1} << 15;
+}  // namespace
 
 // x (outer, n, inner) contiguous -> out (outer, inner), and for max the argmax (outer, inner) i64
 // (NaN wins, then the first maximum).
@@ -15,28 +22,29 @@ void reduce_dim(Reduce kind, const Tensor& x, int64_t outer, int64_t n, int64_t 
     const T* px = x.data<T>();
     T* po = out.data<T>();
     int64_t* pi = argmax ? argmax->data<int64_t>() : nullptr;
-#pragma omp parallel for if (outer * n * inner > 32768)
-    for (int64_t o = 0; o < outer; ++o) {
-      for (int64_t i = 0; i < inner; ++i) {
-        const T* row = px + o * n * inner + i;
-        if (kind == Reduce::sum) {
-          double acc = 0;
-          for (int64_t j = 0; j < n; ++j) acc += row[j * inner];
-          po[o * inner + i] = static_cast<T>(acc);
-        } else {
-          // PyTorch's rule: a NaN beats every number, so the max of a row holding one is NaN
-          // and the argmax is the first NaN (the scan stops there); otherwise the first maximum
-          // wins (strict >). A plain > alone would skip NaNs that are not at the start.
-          int64_t best = 0;
-          for (int64_t j = 1; j < n && !std::isnan(row[best * inner]); ++j) {
-            const T v = row[j * inner];
-            if (std::isnan(v) || v > row[best * inner]) best = j;
+    parallel::for_rows(outer, n * inner, kGrain, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        for (int64_t i = 0; i < inner; ++i) {
+          const T* row = px + o * n * inner + i;
+          if (kind == Reduce::sum) {
+            double acc = 0;
+            for (int64_t j = 0; j < n; ++j) acc += row[j * inner];
+            po[o * inner + i] = static_cast<T>(acc);
+          } else {
+            // PyTorch's rule: a NaN beats every number, so the max of a row holding one is NaN
+            // and the argmax is the first NaN (the scan stops there); otherwise the first maximum
+            // wins (strict >). A plain > alone would skip NaNs that are not at the start.
+            int64_t best = 0;
+            for (int64_t j = 1; j < n && !std::isnan(row[best * inner]); ++j) {
+              const T v = row[j * inner];
+              if (std::isnan(v) || v > row[best * inner]) best = j;
+            }
+            po[o * inner + i] = row[best * inner];
+            if (pi) pi[o * inner + i] = best;
           }
-          po[o * inner + i] = row[best * inner];
-          if (pi) pi[o * inner + i] = best;
         }
       }
-    }
+    });
   });
 }
 

@@ -1,33 +1,41 @@
-// The AdamW step on the CPU: one pass over the elements with OpenMP, the same per-element
-// formula (optim/adamw_math.h) as the fused CUDA kernel.
+// The AdamW step on the CPU: one pass over the elements in chunks over keel's threads
+// (core/parallel.h), the same per-element formula (optim/adamw_math.h) as the fused CUDA kernel.
 #include "optim/cpu/adamw.h"
 
 #include <type_traits>
 
+#include "core/parallel.h"
+
 namespace keel::optim::cpu {
 
 namespace {
+// Elements per chunk of the threads (docs/benchmarks.md, "CPU threads").
+constexpr int64_t kGrain = int64_t{1} << 14;
+
 // param (N) P, grad (N) G, m/v (N) C, master (N) f32 or null. C is f32 unless P is f64.
 template <typename P, typename G, typename C>
 void adamw_loop(P* param, const G* grad, C* m, C* v, float* master, int64_t n, const AdamWScalars& s) {
   const AdamWCoeffs<C> k(s);
   using W = std::conditional_t<std::is_same_v<G, double>, double, float>;  // scale_'s type for G
   const W ks = std::is_same_v<W, double> ? W(k.grad_scale64) : W(k.grad_scale32);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    // Widen through float for the 16-bit types (their only conversion), then to C; scaled first
-    // as scale_ would have left the gradient (optim/cpu/grad_math.cpp).
-    const G gi = static_cast<G>(static_cast<W>(grad[i]) * ks);
-    C g = static_cast<C>(static_cast<W>(gi));
-    C w;
-    if constexpr (std::is_same_v<C, float>) w = master ? master[i] : static_cast<float>(param[i]);
-    else w = static_cast<C>(param[i]);
-    adamw_update(g, w, m[i], v[i], k);
-    if constexpr (std::is_same_v<C, float>) {
-      if (master) master[i] = w;
+  parallel::for_range(n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      // Widen through float for the 16-bit types (their only conversion), then to C; scaled first
+      // as scale_ would have left the gradient (optim/cpu/grad_math.cpp).
+      const G gi = static_cast<G>(static_cast<W>(grad[i]) * ks);
+      C g = static_cast<C>(static_cast<W>(gi));
+      C w;
+      if constexpr (std::is_same_v<C, float>)
+        w = master ? master[i] : static_cast<float>(param[i]);
+      else
+        w = static_cast<C>(param[i]);
+      adamw_update(g, w, m[i], v[i], k);
+      if constexpr (std::is_same_v<C, float>) {
+        if (master) master[i] = w;
+      }
+      param[i] = static_cast<P>(w);
     }
-    param[i] = static_cast<P>(w);
-  }
+  });
 }
 }  // namespace
 

@@ -6,10 +6,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/parallel.h"
+
 namespace keel::optim::cpu {
 
 namespace {
 constexpr int64_t kChunk = int64_t{1} << 16;
+// Elements per chunk of scale_inplace (docs/benchmarks.md, "CPU threads").
+constexpr int64_t kScaleGrain = int64_t{1} << 16;
 
 // The compute type of a storage type: f32 for the 16-bit floats.
 template <typename T> using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -21,8 +25,7 @@ double sum_of_squares(const Tensor& t) {
   std::vector<double> partial(chunks, 0.0);
   visit_dtype<FloatDType>(t.dtype(), "sum_of_squares", [&]<typename T>() {
     const T* p = t.data<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) {
+    parallel::for_each_chunk(chunks, [&](int64_t c) {
       double s = 0;
       const int64_t end = std::min(n, (c + 1) * kChunk);
       for (int64_t i = c * kChunk; i < end; ++i) {
@@ -30,7 +33,7 @@ double sum_of_squares(const Tensor& t) {
         s += x * x;
       }
       partial[c] = s;
-    }
+    });
   });
   double total = 0;
   for (double s : partial) total += s;
@@ -51,8 +54,9 @@ void scale_inplace(Tensor& t, double s) {
     T* p = t.data<T>();
     const C k = static_cast<C>(s);
     const int64_t n = t.numel();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<C>(p[i]) * k);
+    parallel::for_range(n, kScaleGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) p[i] = static_cast<T>(static_cast<C>(p[i]) * k);
+    });
   });
 }
 

@@ -1,12 +1,13 @@
 // matmul and linear: forward against a naive triple loop, backward against finite differences.
 #include <doctest/doctest.h>
-#include <omp.h>
 
 #include <array>
 #include <cmath>
 
 #include "checks.h"
+#include "core/parallel.h"
 #include "gradcheck.h"
+#include "ops/linear_gelu.h"
 #include "ops/matmul.h"
 
 using namespace keel;
@@ -193,12 +194,8 @@ double worst_row_err(const std::vector<double>& x, const std::vector<double>& re
   return worst;
 }
 
-// Sets OpenMP's thread count for a scope (ctest runs with OMP_NUM_THREADS=1).
-struct Threads {
-  int saved = omp_get_max_threads();
-  explicit Threads(int n) { omp_set_num_threads(n); }
-  ~Threads() { omp_set_num_threads(saved); }
-};
+// keel's thread count for a scope (ctest runs with OMP_NUM_THREADS=1).
+using Threads = parallel::ThreadsGuard;
 
 // (M, K, N) with M <= 8, the products that split their columns over the threads: N below,
 // at and just past a block of 32 columns and with a remainder of one column, K = 1 and odd K,
@@ -253,6 +250,31 @@ TEST_CASE("products of few rows give the same bits on any thread count and for a
       std::vector<float> row = linear(x.as_strided({1, K}, {K, 1}, m * K), w, bias).to_vector<float>();
       CHECK(row == std::vector<float>(one[0].begin() + m * N, one[0].begin() + (m + 1) * N));
     }
+  }
+}
+
+TEST_CASE("products of many rows, split over the threads by rows, give the same bits on any thread count") {
+  // Enough work for several row blocks (ops/cpu/matmul.cpp), odd sizes, both layouts of each
+  // operand; the block boundaries move with the thread count, the bits must not.
+  const std::array<int64_t, 3> shapes[] = {{300, 129, 257}, {1000, 64, 96}, {97, 2048, 33}, {2048, 16, 200}};
+  Generator gen(9);
+  for (auto [M, K, N] : shapes) {
+    CAPTURE(M);
+    CAPTURE(K);
+    CAPTURE(N);
+    Tensor x = randn({M, K}, gen), w = randn({N, K}, gen, {}, 0.0, 0.3), bias = randn({N}, gen), b = randn({K, N}, gen);
+    Tensor at = t_view(randn({K, M}, gen));
+    auto run = [&](int threads) {
+      Threads t(threads);
+      return std::vector<std::vector<float>>{linear(x, w, bias).to_vector<float>(), matmul(x, b).to_vector<float>(),
+                                             matmul(at, b).to_vector<float>(),
+                                             linear_gelu(x, w, bias).to_vector<float>()};
+    };
+    const auto one = run(1);
+    CHECK(run(2) == one);
+    CHECK(run(3) == one);
+    CHECK(run(4) == one);
+    CHECK(worst_row_err(std::vector<double>(one[1].begin(), one[1].end()), naive_matmul(x, b), N) < 1e-5);
   }
 }
 
