@@ -1,10 +1,18 @@
 // CPU kernels of GELU (tanh form), elementwise over flat contiguous buffers.
+//
+// GPT-2's GELU is 0.5 x (1 + tanh(u)) with u = beta (x + alpha x^3). Since 0.5 (1 + tanh(u)) is
+// the logistic sigmoid of 2u, the kernels compute the same function as x * s with
+// s = 1 / (1 + exp(-2u)): one vectorized exp (Eigen's, a few ulp) instead of the C library's
+// scalar tanh, which cost 13 ns an element (100 ms of a 420 ms demo-model step on 2 cores), and
+// no cancellation in 1 + tanh(u) for negative x, where tanh(u) is close to -1.
 #include "ops/cpu/gelu.h"
 
-#include <cmath>
+#include <Eigen/Core>
+#include <algorithm>
 #include <numbers>
 
 #include "core/factory.h"
+#include "core/parallel.h"
 
 namespace keel::cpu {
 
@@ -12,44 +20,76 @@ namespace {
 constexpr double kAlpha = 0.044715;
 // sqrt(2 / pi)
 constexpr double kBeta = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;
-// Below this many elements the threads cost more than they save.
-constexpr int64_t kParallelMin = int64_t{1} << 15;
+// Elements per chunk of the threads: a chunk of about 20 microseconds, past what handing it to
+// another thread costs (docs/benchmarks.md, "CPU threads").
+constexpr int64_t kGrain = int64_t{1} << 15;
+// exp(-2u) is capped here, so s never underflows to a subnormal for very negative x (where the
+// GELU is 0 to within 1e-34 either way).
+constexpr double kMaxExp = 80;
+// The elements a kernel handles at a time: its temporaries stay in registers and L1.
+constexpr int64_t kBlock = 256;
+
+template <typename T>
+using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+
+// x (n) -> s (n) = sigmoid(2u(x)) = 0.5 (1 + tanh(u(x)))
+template <typename T>
+void sigmoid_2u(const T* x, T* s, int64_t n) {
+  const Eigen::Map<const Arr<T>> X(x, n);
+  const T a = static_cast<T>(kAlpha), mb2 = static_cast<T>(-2 * kBeta), cap = static_cast<T>(kMaxExp);
+  Eigen::Map<Arr<T>>(s, n) = T(1) / (T(1) + (mb2 * (X + a * X.cube())).min(cap).exp());
+}
+
 }  // namespace
+
+template <typename T>
+void gelu_forward_span(const T* x, T* y, int64_t n) {
+  alignas(64) T s[kBlock];
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = std::min(kBlock, n - i);
+    sigmoid_2u(x + i, s, m);
+    Eigen::Map<Arr<T>>(y + i, m) = Eigen::Map<const Arr<T>>(x + i, m) * Eigen::Map<const Arr<T>>(s, m);
+  }
+}
+
+// gelu'(x) = s + 2 x s (1 - s) beta (1 + 3 alpha x^2), the tanh form's
+// 0.5 (1 + t) + 0.5 x (1 - t^2) beta (1 + 3 alpha x^2) with t = 2s - 1.
+template <typename T>
+void gelu_backward_span(const T* grad, const T* x, T* dx, int64_t n) {
+  alignas(64) T s[kBlock];
+  const T two_b = static_cast<T>(2 * kBeta), three_a = static_cast<T>(3 * kAlpha);
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = std::min(kBlock, n - i);
+    sigmoid_2u(x + i, s, m);
+    const Eigen::Map<const Arr<T>> X(x + i, m), S(s, m), G(grad + i, m);
+    Eigen::Map<Arr<T>>(dx + i, m) = G * (S + two_b * X * S * (T(1) - S) * (T(1) + three_a * X.square()));
+  }
+}
+
+template void gelu_forward_span<float>(const float*, float*, int64_t);
+template void gelu_forward_span<double>(const double*, double*, int64_t);
+template void gelu_backward_span<float>(const float*, const float*, float*, int64_t);
+template void gelu_backward_span<double>(const double*, const double*, double*, int64_t);
 
 // x (N) -> (N)
 Tensor gelu_forward(const Tensor& x) {
   Tensor y = empty({x.numel()}, {x.dtype()});
-  int64_t n = x.numel();
   visit_dtype<CpuFloat>(x.dtype(), "gelu", [&]<typename T>() {
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    const T a = static_cast<T>(kAlpha), b = static_cast<T>(kBeta), half = static_cast<T>(0.5), one = 1;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-      T v = px[i];
-      py[i] = half * v * (one + std::tanh(b * (v + a * v * v * v)));
-    }
+    parallel::for_range(x.numel(), kGrain, [&](int64_t b, int64_t e) { gelu_forward_span(px + b, py + b, e - b); });
   });
   return y;
 }
 
-// grad, x (N) -> (N). With u = beta (x + alpha x^3) and t = tanh(u):
-//   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) beta (1 + 3 alpha x^2).
+// grad, x (N) -> (N)
 Tensor gelu_backward(const Tensor& grad, const Tensor& x) {
   Tensor dx = empty({x.numel()}, {x.dtype()});
-  int64_t n = x.numel();
   visit_dtype<CpuFloat>(x.dtype(), "gelu", [&]<typename T>() {
     const T *px = x.data<T>(), *pg = grad.data<T>();
     T* pd = dx.data<T>();
-    const T a = static_cast<T>(kAlpha), b = static_cast<T>(kBeta), half = static_cast<T>(0.5), one = 1;
-    const T three_a = static_cast<T>(3 * kAlpha);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-      T v = px[i];
-      T t = std::tanh(b * (v + a * v * v * v));
-      T d = half * (one + t) + half * v * (one - t * t) * b * (one + three_a * v * v);
-      pd[i] = pg[i] * d;
-    }
+    parallel::for_range(x.numel(), kGrain,
+                        [&](int64_t b, int64_t e) { gelu_backward_span(pg + b, px + b, pd + b, e - b); });
   });
   return dx;
 }

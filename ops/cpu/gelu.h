@@ -4,6 +4,8 @@
 // (the CPU computes in these; other dtypes raise DTypeError).
 #pragma once
 
+#include <cstdint>
+
 #include "core/tensor.h"
 
 namespace keel::cpu {
@@ -12,5 +14,12 @@ namespace keel::cpu {
 Tensor gelu_forward(const Tensor& x);
 // grad, x (N) contiguous -> dx (N) = grad * gelu'(x)
 Tensor gelu_backward(const Tensor& grad, const Tensor& x);
+
+// The same on n elements at raw pointers, on the calling thread (T = float or double): what
+// linear_gelu runs on each block of rows its product has just written. y may be x, dx may be grad.
+template <typename T>
+void gelu_forward_span(const T* x, T* y, int64_t n);
+template <typename T>
+void gelu_backward_span(const T* grad, const T* x, T* dx, int64_t n);
 
 }  // namespace keel::cpu
