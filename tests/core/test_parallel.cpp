@@ -1,4 +1,4 @@
-// keel's CPU thread pool (core/parallel.h).
+// keel's CPU thread pool (core/parallel.h) and the CPU block cache (core/allocator.h).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
@@ -86,4 +87,23 @@ TEST_CASE("the thread count: at least 1, from set_threads, and a bad one is refu
   CHECK(parallel::threads() == 5);
   CHECK_THROWS_AS(parallel::set_threads(0), ValueError);
   CHECK(parallel::threads() == 5);
+}
+
+TEST_CASE("a freed CPU block of 1 MB or more comes back for the next request of its size") {
+  const size_t n = size_t{3} << 20;
+  void* p = allocate(Device::cpu(), n);
+  static_cast<char*>(p)[n - 1] = 1;
+  const MemoryStats live = memory_stats(Device::cpu());
+  deallocate(Device::cpu(), p, n);
+  const MemoryStats freed = memory_stats(Device::cpu());
+  CHECK(freed.current + n == live.current);
+#if !defined(__SANITIZE_ADDRESS__)
+  CHECK(freed.reserved >= freed.current + n);  // held by the cache
+  void* q = allocate(Device::cpu(), n);
+  CHECK(q == p);
+  deallocate(Device::cpu(), q, n);
+#endif
+  void* small = allocate(Device::cpu(), 1000);  // small blocks are the C library's business
+  CHECK(reinterpret_cast<uintptr_t>(small) % 64 == 0);
+  deallocate(Device::cpu(), small, 1000);
 }
