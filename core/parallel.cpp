@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <sched.h>
 #if defined(__linux__)
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -112,15 +113,57 @@ int env_threads(const char* name) {
   return n >= 1 ? int(std::min<long>(n, 1024)) : 0;
 }
 
-int default_threads() {
-  if (int n = env_threads("KEEL_NUM_THREADS")) return n;
-  if (int n = env_threads("OMP_NUM_THREADS")) return n;
+std::atomic<int> g_threads{0};  // 0: not yet decided
+std::atomic<bool> g_load_aware{true};
+
+int affinity_cpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
   return int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-std::atomic<int> g_threads{0};  // 0: not yet decided
+// What other programs want to run: the kernel's count of runnable tasks on the whole machine
+// right now (Linux: /proc/loadavg's fourth field, "4/245" -> 4), less keel's own runnable
+// threads. One reading is one moment, so the pool goes by the least of the last kHistory
+// readings, taken at most every kPeriod: it leaves CPUs to a load that lasts, and takes them back
+// at the first reading that finds them free.
+class LoadProbe {
+ public:
+  // The CPUs out of `cpus` that keel may use now (>= 1), with `own` of its threads runnable.
+  int free_cpus(int cpus, int own) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_) return free_;
+    next_ = now + kPeriod;
+    const int running = read_running();
+    if (running < 0) return free_ = cpus;  // no such count here: every CPU
+    history_[at_++ % kHistory] = std::max(0, running - own);
+    const int others = *std::min_element(history_, history_ + kHistory);
+    return free_ = std::max(1, cpus - others);
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kPeriod{10};
+  static constexpr int kHistory = 3;
+  int read_running() {
+#if defined(__linux__)
+    if (fd_ == -2) fd_ = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    char buf[128];
+    const ssize_t n = fd_ >= 0 ? pread(fd_, buf, sizeof buf - 1, 0) : -1;
+    if (n <= 0) return -1;
+    buf[n] = '\0';
+    double a, b, c;
+    int running = 0, total = 0;
+    return std::sscanf(buf, "%lf %lf %lf %d/%d", &a, &b, &c, &running, &total) == 5 ? running : -1;
+#else
+    return -1;
+#endif
+  }
+  int fd_ = -2;  // -2: not opened yet
+  std::chrono::steady_clock::time_point next_{};
+  int history_[kHistory] = {};
+  int at_ = 0;
+  int free_ = 1;
+};
 
 class Pool {
  public:
@@ -146,6 +189,8 @@ class Pool {
   std::exception_ptr error_;
   std::vector<std::thread> workers_;
   uint64_t gen_ = 0;
+  LoadProbe probe_;  // read by the thread holding busy_
+  const int cpus_ = affinity_cpus();
 };
 
 void Pool::run_chunk(int64_t c) {
@@ -191,7 +236,12 @@ void Pool::grow(int helpers) {
 
 void Pool::run(int64_t chunks, detail::ChunkFn fn, void* ctx, int helpers) {
   std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
-  if (!lock.owns_lock() || chunks > kMaxChunks) {  // another thread's loop holds the pool
+  if (lock.owns_lock() && g_load_aware.load(std::memory_order_relaxed)) {
+    const int own = 1 + int(workers_.size()) - sleepers_.load(std::memory_order_relaxed);
+    helpers = std::min(helpers, probe_.free_cpus(cpus_, own) - 1);
+  }
+  // One thread: another thread's loop holds the pool, or other programs hold the other CPUs.
+  if (!lock.owns_lock() || helpers < 1 || chunks > kMaxChunks) {
     struct InChunk {
       InChunk() { t_in_chunk = true; }
       ~InChunk() { t_in_chunk = false; }
@@ -240,6 +290,12 @@ Pool& pool() {
   return *g_pool;
 }
 
+int default_threads() {
+  if (int n = env_threads("KEEL_NUM_THREADS")) return n;
+  if (int n = env_threads("OMP_NUM_THREADS")) return n;
+  return affinity_cpus();
+}
+
 }  // namespace
 
 int threads() {
@@ -257,6 +313,9 @@ void set_threads(int n) {
 }
 
 bool in_parallel() { return t_in_chunk; }
+
+void set_load_aware(bool on) { g_load_aware.store(on, std::memory_order_relaxed); }
+bool load_aware() { return g_load_aware.load(std::memory_order_relaxed); }
 
 namespace detail {
 void run(int64_t chunks, ChunkFn fn, void* ctx) { pool().run(chunks, fn, ctx, threads() - 1); }

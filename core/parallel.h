@@ -21,10 +21,18 @@
 // - Chunks are claimed, not assigned: when a worker has been descheduled by the system, the
 //   calling thread runs its chunks itself instead of waiting for it, so a loaded machine costs
 //   at most the chunk a worker holds, never a whole share.
+// - A loop leaves to other programs the CPUs they keep busy: it runs on at most the CPUs the
+//   kernel's count of runnable tasks says are free (Linux, /proc/loadavg; core/parallel.cpp,
+//   LoadProbe), never fewer than one. Two threads that each get half a core, taking turns with
+//   two busy programs, are slower than one thread that keeps a core: 6.3 ms a decoded token
+//   against 3.4 measured (docs/benchmarks.md, "CPU threads"). set_load_aware(false) turns it off.
 // - A loop of one chunk, a loop inside another loop's chunk, and a loop while another thread of
 //   the program is using the pool run on the calling thread alone, with no synchronisation.
-// Kernels choose their chunk sizes from measured break-even points (docs/benchmarks.md, "CPU
-// threads"): below them a loop is one chunk.
+// Chunk sizes: a chunk holds about 10 us of one core's work or more, 25 times what handing it to
+// an awake worker costs (0.4 us) and twice what waking a sleeping one does (6 us). Each kernel
+// turns that into elements from its own measured cost per element (apps/bench/bench_cpu, `ops`;
+// docs/benchmarks.md, "CPU threads"); below one chunk's worth a loop is one chunk, on the calling
+// thread.
 //
 // The thread count, the caller included: set_threads(n), else KEEL_NUM_THREADS, else
 // OMP_NUM_THREADS (as PyTorch honours it), else the CPUs this process may run on.
@@ -41,6 +49,10 @@ int threads();
 void set_threads(int n);
 // True inside a chunk: a loop started there runs on the calling thread alone.
 bool in_parallel();
+// Whether loops leave the CPUs other programs keep busy to them (the default) or use threads()
+// regardless (tests and benchmarks that need every thread). Results are the same either way.
+void set_load_aware(bool on);
+bool load_aware();
 
 namespace detail {
 using ChunkFn = void (*)(void* ctx, int64_t chunk);
