@@ -8,7 +8,8 @@
 namespace keel::cpu {
 
 namespace {
-// Elements copied per chunk of the threads (docs/benchmarks.md, "CPU threads").
+// Elements copied per chunk of the threads: about 10 us of copying (core/parallel.h, "Chunk
+// sizes"; docs/benchmarks.md, "CPU threads").
 constexpr int64_t kGrain = int64_t{1} << 16;
 }  // namespace
 

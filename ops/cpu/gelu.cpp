@@ -20,9 +20,9 @@ namespace {
 constexpr double kAlpha = 0.044715;
 // sqrt(2 / pi)
 constexpr double kBeta = std::numbers::sqrt2 * std::numbers::inv_sqrtpi;
-// Elements per chunk of the threads: a chunk of about 20 microseconds, past what handing it to
-// another thread costs (docs/benchmarks.md, "CPU threads").
-constexpr int64_t kGrain = int64_t{1} << 15;
+// Elements per chunk of the threads: about 15 us of work at 0.9 ns an element (core/parallel.h,
+// "Chunk sizes"; docs/benchmarks.md, "CPU threads").
+constexpr int64_t kGrain = int64_t{1} << 14;
 // exp(-2u) is capped here, so s never underflows to a subnormal for very negative x (where the
 // GELU is 0 to within 1e-34 either way).
 constexpr double kMaxExp = 80;

@@ -11,8 +11,9 @@
 namespace keel::cpu {
 
 namespace {
-// Elements per chunk of rows (docs/benchmarks.md, "CPU threads").
-constexpr int64_t kGrain = int64_t{1} << 15;
+// Elements per chunk of rows: 14-18 us of work at 1.7-2.2 ns an element (core/parallel.h,
+// "Chunk sizes"; docs/benchmarks.md, "CPU threads").
+constexpr int64_t kGrain = int64_t{1} << 13;
 }  // namespace
 
 // x (N, C), weight (C), bias (C) or undefined -> y (N, C), mean (N), rstd (N)

@@ -102,15 +102,20 @@ constexpr int64_t kFewRows = 8;
 // row-major GEMV (which takes C's columns, the weight's rows, 8 at a time, then 4, 2, 1) would
 // start a group in the unsplit product: a one-row product gets the very bits of one GEMV.
 constexpr int64_t kColumnBlock = 32;
-// Below this many multiply-adds (M * N * K) a product stays on one thread: handing work to
-// another thread and waiting for it costs more than it saves (docs/benchmarks.md, "CPU threads").
-constexpr int64_t kMinThreadedWork = int64_t{1} << 16;
+// Below this many multiply-adds (M * N * K) a product stays on one thread: a decode step's
+// 1 x 192 x 384 product ran at 0.9x on two threads, 1 x 192 x 768 at 1.35x (docs/benchmarks.md,
+// "CPU threads").
+constexpr int64_t kMinThreadedWork = int64_t{1} << 17;
+// A chunk of few_rows_product's column blocks holds at least this many multiply-adds: about
+// 1.5 us of matrix-vector products, several times what claiming a chunk costs.
+constexpr int64_t kMinGemvWork = int64_t{1} << 15;
 // Row blocks of a product of many rows start at multiples of this (see the top of the file).
 constexpr int64_t kRowGranule = 16;
-// A row block holds at least this many multiply-adds (each block packs all of B again), and a
-// product is cut into about kBlocksPerThread blocks per thread, so that a thread the system has
-// descheduled leaves little work for the others to wait on (docs/benchmarks.md, "CPU threads").
-constexpr int64_t kMinBlockWork = int64_t{1} << 20;
+// A row block holds at least this many multiply-adds, about 10 us on one core (each block packs
+// all of B again), and a product is cut into about kBlocksPerThread blocks per thread, so that a
+// thread the system has descheduled leaves little work for the others to wait on
+// (docs/benchmarks.md, "CPU threads").
+constexpr int64_t kMinBlockWork = int64_t{1} << 19;
 constexpr int64_t kBlocksPerThread = 2;
 
 // A hook on a block of C's rows [r0, r1) (linear's bias before the product, its GELU after).
@@ -136,11 +141,12 @@ void few_rows_product(const MatA& A, const MatB& B, MatC& C, bool accumulate) {
         c.noalias() = A.row(m) * B.middleCols(n0, n);
     }
   };
-  if (M * N * K < kMinThreadedWork) {
-    for (int64_t j = 0; j < nblocks; ++j) block(j);
-    return;
-  }
-  parallel::for_each_chunk(nblocks, block);
+  // A chunk of the threads takes several blocks: a block alone is well under a microsecond.
+  const int64_t per_chunk = M * N * K < kMinThreadedWork ? nblocks
+                                                          : std::max<int64_t>(1, kMinGemvWork / (kColumnBlock * K * M));
+  parallel::for_range(nblocks, per_chunk, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) block(j);
+  });
 }
 
 // The rows of each block of a product of M rows, N columns and depth K: all M when one thread

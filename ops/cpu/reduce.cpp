@@ -10,7 +10,8 @@
 namespace keel::cpu {
 
 namespace {
-// Elements read per chunk of the threads (docs/benchmarks.md, "CPU threads").
+// Elements read per chunk of the threads: about 10 us of summing (core/parallel.h, "Chunk
+// sizes"; docs/benchmarks.md, "CPU threads").
 constexpr int64_t kGrain = int64_t{1} << 15;
 }  // namespace
 

@@ -12,8 +12,9 @@
 namespace keel::cpu {
 
 namespace {
-// Below this many elements the threads cost more than they save.
-constexpr int64_t kParallelMin = int64_t{1} << 15;
+// Elements per chunk of rows: about 11 us of work at 11 ns an element (core/parallel.h,
+// "Chunk sizes"; docs/benchmarks.md, "CPU threads").
+constexpr int64_t kGrain = int64_t{1} << 10;
 
 struct Rows {
   int64_t outer = 1, n = 1, inner = 1;
@@ -36,7 +37,7 @@ Tensor softmax_forward(const Tensor& x, int64_t dim, bool log) {
   visit_dtype<CpuFloat>(x.dtype(), log ? "log_softmax" : "softmax", [&]<typename T>() {
     const T* px = x.data<T>();
     T* py = y.data<T>();
-    parallel::for_rows(rows, n, kParallelMin, [&](int64_t p0, int64_t p1) {
+    parallel::for_rows(rows, n, kGrain, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         int64_t base = (p / I) * n * I + p % I;
         const T* in = px + base;
@@ -71,7 +72,7 @@ Tensor softmax_backward(const Tensor& y, const Tensor& grad, int64_t dim, bool l
   visit_dtype<CpuFloat>(y.dtype(), log ? "log_softmax" : "softmax", [&]<typename T>() {
     const T *py = y.data<T>(), *pg = grad.data<T>();
     T* pd = dx.data<T>();
-    parallel::for_rows(rows, n, kParallelMin, [&](int64_t p0, int64_t p1) {
+    parallel::for_rows(rows, n, kGrain, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         int64_t base = (p / I) * n * I + p % I;
         const T *yr = py + base, *g = pg + base;

@@ -9,8 +9,9 @@
 namespace keel::optim::cpu {
 
 namespace {
-// Elements per chunk of the threads (docs/benchmarks.md, "CPU threads").
-constexpr int64_t kGrain = int64_t{1} << 14;
+// Elements per chunk of the threads: about 13 us of work at 3.3 ns an element (core/parallel.h,
+// "Chunk sizes"; docs/benchmarks.md, "CPU threads").
+constexpr int64_t kGrain = int64_t{1} << 12;
 
 // param (N) P, grad (N) G, m/v (N) C, master (N) f32 or null. C is f32 unless P is f64.
 template <typename P, typename G, typename C>
