@@ -121,6 +121,9 @@ struct StepRecord {
 struct Options {
   Device device = Device::cpu();
   std::string gpu = "H100";  // the model predicted times are for (profiler_predict.h)
+  // On the CPU: the FMA peak (FLOP/s) the matrix products' rates are shown as a share of, as
+  // core/cpu_peak.h measures it on the threads the step runs on; 0: none shown.
+  double cpu_peak_flops = 0;
 };
 
 struct Profile {
@@ -155,6 +158,7 @@ class Session {
 struct Row {
   std::string name, shape;
   Phase phase = Phase::forward;
+  Kind kind = Kind::memory;
   int64_t calls = 0;
   double device_us = 0, host_us = 0, predicted_us = 0, flops = 0, bytes = 0;
   cuda::Counters counts;
@@ -165,6 +169,7 @@ struct Summary {
   int64_t steps = 0;
   double step_host_us = 0, step_device_us = 0, step_busy_us = 0, step_predicted_us = 0;  // means per step
   double flops = 0, bytes = 0;  // per step
+  double product_flops = 0, product_us = 0;  // per step: the matrix products' (Kind matmul and attention)
   cuda::Counters counts;        // per step (whole step, including work outside any op), rounded down
   cuda::Counters total;         // over all the steps: a wait once in 4 steps is 1 here, 0 per step
   cuda::Counters outside;       // per step, not inside any recorded op

@@ -37,6 +37,25 @@ std::string si(double v, const char* unit) {
 
 std::string ms(double us) { return fmt::format("{:.3f}", us / 1000); }
 
+// Products are bound by the FMA units (the CPU's peak applies); the rest by memory.
+bool is_product(Kind k) { return k != Kind::memory; }
+
+// A CPU row's rate as a share of the FMA peak, or "" where none applies; flops and us per step.
+std::string peak_share(const Profile& p, const Row& r, double flops, double us) {
+  if (p.options.cpu_peak_flops <= 0 || !is_product(r.kind) || us <= 0) return "";
+  return fmt::format("{:.0f}%", 100 * flops / (us / 1e6) / p.options.cpu_peak_flops);
+}
+
+// The step and its products against the CPU's FMA peak.
+std::string cpu_peak_line(double peak, const Summary& s) {
+  const double step = s.flops / (s.step_host_us / 1e6), products = s.product_flops / (s.product_us / 1e6);
+  return fmt::format(
+      "CPU FMA peak {:.1f} GFLOP/s (measured): the step {:.1f} GFLOP/s, {:.0f}% of it; its matrix products "
+      "({} FLOP, {} ms) {:.1f} GFLOP/s, {:.0f}%\n",
+      peak / 1e9, step / 1e9, 100 * step / peak, si(s.product_flops, "F"), ms(s.product_us), products / 1e9,
+      100 * products / peak);
+}
+
 }  // namespace
 
 Summary summarize(const Profile& p) {
@@ -48,12 +67,13 @@ Summary summarize(const Profile& p) {
   for (const Event& e : p.events_list) {
     const std::string shape = e.cost.by_shape ? e.cost.shape : "";
     Row& r = rows[{int(e.phase), e.name, shape}];
-    r.name = e.name, r.phase = e.phase, r.shape = shape;
+    r.name = e.name, r.phase = e.phase, r.shape = shape, r.kind = e.cost.kind;
     ++r.calls;
     r.device_us += e.device_us, r.host_us += e.host_us, r.predicted_us += e.predicted_us;
     r.flops += e.cost.flops, r.bytes += e.cost.bytes;
     r.counts = add(r.counts, e.counts);
     s.flops += e.cost.flops, s.bytes += e.cost.bytes;
+    if (is_product(e.cost.kind)) s.product_flops += e.cost.flops, s.product_us += e.device_us;
     inside = add(inside, e.counts);
   }
   cuda::Counters total;
@@ -64,7 +84,7 @@ Summary summarize(const Profile& p) {
   }
   const double n = s.steps > 0 ? double(s.steps) : 1.0;
   s.step_host_us /= n, s.step_device_us /= n, s.step_busy_us /= n, s.step_predicted_us /= n;
-  s.flops /= n, s.bytes /= n;
+  s.flops /= n, s.bytes /= n, s.product_flops /= n, s.product_us /= n;
   s.counts = per_step(total, s.steps);
   s.total = total;
   s.outside = per_step(total - inside, s.steps);
@@ -85,8 +105,10 @@ std::string table(const Profile& p, size_t max_rows) {
   const std::string time_name = s.predicted ? "pred ms" : (p.events ? "device ms" : "time ms");
   out += fmt::format("profile: {} step(s) on {}{}; per step:\n", s.steps, p.options.device.str(),
                      s.predicted ? fmt::format(" (emulated: times predicted for an {})", p.options.gpu) : "");
-  out += fmt::format("{:<24} {:<9} {:<26} {:>6} {:>10} {:>6} {:>10} {:>10} {:>8} {:>8} {:>6} {:>5}\n", "op", "phase",
-                     "shape", "calls", time_name, "share", "FLOP", "bytes", "TFLOP/s", "GB/s", "launch", "sync");
+  const bool peak = p.options.cpu_peak_flops > 0;
+  out += fmt::format("{:<24} {:<9} {:<26} {:>6} {:>10} {:>6} {:>10} {:>10} {:>8} {:>8} {:>6} {:>5}{}\n", "op", "phase",
+                     "shape", "calls", time_name, "share", "FLOP", "bytes", "TFLOP/s", "GB/s", "launch", "sync",
+                     peak ? "  peak" : "");
   size_t shown = 0;
   double rest_us = 0;
   for (const Row& r : s.rows) {
@@ -96,12 +118,12 @@ std::string table(const Profile& p, size_t max_rows) {
       continue;
     }
     const double sec = t / 1e6;
-    out += fmt::format("{:<24} {:<9} {:<26} {:>6} {:>10} {:>5.1f}% {:>10} {:>10} {:>8.2f} {:>8.1f} {:>6} {:>5}\n",
+    out += fmt::format("{:<24} {:<9} {:<26} {:>6} {:>10} {:>5.1f}% {:>10} {:>10} {:>8.2f} {:>8.1f} {:>6} {:>5}{}\n",
                        r.name.substr(0, 24), phase_name(r.phase), r.shape.substr(0, 26), double(r.calls) / n,
                        ms(t), step_time > 0 ? 100 * t / step_time : 0.0, si(r.flops / n, "F"), si(r.bytes / n, "B"),
                        sec > 0 ? r.flops / n / sec / 1e12 : 0.0, sec > 0 ? r.bytes / n / sec / 1e9 : 0.0,
                        (r.counts.launches + r.counts.library_calls + r.counts.copies) / uint64_t(n),
-                       r.counts.syncs / uint64_t(n));
+                       r.counts.syncs / uint64_t(n), peak ? fmt::format(" {:>5}", peak_share(p, r, r.flops / n, r.device_us / n)) : "");
   }
   if (rest_us > 0) out += fmt::format("{:<24} {:>55} {:>5.1f}%\n", "(other ops)", ms(rest_us), 100 * rest_us / step_time);
   out += fmt::format("step: {} FLOP, {} moved{}\n", si(s.flops, "F"), si(s.bytes, "B"),
@@ -134,6 +156,7 @@ std::string table(const Profile& p, size_t max_rows) {
                          s.step_predicted_us / std::max(s.step_busy_us, 1e-9), ms(s.step_busy_us));
   } else {
     out += fmt::format("step: {} ms wall, of which {} ms in recorded ops\n", ms(s.step_host_us), ms(s.step_busy_us));
+    if (peak) out += cpu_peak_line(p.options.cpu_peak_flops, s);
   }
   return out;
 }
@@ -156,6 +179,7 @@ nlohmann::json to_json(const Profile& p) {
           {"emulated", p.emulated},
           {"timing", p.emulated ? "predicted" : p.events ? "cuda_events" : "wall"},
           {"gpu_model", p.options.device.is_cuda() ? p.options.gpu : ""},
+          {"cpu_peak_flops", p.options.cpu_peak_flops},
           {"steps", s.steps},
           {"step", {{"host_ms", s.step_host_us / 1000},
                     {"device_ms", s.step_device_us / 1000},
@@ -163,6 +187,8 @@ nlohmann::json to_json(const Profile& p) {
                     {"predicted_ms", s.step_predicted_us / 1000},
                     {"flops", s.flops},
                     {"bytes", s.bytes},
+                    {"product_flops", s.product_flops},
+                    {"product_ms", s.product_us / 1000},
                     {"counts", counts(s.counts)},
                     {"counts_total", counts(s.total)},
                     {"outside_ops", counts(s.outside)}}},

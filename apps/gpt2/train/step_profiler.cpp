@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "core/cpu_peak.h"
 #include "core/io.h"
+#include "core/parallel.h"
 
 namespace keel::app {
 
@@ -24,7 +26,13 @@ StepProfiler::StepProfiler(const TrainConfig& cfg, Device device, std::filesyste
 
 void StepProfiler::begin(int64_t step) {
   if (step < first_ || step > last_) return;
-  if (!session_) session_ = std::make_unique<profiler::Session>(profiler::Options{device_, cfg_.profile_gpu});
+  if (!session_) {
+    profiler::Options o{device_, cfg_.profile_gpu};
+    // On the CPU the products are shown against the FMA peak of the threads the step runs on,
+    // measured here (about 0.1 s) rather than taken from a data sheet (core/cpu_peak.h).
+    if (!device_.is_cuda()) o.cpu_peak_flops = cpu_peak::fma_flops(parallel::threads());
+    session_ = std::make_unique<profiler::Session>(o);
+  }
   session_->step_begin();
 }
 

@@ -1,7 +1,9 @@
 // `gpt2 train --profile N`: the trainer's use of keel's profiler (core/profiler.h). After
 // --profile-warmup steps of this launch (allocator caches filled, cuBLAS plans made), N steps are
 // recorded; then rank 0 prints the table and writes RUN_DIR/profile.json and
-// RUN_DIR/profile_trace.json (Chrome trace format: Perfetto, chrome://tracing).
+// RUN_DIR/profile_trace.json (Chrome trace format: Perfetto, chrome://tracing). On the CPU each
+// matrix product's rate is also shown as a share of the machine's FMA peak, measured when the
+// recording starts (core/cpu_peak.h).
 #pragma once
 
 #include <cstdint>
