@@ -1,8 +1,9 @@
 // Matrix products: batched matmul and the fully connected layer (linear).
 //
-// Both are differentiable. The CPU kernels use Eigen's GEMM (multi-threaded through OpenMP)
-// and read strided operands in place: a matrix whose rows or whose columns are unit-stride
-// (a plain tensor or a transposed view) is mapped without a copy; anything else is packed.
+// Both are differentiable. The CPU kernels use Eigen's GEMM, one block of the result's rows per
+// chunk of keel's threads (core/parallel.h, ops/cpu/matmul.cpp), and read strided operands in
+// place: a matrix whose rows or whose columns are unit-stride (a plain tensor or a transposed
+// view) is mapped without a copy; anything else is packed.
 #pragma once
 
 #include "core/tensor.h"

@@ -12,8 +12,8 @@
 //   micro-batch's contribution below 1/256 of the running total).
 // - Bias correction uses each parameter's own step count, which advances only on steps where
 //   that parameter had a gradient (PyTorch's per-parameter "step" state).
-// - On CUDA the whole update is one fused kernel (optim/cuda/adamw.cu); on the CPU an OpenMP loop.
-//   Both call the per-element update in optim/adamw_math.h.
+// - On CUDA the whole update is one fused kernel (optim/cuda/adamw.cu); on the CPU a loop over
+//   chunks on keel's threads (core/parallel.h). Both call the per-element update in optim/adamw_math.h.
 #pragma once
 
 #include <cstdint>
