@@ -36,8 +36,9 @@ using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
 // A NaN in the row makes lse NaN, as does a row of infinities of one sign (inf - inf).
 template <typename T>
 double row_lse(const T* row, int64_t V) {
-  T m = -std::numeric_limits<T>::infinity();
-  for (int64_t v = 0; v < V; ++v) m = std::max(m, row[v]);  // NaN-skipping; exp(NaN) sets s below
+  // The largest number in the row, NaNs skipped (exp(NaN) makes s NaN below), vectorized: a
+  // scalar running max is one dependent instruction per logit, half the loss's time.
+  const T m = Eigen::Map<const Arr<T>>(row, V).template maxCoeff<Eigen::PropagateNumbers>();
   double s = 0;
   for (int64_t i = 0; i < V; i += kBlock) {
     const int64_t n = std::min(kBlock, V - i);
