@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -104,13 +105,32 @@ uint64_t next_of(uint64_t s) { return s & kCountMask; }
 
 thread_local bool t_in_chunk = false;
 
-int env_threads(const char* name) {
-  const char* v = std::getenv(name);
+constexpr long kMaxThreads = 1024;
+
+// KEEL_NUM_THREADS is keel's own setting: a value that is not a count from 1 to kMaxThreads is
+// refused (ConfigError), never guessed around. 0 when unset or empty.
+int keel_env_threads() {
+  const char* v = std::getenv("KEEL_NUM_THREADS");
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || errno == ERANGE || n < 1 || n > kMaxThreads)
+    throw ConfigError("KEEL_NUM_THREADS", "'" + std::string(v) + "' is not a thread count",
+                      "set it to a whole number from 1 to " + std::to_string(kMaxThreads) +
+                          ", or unset it to use every CPU this process may run on");
+  return int(n);
+}
+
+// OMP_NUM_THREADS belongs to every OpenMP program the user runs; keel reads it as OpenMP
+// runtimes do: the first entry of a per-nesting-level list, and an invalid value is ignored.
+int omp_env_threads() {
+  const char* v = std::getenv("OMP_NUM_THREADS");
   if (!v || !*v) return 0;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' && *end != ',') return 0;  // OMP_NUM_THREADS may list a count per nesting level
-  return n >= 1 ? int(std::min<long>(n, 1024)) : 0;
+  if (end == v || (*end != '\0' && *end != ',')) return 0;
+  return n >= 1 ? int(std::min(n, kMaxThreads)) : 0;
 }
 
 std::atomic<int> g_threads{0};  // 0: not yet decided
@@ -290,13 +310,13 @@ Pool& pool() {
   return *g_pool;
 }
 
+}  // namespace
+
 int default_threads() {
-  if (int n = env_threads("KEEL_NUM_THREADS")) return n;
-  if (int n = env_threads("OMP_NUM_THREADS")) return n;
+  if (int n = keel_env_threads()) return n;
+  if (int n = omp_env_threads()) return n;
   return affinity_cpus();
 }
-
-}  // namespace
 
 int threads() {
   int n = g_threads.load(std::memory_order_relaxed);

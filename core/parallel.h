@@ -35,7 +35,9 @@
 // thread.
 //
 // The thread count, the caller included: set_threads(n), else KEEL_NUM_THREADS, else
-// OMP_NUM_THREADS (as PyTorch honours it), else the CPUs this process may run on.
+// OMP_NUM_THREADS (as PyTorch honours it), else the CPUs this process may run on. A
+// KEEL_NUM_THREADS that is not a count from 1 to 1024 is a ConfigError; an invalid
+// OMP_NUM_THREADS is ignored, as OpenMP runtimes ignore it.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +45,11 @@
 
 namespace keel::parallel {
 
-// The threads a loop runs on, the calling thread included (>= 1).
+// The threads a loop runs on, the calling thread included (>= 1); default_threads() until
+// set_threads is called. ConfigError for a bad KEEL_NUM_THREADS, from the first loop on.
 int threads();
+// The count from the environment and the CPUs, as described above (ConfigError as above).
+int default_threads();
 // Sets it (n >= 1; ValueError otherwise). Workers start when first needed.
 void set_threads(int n);
 // True inside a chunk: a loop started there runs on the calling thread alone.

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -89,6 +90,30 @@ TEST_CASE("the thread count: at least 1, from set_threads, and a bad one is refu
   CHECK(parallel::threads() == 5);
   CHECK_THROWS_AS(parallel::set_threads(0), ValueError);
   CHECK(parallel::threads() == 5);
+}
+
+TEST_CASE("the thread count from the environment: KEEL_NUM_THREADS, else OMP_NUM_THREADS") {
+  // Restores both variables as they were, so later tests see the environment ctest gave them.
+  struct Env {
+    const char* name;
+    bool had;
+    std::string was;
+    explicit Env(const char* n) : name(n), had(std::getenv(n) != nullptr), was(had ? std::getenv(n) : "") {}
+    ~Env() { had ? setenv(name, was.c_str(), 1) : unsetenv(name); }
+  } keel_env("KEEL_NUM_THREADS"), omp_env("OMP_NUM_THREADS");
+  unsetenv("KEEL_NUM_THREADS");
+  setenv("OMP_NUM_THREADS", "3,2", 1);  // OpenMP's per-nesting-level list: the first entry
+  CHECK(parallel::default_threads() == 3);
+  setenv("KEEL_NUM_THREADS", "7", 1);  // keel's own setting wins
+  CHECK(parallel::default_threads() == 7);
+  for (const char* bad : {"abc", "0", "-2", "4x", "2,2", "1025", " ", "99999999999999999999"}) {
+    CAPTURE(bad);
+    setenv("KEEL_NUM_THREADS", bad, 1);
+    CHECK_THROWS_AS(parallel::default_threads(), ConfigError);
+  }
+  unsetenv("KEEL_NUM_THREADS");
+  setenv("OMP_NUM_THREADS", "many", 1);  // not keel's to refuse: ignored, as OpenMP ignores it
+  CHECK(parallel::default_threads() >= 1);
 }
 
 TEST_CASE("a freed CPU block of 1 MB or more comes back for the next request of its size") {

@@ -8,6 +8,7 @@
 
 #include "apps/gpt2/cli/commands.h"
 #include "core/error.h"
+#include "core/parallel.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"gpt2: prepare data, train and evaluate GPT-2 models with keel", "gpt2"};
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   keel::app::add_bench_sample_command(app);
   keel::app::add_attention_stats_command(app);
   try {
+    (void)keel::parallel::threads();  // a bad KEEL_NUM_THREADS is refused before any work starts
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
