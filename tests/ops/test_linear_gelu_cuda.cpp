@@ -63,8 +63,8 @@ TEST_CASE("cuda linear_gelu against the CPU, fused: odd rows and in-features, wi
       // and d(pre) = dout gelu'(pre) has no relative error bound near gelu's minimum (gelu' = 0
       // at -0.75, where its two terms, each ~0.22, cancel). Two correct f32 evaluations (the
       // CPU's vectorized exp, the device's tanhf) differ there by any relative amount, and so do
-      // the dtype-rounded pre-activations of bf16 and f16. The rows of the batched cases below
-      // are sums over rows of x; they hold the same gradient to the tolerance.
+      // the dtype-rounded pre-activations of bf16 and f16. In the batched cases each row is a sum
+      // over the rows of x, and they hold the same gradient to the tolerance.
       compare(fused, in, dt, /*backward=*/c.x.size() > 1);
       compare(fused, in, dt, /*backward=*/false);  // without: GELU(_BIAS), no aux
     }
