@@ -1,8 +1,7 @@
 // CPU kernels of matmul and linear: Eigen GEMM on strided views, spread over keel's threads.
 //
-// Eigen maps a matrix in place when one of its two strides is 1: unit column stride is a
-// row-major matrix, unit row stride a column-major one (that is what a transposed view
-// looks like). So the transposes of the backward pass (grad @ b^T, a^T @ grad) cost no copy.
+// Eigen maps a matrix in place when one of its strides is 1 (unit column stride: row-major; unit
+// row stride: column-major, as a transposed view is), so the backward's transposes cost no copy.
 //
 // Eigen runs single-threaded here (EIGEN_DONT_PARALLELIZE, ops/CMakeLists.txt); keel splits a
 // product itself (core/parallel.h). A product of many rows cuts C's rows into blocks, each one
@@ -12,16 +11,14 @@
 // every element is the bits of the unsplit serial product, on any thread count
 // (tests/ops/test_matmul.cpp holds it). Splitting the columns instead would change the bits
 // (Eigen's last columns take other kernels) and repack A for every block, so it is not done.
-// A layer's bias and activation ride on the row blocks (linear_rows): the bias is written
+// A layer's bias and activation ride on the row blocks (linear_into): the bias is written
 // into a block just before its product accumulates on it, the GELU applied to it just after,
 // while the block is still in the core's cache.
 //
-// A product with few rows (decoding: one token per sequence through every Linear and the
-// output layer) is a matrix-vector product, which Eigen runs on one thread, and Eigen's GEMM
-// on 2-8 rows is slower still. Such products split C's columns instead: fixed blocks of
-// kColumnBlock columns spread over the threads, each row of a block one Eigen GEMV (see
-// few_rows_product). The blocks depend on N alone, so the result does not depend on the
-// thread count.
+// A product with few rows (decoding: one token per sequence) is a matrix-vector product, which
+// Eigen runs on one thread (its GEMM on 2-8 rows is slower still). Such products split C's
+// columns instead, in fixed blocks of kColumnBlock columns, each row of a block one Eigen GEMV
+// (few_rows_product): the blocks depend on N alone, not on the thread count.
 #include <Eigen/Core>
 #include <algorithm>
 #include <functional>
@@ -95,26 +92,23 @@ Tensor rows2d(const Tensor& t) {
   return c.as_strided({R, C}, {C, 1}, c.offset());
 }
 
-// At most this many rows take few_rows_product: up to 8 rows, GEMVs on all threads beat
-// Eigen's GEMM (measured on the decode shapes: C = 192 -> 3C, 4C, C and 4C -> C, C -> V).
+// At most this many rows take few_rows_product: up to 8 rows, GEMVs on all threads beat Eigen's
+// GEMM (measured on the decode shapes C = 192 -> 3C, 4C, C, 4C -> C, C -> V).
 constexpr int64_t kFewRows = 8;
-// Columns per block of few_rows_product. A multiple of 8, so every block starts where Eigen's
-// row-major GEMV (which takes C's columns, the weight's rows, 8 at a time, then 4, 2, 1) would
-// start a group in the unsplit product: a one-row product gets the very bits of one GEMV.
+// Columns per block of few_rows_product, a multiple of 8: every block starts where Eigen's GEMV
+// (C's columns 8 at a time, then 4, 2, 1) starts a group in the unsplit product, so a one-row
+// product gets the very bits of one GEMV.
 constexpr int64_t kColumnBlock = 32;
-// Below this many multiply-adds (M * N * K) a product stays on one thread: a decode step's
-// 1 x 192 x 384 product ran at 0.9x on two threads, 1 x 192 x 768 at 1.35x (docs/benchmarks.md,
-// "CPU threads").
+// Below this many multiply-adds (M * N * K) a product stays on one thread: 1 x 192 x 384 ran at
+// 0.9x on two threads, 1 x 192 x 768 at 1.35x (docs/benchmarks.md, "CPU threads").
 constexpr int64_t kMinThreadedWork = int64_t{1} << 17;
-// A chunk of few_rows_product's column blocks holds at least this many multiply-adds: about
-// 1.5 us of matrix-vector products, several times what claiming a chunk costs.
+// Multiply-adds in a chunk of few_rows_product's blocks: ~1.5 us, several times a claim's cost.
 constexpr int64_t kMinGemvWork = int64_t{1} << 15;
 // Row blocks of a product of many rows start at multiples of this (see the top of the file).
 constexpr int64_t kRowGranule = 16;
 // A row block holds at least this many multiply-adds, about 10 us on one core (each block packs
 // all of B again), and a product is cut into about kBlocksPerThread blocks per thread, so that a
-// thread the system has descheduled leaves little work for the others to wait on
-// (docs/benchmarks.md, "CPU threads").
+// thread the system has descheduled leaves little work for the others to wait on.
 constexpr int64_t kMinBlockWork = int64_t{1} << 19;
 constexpr int64_t kBlocksPerThread = 2;
 
@@ -163,14 +157,20 @@ int64_t block_rows(int64_t M, int64_t N, int64_t K) {
   return std::min(M, std::max(by_threads, by_work));
 }
 
-// C (M, N) [+]= A (M, K) @ B (K, N) for M > kFewRows in row blocks over the threads (see the top
-// of the file); before(r0, r1) and after(r0, r1), when set, run on each block around its product.
-// The last block takes the remainder of M, so no block has fewer rows than the others (a block of
-// one row would be Eigen's matrix-vector product, other bits).
+// Blocks of `rows` rows that cover M rows, the last ending at M: it is the shortest, so the
+// threads' shares stay even, but never under kRowGranule rows (a block of one row would be
+// Eigen's matrix-vector product, other bits): a shorter remainder joins the block before it.
+int64_t row_block_count(int64_t M, int64_t rows) {
+  const int64_t blocks = (M + rows - 1) / rows;
+  return blocks > 1 && M - (blocks - 1) * rows < kRowGranule ? blocks - 1 : blocks;
+}
+
+// C (M, N) [+]= A (M, K) @ B (K, N) for M > kFewRows in row blocks over the threads; before(r0, r1)
+// and after(r0, r1), when set, run on each block around its product.
 template <typename MatA, typename MatB, typename MatC>
 void row_blocks_product(const MatA& A, const MatB& B, MatC& C, bool accumulate, const RowHook* before,
                         const RowHook* after) {
-  const int64_t M = C.rows(), rows = block_rows(M, C.cols(), A.cols()), blocks = std::max<int64_t>(M / rows, 1);
+  const int64_t M = C.rows(), rows = block_rows(M, C.cols(), A.cols()), blocks = row_block_count(M, rows);
   parallel::for_each_chunk(blocks, [&](int64_t i) {
     const int64_t r0 = i * rows, r1 = i + 1 == blocks ? M : r0 + rows;
     if (before) (*before)(r0, r1);
