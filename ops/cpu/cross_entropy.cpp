@@ -1,11 +1,11 @@
 // CPU kernels of the fused cross-entropy: one row of V logits at a time, chunks of rows in
 // parallel (core/parallel.h).
 //
-// The loss is memory-bound: a row is read from memory once, for its max, and then from the cache
-// for its sum of exponentials (and, when the gradient is promised, once more for it). The
-// exponentials are Eigen's vectorized exp in the logits' own dtype (f32 for f32 logits: a few ulp,
-// against the C library's scalar double exp at 11 ns an element, which held the demo model's loss
-// to 1.4 GB/s); each block of kBlock terms is summed in T and the blocks in double, and
+// A row is read from memory once, for its max, and then from the cache for its sum of
+// exponentials (and, when the gradient is promised, once more for it); while one row's
+// exponentials are summed, the next row is fetched into the cache, so its max does not wait on
+// memory. The exponentials are in the logits' own dtype: exp_f32 (ops/cpu/exp_f32.h) for f32,
+// Eigen's for f64. Each block of kBlock terms is summed in T and the blocks in double, and
 // lse = max + log(sum) is formed in double. The backward computes each element as the fused
 // forward does, from the logits and lse alone, so the two give the same bits.
 #include <Eigen/Core>
@@ -18,31 +18,40 @@
 #include "core/factory.h"
 #include "core/parallel.h"
 #include "ops/cpu/cross_entropy.h"
+#include "ops/cpu/exp_f32.h"
 #include "ops/nan_max.h"
 
 namespace keel::cpu {
 
 namespace {
-// Logits per chunk of rows: about 10 us of one core's work at some 0.6 ns a logit (core/parallel.h,
-// "Chunk sizes"); a vocabulary-sized row is a chunk of its own.
-constexpr int64_t kGrain = int64_t{1} << 14;
+// Logits per chunk of rows: about 50 us of one core's work at some 0.4 ns a logit, several times
+// core/parallel.h's minimum ("Chunk sizes"), because a thread fetches ahead only the next row of
+// its own chunk: the first row of each chunk waits on memory for its max.
+constexpr int64_t kGrain = int64_t{1} << 17;
 // Terms of the sum of exponentials added in T before the running double sum takes them.
 constexpr int64_t kBlock = 256;
 
 template <typename T>
 using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
 
-// row (V) -> lse = log(sum(exp(row))) in double: max, then the blocks' sums of exp(row - max).
+// row (V), next (V) or null -> lse = log(sum(exp(row))) in double: max, then the blocks' sums of
+// exp(row - max), fetching `next` (the row after, with the same V) into the cache on the way.
 // A NaN in the row makes lse NaN, as does a row of infinities of one sign (inf - inf).
 template <typename T>
-double row_lse(const T* row, int64_t V) {
-  // The largest number in the row, NaNs skipped (exp(NaN) makes s NaN below), vectorized: a
-  // scalar running max is one dependent instruction per logit, half the loss's time.
-  const T m = Eigen::Map<const Arr<T>>(row, V).template maxCoeff<Eigen::PropagateNumbers>();
+double row_lse(const T* row, int64_t V, const T* next) {
+  // The largest number in the row, vectorized (a scalar running max is one dependent instruction
+  // per logit). With a NaN in the row it may be any of its numbers or NaN: lse is NaN either way,
+  // as exp(NaN - m) enters the sum.
+  const T m = Eigen::Map<const Arr<T>>(row, V).maxCoeff();
+  constexpr int64_t kLine = 64 / sizeof(T);  // elements per cache line
+  alignas(64) T e[kBlock];
   double s = 0;
   for (int64_t i = 0; i < V; i += kBlock) {
     const int64_t n = std::min(kBlock, V - i);
-    s += static_cast<double>((Eigen::Map<const Arr<T>>(row + i, n) - m).exp().sum());
+    if (next)
+      for (int64_t j = 0; j < n; j += kLine) __builtin_prefetch(next + i + j);
+    exp_minus(row + i, n, m, e);
+    s += static_cast<double>(Eigen::Map<const Arr<T>>(e, n).sum());
   }
   return static_cast<double>(m) + std::log(s);
 }
@@ -63,7 +72,8 @@ void grad_row(const T* row, int64_t V, int64_t Vp, int64_t target, int64_t ignor
   // The z-loss's share, 2 z_loss lse softmax, folded into the softmax's factor; exactly `scale`
   // without it, so the gradient keeps its bits.
   const double soft = z_loss != 0 ? scale * (1 + 2 * z_loss * l) : scale;
-  Eigen::Map<Arr<T>>(out, V) = (Eigen::Map<const Arr<T>>(row, V) - lse).exp() * static_cast<T>(soft);
+  exp_minus(row, V, lse, out);
+  Eigen::Map<Arr<T>>(out, V) *= static_cast<T>(soft);
   out[target] = static_cast<T>(out[target] - scale);
 }
 
@@ -125,7 +135,7 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_
     parallel::for_each_chunk(chunks, [&](int64_t c) {
       for (int64_t r = c * per; r < std::min(N, (c + 1) * per); ++r) {
         const T* row = px + r * Vp;
-        const double l = row_lse(row, V);
+        const double l = row_lse(row, V, r + 1 < std::min(N, (c + 1) * per) ? row + Vp : nullptr);
         pl[r] = static_cast<T>(l);
         // The promised gradient while the row is still in the cache: the logits are read once.
         if (pd) grad_row(row, V, Vp, t[r], ignore_index, pl[r], scale, z_loss, pd + r * Vp);
