@@ -17,6 +17,7 @@
 #include "core/factory.h"
 #include "core/parallel.h"
 #include "ops/attention_band.h"
+#include "ops/cpu/exp_f32.h"
 #include "ops/nan_max.h"
 
 namespace keel::cpu {
@@ -62,7 +63,9 @@ auto band_of(Row&& row, int64_t i, int64_t w, int64_t k0, int64_t nk) {
   const int64_t lo = band_start(i, w) - k0, n = i - k0 - lo + 1;
   row.head(lo).setZero();
   row.tail(nk - lo - n).setZero();
-  return row.segment(lo, n);
+  auto band = row.segment(lo, n);
+  static_assert(decltype(band)::InnerStrideAtCompileTime == 1, "a band's logits are adjacent: exp_minus takes them so");
+  return band;
 }
 
 // The per-(batch, head) statistics of the forward, merged over the batch afterwards.
@@ -96,15 +99,15 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const std::
         auto s = band_of(Sb.row(a), i0 + a, w, k0, nk);
         s *= sc;
         if (cap > 0) s = cap * (s.array() / cap).tanh();
-        amax = nan_max(amax, static_cast<double>(s.cwiseAbs().template maxCoeff<Eigen::PropagateNaN>()));
-        const Real range = s.template maxCoeff<Eigen::PropagateNaN>() - s.template minCoeff<Eigen::PropagateNaN>();
-        arange = nan_max(arange, static_cast<double>(range));
+        // max |logit| is max(|hi|, |lo|); a NaN in the row makes both NaN, and everything after.
+        const Real hi = s.template maxCoeff<Eigen::PropagateNaN>(), lo = s.template minCoeff<Eigen::PropagateNaN>();
+        amax = nan_max(amax, static_cast<double>(std::max(std::abs(hi), std::abs(lo))));
+        arange = nan_max(arange, static_cast<double>(hi - lo));
         // Subtract the row max before exp so that large logits cannot overflow.
-        const Real m = s.maxCoeff();
-        s = (s.array() - m).exp();
+        exp_minus(s.data(), s.size(), hi, s.data());
         const Real l = s.sum();
         s /= l;
-        L[i0 + a] = m + std::log(l);
+        L[i0 + a] = hi + std::log(l);
       }
       O.middleRows(i0, r).noalias() = Sb * V.middleRows(k0, nk);
     }
@@ -155,7 +158,7 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
           s = cap * (s.array() / cap).tanh();
           dcap.row(a).head(nk) = Real(1) - (Pb.row(a).array() / cap).square();  // masked columns: P = 0 anyway
         }
-        s = (s.array() - L[i0 + a]).exp();
+        exp_minus(s.data(), s.size(), L[i0 + a], s.data());
       }
       dV.middleRows(k0, nk).noalias() += Pb.transpose() * dOb;
       dSb.noalias() = dOb * Vb.transpose();  // dP
