@@ -8,8 +8,8 @@
 // the Cephes degree-6 polynomial for exp on [-ln2/2, ln2/2]) without those branches, and 2^k
 // built straight into the exponent bits: about half of Eigen's instructions, and 1.02 ulp at
 // worst over [-87.3, 0] against double exp (Eigen's: 1.25). Every operation is a single IEEE
-// rounding (the multiply-adds fused where the target has FMA), so the vector and scalar loops
-// give the same bits.
+// rounding (the multiply-adds are keel::fmadd, core/fma.h), so the vector and scalar loops give
+// the same bits.
 #pragma once
 
 #include <Eigen/Core>
@@ -18,17 +18,9 @@
 #include <cstring>
 #include <type_traits>
 
-namespace keel::cpu {
+#include "core/fma.h"
 
-// a * b + c, one rounding where the hardware fuses it (FP_FAST_FMAF: AVX2, Arm), else two: a
-// library fma without the hardware is many times slower than the whole exp.
-inline float fmadd_f32(float a, float b, float c) {
-#ifdef FP_FAST_FMAF
-  return std::fma(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
+namespace keel::cpu {
 
 // x -> exp(x): 1.02 ulp from 88 down to -87.3, where exp reaches float's
 // smallest normal number (1.2e-38); below, a denormal or 0, and 0 from -88 down (-inf included);
@@ -37,19 +29,19 @@ inline float exp_f32(float x) {
   x = x < -88.0f ? -88.0f : x;  // one vector max, NaN kept
   // k = round(x / ln 2): adding 1.5 * 2^23 leaves the integer k in t's low mantissa bits.
   const float shifter = 12582912.0f;
-  const float t = fmadd_f32(x, 1.44269504088896341f, shifter);
+  const float t = fmadd(x, 1.44269504088896341f, shifter);
   const float k = t - shifter;
   // r = x - k ln 2 in two steps (ln 2 = 0.693359375 - 2.12194440e-4, the first exact in a few
   // bits), so r is exact to float precision: |r| <= ln2 / 2.
-  float r = fmadd_f32(k, -0.693359375f, x);
-  r = fmadd_f32(k, 2.12194440e-4f, r);
+  float r = fmadd(k, -0.693359375f, x);
+  r = fmadd(k, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
-  p = fmadd_f32(p, r, 1.3981999507e-3f);
-  p = fmadd_f32(p, r, 8.3334519073e-3f);
-  p = fmadd_f32(p, r, 4.1665795894e-2f);
-  p = fmadd_f32(p, r, 1.6666665459e-1f);
-  p = fmadd_f32(p, r, 5.0000001201e-1f);
-  p = fmadd_f32(p * r, r, r) + 1.0f;  // exp(r) = 1 + r + r^2 p(r)
+  p = fmadd(p, r, 1.3981999507e-3f);
+  p = fmadd(p, r, 8.3334519073e-3f);
+  p = fmadd(p, r, 4.1665795894e-2f);
+  p = fmadd(p, r, 1.6666665459e-1f);
+  p = fmadd(p, r, 5.0000001201e-1f);
+  p = fmadd(p * r, r, r) + 1.0f;  // exp(r) = 1 + r + r^2 p(r)
   // 2^k: k + 127 into the exponent field. k is in [-127, 127]; at -127 the field is 0 and so is
   // the result, which is what x <= -88 asks for.
   uint32_t bits;
