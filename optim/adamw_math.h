@@ -1,7 +1,7 @@
-// The AdamW update of one element, shared by the CPU loop (optim/adamw.cpp) and the fused
-// CUDA kernels (optim/cuda/adamw.cu) so that both run the same formula. The device spells out
-// each rounding (below); the host leaves it to its compiler, so the two may differ in the last
-// bit, and CUDA is compared with the CPU to a tolerance.
+// The AdamW update of one element, shared by the CPU loop (optim/cpu/adamw.cpp) and the fused
+// CUDA kernels (optim/cuda/adamw.cu) so that both run the same formula, each rounding spelled
+// out (below). A CPU without FMA rounds its multiply-adds twice, so CUDA is compared with the
+// CPU to a tolerance.
 //
 // PyTorch's AdamW (decoupled weight decay, bias correction), with t the parameter's step:
 //   w <- w * (1 - lr * wd)                        (wd = 0 for parameters that are not decayed)
@@ -12,6 +12,7 @@
 
 #include <math.h>
 
+#include "core/fma.h"
 #include "core/host_device.h"
 
 namespace keel::optim {
@@ -65,24 +66,30 @@ __device__ inline float adamw_div(float a, float b) { return __fdiv_rn(a, b); }
 __device__ inline double adamw_div(double a, double b) { return __ddiv_rn(a, b); }
 __device__ inline float adamw_add(float a, float b) { return __fadd_rn(a, b); }
 __device__ inline double adamw_add(double a, double b) { return __dadd_rn(a, b); }
+#else
+// On the host the same roundings, for the same reason: the CPU loop is vectorized with a scalar
+// remainder, and an element's step must not depend on which of the two takes it (where a ZeRO-1
+// shard begins), whatever products a compiler would choose to fuse in each. With the multiply-adds
+// spelled as keel::fmadd (core/fma.h) nothing is left to fuse; where the CPU has FMA, the update
+// rounds as the GPU's does.
+template <typename C>
+inline C adamw_mul(C a, C b) { return a * b; }
+template <typename C>
+inline C adamw_fma(C a, C b, C c) { return fmadd(a, b, c); }
+template <typename C>
+inline C adamw_div(C a, C b) { return a / b; }
+template <typename C>
+inline C adamw_add(C a, C b) { return a + b; }
 #endif
 
 // w (master weight), m, v updated in place from gradient g.
 template <typename C>
 KEEL_HD inline void adamw_update(C g, C& w, C& m, C& v, const AdamWCoeffs<C>& k) {
-#if KEEL_DEVICE_CODE
   w = adamw_mul(w, k.decay);
   m = adamw_fma(k.beta1, m, adamw_mul(k.one_minus_beta1, g));
   v = adamw_fma(k.beta2, v, adamw_mul(adamw_mul(k.one_minus_beta2, g), g));
   const C denom = adamw_add(adamw_div(adamw_sqrt(v), k.bc2_sqrt), k.eps);
   w = adamw_fma(-k.step_size, adamw_div(m, denom), w);
-#else
-  w = w * k.decay;
-  m = k.beta1 * m + k.one_minus_beta1 * g;
-  v = k.beta2 * v + k.one_minus_beta2 * g * g;
-  C denom = adamw_sqrt(v) / k.bc2_sqrt + k.eps;
-  w = w - k.step_size * (m / denom);
-#endif
 }
 
 KEEL_END_DEVICE_VARIANT
