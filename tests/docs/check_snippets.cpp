@@ -69,7 +69,7 @@ std::vector<Snippet> cpp_snippets(const fs::path& root, const std::string& doc) 
   std::vector<Snippet> out;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (trim_right(lines[i]) != "```cpp") continue;
-    Snippet s{doc, "", i + 1, {}};
+    Snippet s{doc, "", false, i + 1, {}};
     const std::string tag = "<!-- snippet: ";
     if (i > 0 && lines[i - 1].rfind(tag, 0) == 0) {
       const std::string rest = lines[i - 1].substr(tag.size());
