@@ -22,9 +22,10 @@
 
 namespace keel::cpu {
 
-// x -> exp(x): 1.02 ulp from 88 down to -87.3, where exp reaches float's
-// smallest normal number (1.2e-38); below, a denormal or 0, and 0 from -88 down (-inf included);
-// NaN for NaN (the comparisons pass it through).
+// x <= 88 -> exp(x): 1.02 ulp from 88 down to -87.3, where exp reaches float's smallest normal
+// number (1.2e-38); below, a denormal or 0, and 0 from -88 down (-inf included); NaN for NaN (the
+// comparison passes it through). Past 88.7 k no longer fits the exponent field and the result is
+// meaningless: the callers pass x - max or x - lse, never above 0.
 inline float exp_f32(float x) {
   x = x < -88.0f ? -88.0f : x;  // one vector max, NaN kept
   // k = round(x / ln 2): adding 1.5 * 2^23 leaves the integer k in t's low mantissa bits.
