@@ -187,13 +187,13 @@ class LoadProbe {
 
 class Pool {
  public:
-  void run(int64_t chunks, detail::ChunkFn fn, void* ctx, int helpers, Claim claim);
-  int usable(int threads, Claim claim);
+  void run(int64_t chunks, detail::ChunkFn fn, void* ctx, int helpers);
+  int usable(int threads);
 
  private:
-  // The threads, the caller's included, that a loop with this claim may use now (busy_ held):
-  // `threads`, or fewer when other programs keep CPUs busy.
-  int allowed(int threads, Claim claim);
+  // The threads, the caller's included, that a loop may use now (busy_ held): `threads`, or
+  // fewer when other programs keep CPUs busy.
+  int allowed(int threads);
   void grow(int helpers);
   void worker(int index, uint32_t seen);
   // Claims and runs chunks of generation `gen` until none is left.
@@ -258,20 +258,20 @@ void Pool::grow(int helpers) {
   }
 }
 
-int Pool::allowed(int threads, Claim claim) {
-  if (claim == Claim::kFairShare || !g_load_aware.load(std::memory_order_relaxed)) return threads;
+int Pool::allowed(int threads) {
+  if (!g_load_aware.load(std::memory_order_relaxed)) return threads;
   const int own = 1 + int(workers_.size()) - sleepers_.load(std::memory_order_relaxed);
   return std::min(threads, probe_.free_cpus(cpus_, own));
 }
 
-int Pool::usable(int threads, Claim claim) {
+int Pool::usable(int threads) {
   std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
-  return lock.owns_lock() ? allowed(threads, claim) : 1;
+  return lock.owns_lock() ? allowed(threads) : 1;
 }
 
-void Pool::run(int64_t chunks, detail::ChunkFn fn, void* ctx, int helpers, Claim claim) {
+void Pool::run(int64_t chunks, detail::ChunkFn fn, void* ctx, int helpers) {
   std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
-  if (lock.owns_lock()) helpers = allowed(helpers + 1, claim) - 1;
+  if (lock.owns_lock()) helpers = allowed(helpers + 1) - 1;
   // One thread: another thread's loop holds the pool, or other programs hold the other CPUs.
   if (!lock.owns_lock() || helpers < 1 || chunks > kMaxChunks) {
     struct InChunk {
@@ -346,16 +346,16 @@ void set_threads(int n) {
 
 bool in_parallel() { return t_in_chunk; }
 
-int usable_threads(Claim claim) {
+int usable_threads() {
   const int n = threads();
-  return n == 1 || t_in_chunk ? 1 : pool().usable(n, claim);
+  return n == 1 || t_in_chunk ? 1 : pool().usable(n);
 }
 
 void set_load_aware(bool on) { g_load_aware.store(on, std::memory_order_relaxed); }
 bool load_aware() { return g_load_aware.load(std::memory_order_relaxed); }
 
 namespace detail {
-void run(int64_t chunks, ChunkFn fn, void* ctx, Claim claim) { pool().run(chunks, fn, ctx, threads() - 1, claim); }
+void run(int64_t chunks, ChunkFn fn, void* ctx) { pool().run(chunks, fn, ctx, threads() - 1); }
 }  // namespace detail
 
 }  // namespace keel::parallel

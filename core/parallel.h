@@ -21,15 +21,15 @@
 // - Chunks are claimed, not assigned: when a worker has been descheduled by the system, the
 //   calling thread runs its chunks itself instead of waiting for it, so a loaded machine costs
 //   at most the chunk a worker holds, never a whole share.
-// - A short loop leaves to other programs the CPUs they keep busy: it runs on at most the CPUs
-//   the kernel's count of runnable tasks says are free (Linux, /proc/loadavg; core/parallel.cpp,
-//   LoadProbe), never fewer than one. Its end would otherwise wait for a helper the system has
-//   descheduled, up to a time slice of milliseconds: two threads taking turns with two busy
-//   programs decoded a token in 6.3 ms against one thread's 3.4 (docs/benchmarks.md, "CPU
-//   threads"). A loop of many milliseconds may claim every thread instead (Claim::kFairShare):
-//   the system then gives each of keel's threads its fair share beside the busy programs, worth
-//   more than the wait at the loop's end (a training step whose products claim it trained at 1.3x
-//   one thread's speed beside two busy programs). set_load_aware(false) makes every loop claim every thread.
+// - A loop leaves to other programs the CPUs they keep busy: it runs on at most the CPUs the
+//   kernel's count of runnable tasks says are free (Linux, /proc/loadavg; core/parallel.cpp,
+//   LoadProbe), never fewer than one. Two threads that each get half a core, taking turns with
+//   two busy programs, are slower than one thread that keeps a core: 6.3 ms a decoded token
+//   against 3.4 measured (docs/benchmarks.md, "CPU threads"). Nor do more threads buy a larger
+//   share of a busy machine: Linux schedules each session (a terminal, a desktop program) as one
+//   group (autogroup), so beside programs of other sessions keel's group gets its turn whatever
+//   its thread count, and a training step whose long products took every thread anyway ran at
+//   0.77x of one thread (docs/benchmarks.md). set_load_aware(false) turns it off.
 // - A loop of one chunk, a loop inside another loop's chunk, and a loop while another thread of
 //   the program is using the pool run on the calling thread alone, with no synchronisation.
 // Chunk sizes: a chunk holds about 10 us of one core's work or more, 25 times what handing it to
@@ -49,12 +49,6 @@
 
 namespace keel::parallel {
 
-// What a loop claims of the CPUs other programs keep busy (see the top of the file).
-enum class Claim {
-  kFreeCpus,   // the CPUs they leave free: a loop of well under a few milliseconds
-  kFairShare,  // every thread, each to get its turn beside them: a loop of many milliseconds
-};
-
 // The threads a loop runs on, the calling thread included (>= 1); default_threads() until
 // set_threads is called. ConfigError for a bad KEEL_NUM_THREADS, from the first loop on.
 int threads();
@@ -64,29 +58,27 @@ int default_threads();
 void set_threads(int n);
 // True inside a chunk: a loop started there runs on the calling thread alone.
 bool in_parallel();
-// The threads a loop with this claim started now would run on (>= 1): threads(), but 1 inside a
-// chunk or while another thread's loop holds the pool, and for Claim::kFreeCpus no more than the
-// CPUs other programs leave free when load_aware(). A kernel that cuts its work by the thread
-// count (a product's row blocks, ops/cpu/matmul.cpp) cuts it by this, so that on a busy machine
-// it does not pay for a split that one thread then runs alone. Its cuts must not change its
-// results: this moves with the load.
-int usable_threads(Claim claim = Claim::kFreeCpus);
-// Whether Claim::kFreeCpus loops leave the CPUs other programs keep busy to them (the default)
-// or use threads() regardless (tests and benchmarks that need every thread). Results are the
-// same either way.
+// The threads a loop started now would run on (>= 1): threads(), but 1 inside a chunk or while
+// another thread's loop holds the pool, and no more than the CPUs other programs leave free when
+// load_aware(). A kernel that cuts its work by the thread count (a product's row blocks,
+// ops/cpu/matmul.cpp) cuts it by this, so that on a busy machine it does not pay for a split that
+// one thread then runs alone. Its cuts must not change its results: this moves with the load.
+int usable_threads();
+// Whether loops leave the CPUs other programs keep busy to them (the default) or use threads()
+// regardless (tests and benchmarks that need every thread). Results are the same either way.
 void set_load_aware(bool on);
 bool load_aware();
 
 namespace detail {
 using ChunkFn = void (*)(void* ctx, int64_t chunk);
 // Runs fn(ctx, c) for c in [0, chunks) on the pool; rethrows the first exception a chunk threw.
-void run(int64_t chunks, ChunkFn fn, void* ctx, Claim claim);
+void run(int64_t chunks, ChunkFn fn, void* ctx);
 }  // namespace detail
 
 // f(c) for every chunk c in [0, chunks), each exactly once, on any of the threads; returns when
 // all are done. An exception from a chunk is rethrown here (chunks not yet started may be skipped).
 template <typename F>
-void for_each_chunk(int64_t chunks, F&& f, Claim claim = Claim::kFreeCpus) {
+void for_each_chunk(int64_t chunks, F&& f) {
   if (chunks <= 0) return;
   if (chunks == 1 || threads() == 1 || in_parallel()) {
     for (int64_t c = 0; c < chunks; ++c) f(c);
@@ -95,7 +87,7 @@ void for_each_chunk(int64_t chunks, F&& f, Claim claim = Claim::kFreeCpus) {
   using Fn = std::remove_reference_t<F>;
   detail::run(
       chunks, [](void* ctx, int64_t c) { (*static_cast<Fn*>(ctx))(c); },
-      const_cast<void*>(static_cast<const void*>(&f)), claim);
+      const_cast<void*>(static_cast<const void*>(&f)));
 }
 
 // The number of chunks of `grain` elements (the last one shorter) that cover n elements.

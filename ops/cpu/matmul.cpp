@@ -111,13 +111,6 @@ constexpr int64_t kRowGranule = 16;
 // thread the system has descheduled leaves little work for the others to wait on.
 constexpr int64_t kMinBlockWork = int64_t{1} << 19;
 constexpr int64_t kBlocksPerThread = 2;
-// From this many multiply-adds (about 0.5 ms on one core) a product claims every thread on a busy
-// machine (parallel::Claim::kFairShare); a decode step's largest, 1 x 192 x 10000, is 2^21.
-constexpr int64_t kLongProduct = int64_t{1} << 25;
-
-parallel::Claim claim_of(int64_t M, int64_t N, int64_t K) {
-  return M * N * K >= kLongProduct ? parallel::Claim::kFairShare : parallel::Claim::kFreeCpus;
-}
 
 // A hook on a block of C's rows [r0, r1) (linear's bias before the product, its GELU after).
 using RowHook = std::function<void(int64_t r0, int64_t r1)>;
@@ -151,13 +144,13 @@ void few_rows_product(const MatA& A, const MatB& B, MatC& C, bool accumulate) {
 }
 
 // The rows of each block of a product of M rows, N columns and depth K: all M when one thread
-// should do it (or is all the load leaves, parallel::usable_threads), else a multiple of
-// kRowGranule. Narrow products (N or K under kRowGranule) stay
-// whole: Eigen computes tiny blocks of them by other kernels (a matrix-vector product, a
-// coefficient loop), whose bits differ.
+// should do it or is all the machine's load leaves (parallel::usable_threads; one block packs B
+// once), else a multiple of kRowGranule. Narrow products (N or K under kRowGranule) stay whole:
+// Eigen computes tiny blocks of them by other kernels (a matrix-vector product, a coefficient
+// loop), whose bits differ.
 int64_t block_rows(int64_t M, int64_t N, int64_t K) {
   if (M * N * K < kMinThreadedWork || N < kRowGranule || K < kRowGranule) return M;
-  const int64_t threads = parallel::usable_threads(claim_of(M, N, K));
+  const int64_t threads = parallel::usable_threads();
   if (threads == 1) return M;
   auto round_up = [](int64_t x) { return (x + kRowGranule - 1) / kRowGranule * kRowGranule; };
   const int64_t by_threads = round_up((M + threads * kBlocksPerThread - 1) / (threads * kBlocksPerThread));
@@ -178,8 +171,7 @@ int64_t row_block_count(int64_t M, int64_t rows) {
 template <typename MatA, typename MatB, typename MatC>
 void row_blocks_product(const MatA& A, const MatB& B, MatC& C, bool accumulate, const RowHook* before,
                         const RowHook* after) {
-  const int64_t M = C.rows(), N = C.cols(), K = A.cols();
-  const int64_t rows = block_rows(M, N, K), blocks = row_block_count(M, rows);
+  const int64_t M = C.rows(), rows = block_rows(M, C.cols(), A.cols()), blocks = row_block_count(M, rows);
   parallel::for_each_chunk(blocks, [&](int64_t i) {
     const int64_t r0 = i * rows, r1 = i + 1 == blocks ? M : r0 + rows;
     if (before) (*before)(r0, r1);
@@ -189,7 +181,7 @@ void row_blocks_product(const MatA& A, const MatB& B, MatC& C, bool accumulate, 
     else
       c.noalias() = A.middleRows(r0, r1 - r0) * B;
     if (after) (*after)(r0, r1);
-  }, claim_of(M, N, K));
+  });
 }
 
 // C (M, N) [+]= A (M, K) @ B (K, N) on raw pointers; ldc is C's row stride. The hooks run on

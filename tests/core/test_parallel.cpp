@@ -61,22 +61,6 @@ TEST_CASE("chunks run on several threads, and a loop inside a chunk runs on its 
   CHECK_FALSE(parallel::in_parallel());
 }
 
-TEST_CASE("a loop that claims its fair share runs on every thread, whatever the load") {
-  parallel::ThreadsGuard guard(2);
-  REQUIRE(parallel::load_aware());
-  std::mutex mu;
-  std::set<std::thread::id> ids;
-  parallel::for_each_chunk(
-      16,
-      [&](int64_t) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        std::lock_guard<std::mutex> lock(mu);
-        ids.insert(std::this_thread::get_id());
-      },
-      parallel::Claim::kFairShare);
-  CHECK(ids.size() == 2);
-}
-
 TEST_CASE("a chunk's exception reaches the caller, and the pool keeps working") {
   parallel::ThreadsGuard guard(2);
   CHECK_THROWS_AS(parallel::for_each_chunk(8,
@@ -102,7 +86,7 @@ TEST_CASE("two threads of a program may run loops at once: one of them runs its 
 }
 
 
-TEST_CASE("usable_threads: the threads a loop with a claim started now would get") {
+TEST_CASE("usable_threads: the threads a loop started now would get") {
   parallel::ThreadsGuard guard(3);
   parallel::set_load_aware(false);
   CHECK(parallel::usable_threads() == 3);
@@ -130,7 +114,6 @@ TEST_CASE("usable_threads: the threads a loop with a claim started now would get
   const int n = parallel::usable_threads();  // fewer while other programs keep CPUs busy
   CHECK(n >= 1);
   CHECK(n <= 3);
-  CHECK(parallel::usable_threads(parallel::Claim::kFairShare) == 3);  // whatever the load
 }
 TEST_CASE("the thread count: at least 1, from set_threads, and a bad one is refused") {
   parallel::ThreadsGuard guard(5);
