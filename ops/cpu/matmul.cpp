@@ -144,10 +144,9 @@ void few_rows_product(const MatA& A, const MatB& B, MatC& C, bool accumulate) {
 }
 
 // The rows of each block of a product of M rows, N columns and depth K: all M when one thread
-// should do it or is all the machine's load leaves (parallel::usable_threads; one block packs B
-// once), else a multiple of kRowGranule. Narrow products (N or K under kRowGranule) stay whole:
-// Eigen computes tiny blocks of them by other kernels (a matrix-vector product, a coefficient
-// loop), whose bits differ.
+// should do it or is all the load leaves (parallel::usable_threads), else a multiple of
+// kRowGranule. Narrow products (N or K under kRowGranule) stay whole: Eigen computes tiny blocks
+// of them by other kernels (a matrix-vector product, a coefficient loop), whose bits differ.
 int64_t block_rows(int64_t M, int64_t N, int64_t K) {
   if (M * N * K < kMinThreadedWork || N < kRowGranule || K < kRowGranule) return M;
   const int64_t threads = parallel::usable_threads();
