@@ -1,14 +1,21 @@
-// Internal to ops/cuda: linear with a GELU epilogue through cuBLASLt, and its backward's
-// product with the GELU's derivative as the epilogue, implemented in ops/cuda/matmul.cu (beside
-// linear's bias epilogue and the cuBLAS handles they share) and called by ops/cuda/linear_gelu.cu
-// (linear_gelu, and linear_grad_x_dgelu for the MLP's backward), which falls back to unfused
-// kernels when these decline.
+// Internal to ops/cuda: linear through cuBLASLt with its bias as the epilogue (called by
+// ops/cuda/matmul.cu's linear), with a GELU epilogue, and its backward's product with the GELU's
+// derivative as the epilogue (called by ops/cuda/linear_gelu.cu: linear_gelu, and
+// linear_grad_x_dgelu for the MLP's backward), implemented in ops/cuda/linear_lt.cu. Each falls
+// back to unfused kernels when these decline.
 // Plain C++ (no CUDA headers).
 #pragma once
 
 #include "core/tensor.h"
 
 namespace keel::cuda {
+
+// x2 (R, K) row-major, w (N, K) row-major, bias (N) or undefined -> out (R, N) contiguous =
+// x2 w^T + bias in one cublasLtMatmul with the BIAS epilogue; with gelu, out = gelu(that)
+// (GELU_BIAS or GELU), and with aux (R, N) contiguous also *aux = that (GELU_AUX_BIAS or
+// GELU_AUX). False, with nothing written, when cuBLASLt offers no algorithm for these operands.
+bool linear_lt(const Tensor& x2, const Tensor& w, const Tensor& bias, Tensor& out, bool gelu = false,
+               Tensor* aux = nullptr);
 
 // x (..., K), weight (N, K), bias (N) or undefined; out (..., N) contiguous, pre (..., N)
 // contiguous or null: out = gelu(x @ weight^T + bias), the product, bias and GELU in one

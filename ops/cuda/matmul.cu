@@ -14,21 +14,19 @@
 // broadcasts are materialised. When b is one matrix and a's leading dims merge, the batch
 // folds into the rows: one tall GEMM, which cuBLAS runs faster than a batch of short ones.
 //
-// Handles: one cuBLAS and one cuBLASLt handle per device, made on first use, bound to keel's
-// stream of that device, sharing one 32 MiB workspace from keel's caching allocator (kept for
-// the life of the process). keel issues its work from one host thread per device.
-#include <cublasLt.h>
+// The handles (one per device) and the layout helpers are ops/cuda/blas.h's; the cuBLASLt paths
+// are ops/cuda/linear_lt.cu.
 #include <cublas_v2.h>
 
-#include <climits>
-#include <memory>
-#include <mutex>
+#include <optional>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/cuda/kernels.h"
 #include "ops/arith.h"
 #include "ops/common.h"
+#include "ops/cuda/blas.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/linear_lt.h"
 #include "ops/cuda/matmul.h"
@@ -38,90 +36,7 @@ namespace keel::cuda {
 
 namespace {
 using namespace dev;
-
-constexpr size_t kWorkspaceBytes = size_t(32) << 20;
-
-struct Blas {
-  cublasHandle_t handle = nullptr;
-  cublasLtHandle_t lt = nullptr;
-  void* workspace = nullptr;
-};
-
-Blas& blas(int device) {
-  static std::mutex mu;
-  static std::unique_ptr<Blas> per_device[64];
-  if (device < 0 || device >= 64) throw DeviceError("matmul", "device index " + std::to_string(device) + " too large");
-  std::lock_guard<std::mutex> lock(mu);
-  if (!per_device[device]) {
-    auto b = std::make_unique<Blas>();
-    KEEL_CHECK_CUDA(cudaSetDevice(device));
-    KEEL_CHECK_CUBLAS(cublasCreate(&b->handle));
-    KEEL_CHECK_CUBLAS(cublasSetStream(b->handle, detail::stream(device)));
-    b->workspace = keel::allocate(Device::cuda(device), kWorkspaceBytes);
-    KEEL_CHECK_CUBLAS(cublasSetWorkspace(b->handle, b->workspace, kWorkspaceBytes));
-    KEEL_CHECK_CUBLAS(cublasSetMathMode(b->handle, CUBLAS_DEFAULT_MATH));  // no TF32 for f32
-    KEEL_CHECK_CUBLAS(cublasLtCreate(&b->lt));
-    per_device[device] = std::move(b);
-  }
-  return *per_device[device];
-}
-
-cudaDataType_t cuda_type(DType t, const char* op) {
-  switch (t) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::bf16: return CUDA_R_16BF;
-    case DType::f16: return CUDA_R_16F;
-    default:
-      throw DTypeError(op, std::string("CUDA matmul computes in f32, bf16 or f16, got ") + dtype_name(t),
-                       "f64 is for gradient checks on the CPU; convert with .to(DType::f32)");
-  }
-}
-
-int as_int(int64_t v, const char* what) {
-  if (v < 0 || v > INT_MAX)
-    throw ShapeError("matmul", std::string(what) + " = " + std::to_string(v) + " exceeds what one cuBLAS call takes");
-  return static_cast<int>(v);
-}
-
-// How a (rows, cols) matrix with strides (rs, cs) maps onto BLAS (as in ops/cpu/matmul.cpp):
-// row-major with leading dim ld >= cols, or column-major with ld >= rows.
-struct Layout {
-  bool ok = false;
-  bool row_major = true;
-  int64_t ld = 1;
-};
-Layout layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-  if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= cols)) return {true, true, rows <= 1 ? std::max<int64_t>(cols, 1) : rs};
-  if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= rows)) return {true, false, cols <= 1 ? std::max<int64_t>(rows, 1) : cs};
-  return {};
-}
-Layout layout_of(const Tensor& t) {
-  const int64_t n = t.dim();
-  return layout_of(t.shape()[n - 2], t.shape()[n - 1], t.strides()[n - 2], t.strides()[n - 1]);
-}
-Tensor mappable(const Tensor& t) { return layout_of(t).ok ? t : t.detach().contiguous(); }
-
-// t (..., R, C) -> (..., C, R), a view.
-Tensor transpose_last(const Tensor& t) {
-  Shape shape = t.shape(), strides = t.strides();
-  const size_t n = shape.size();
-  std::swap(shape[n - 1], shape[n - 2]);
-  std::swap(strides[n - 1], strides[n - 2]);
-  return t.as_strided(shape, strides, t.offset());
-}
-
-// t (..., C) -> (R, C): a view when the leading dims merge into one of a single stride, else
-// a packed copy (ops/cpu/matmul.cpp's rows2d).
-Tensor rows2d(const Tensor& t) {
-  const int64_t C = t.size(-1);
-  int64_t R = 1;
-  for (int64_t d = 0; d + 1 < t.dim(); ++d) R *= t.shape()[d];
-  std::vector<int64_t> lead(t.shape().begin(), t.shape().end() - 1), lead_strides(t.strides().begin(), t.strides().end() - 1);
-  std::optional<int64_t> rs = plan::single_batch_stride(lead, lead_strides);
-  if (rs && (R <= 1 || *rs != 0)) return t.as_strided({R, C}, {R <= 1 ? std::max<int64_t>(C, 1) : *rs, t.strides().back()}, t.offset());
-  Tensor c = t.detach().contiguous();
-  return c.as_strided({R, C}, {C, 1}, c.offset());
-}
+using namespace blas;
 
 // One operand as cuBLAS sees it: base pointer, layout of its (rows, cols) matrices, and the
 // element stride between consecutive matrices of the batch.
@@ -140,7 +55,7 @@ void gemm(DType dt, int device, int64_t M, int64_t N, int64_t K, const Operand& 
     return;
   }
   const cudaDataType_t t = cuda_type(dt, "matmul");
-  Blas& h = blas(device);
+  Handles& h = handles(device);
   const float alpha = 1.0f;
   // C^T (N x M) = B^T (N x K) A^T (K x M): a row-major operand is its transpose, op N.
   const cublasOperation_t opa = B.l.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
@@ -160,13 +75,6 @@ void gemm(DType dt, int device, int64_t M, int64_t N, int64_t K, const Operand& 
 }
 
 const void* base_of(const Tensor& t) { return t.raw_data(); }
-
-// The largest power of two, up to 256, dividing p's address: what cuBLASLt may assume.
-uint32_t alignment_of(const void* p) {
-  uint32_t a = 256;
-  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
-  return a;
-}
 
 // A 2-D operand (rows, cols) with any strides, packed when BLAS cannot take it.
 Operand operand2d(const Tensor& t, Tensor& keep) {
@@ -201,94 +109,6 @@ Operand batched_operand(const Tensor& t0, const Shape& batch, Tensor& keep) {
   return {base_of(keep), layout_of(keep), keep.size(-2) * keep.size(-1)};
 }
 
-// The descriptors of one cublasLtMatmul, destroyed on every path out, errors included.
-struct LtDescs {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  LtDescs(cublasOperation_t ta, cublasOperation_t tb, cublasLtEpilogue_t epi) {
-    KEEL_CHECK_CUBLAS(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  }
-  ~LtDescs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-  LtDescs(const LtDescs&) = delete;
-  LtDescs& operator=(const LtDescs&) = delete;
-  // The epilogue's aux matrix: column-major with leading dimension ld, in D's type (the default).
-  void set_aux(const void* aux, int64_t ld) {
-    KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-    KEEL_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
-  }
-};
-
-// D = A B (alpha 1, beta 0; C is D) on the layouts and epilogue of d, with the algorithm
-// cuBLASLt's heuristic picks for these pointers' alignments. False, with nothing queued, when it
-// offers none.
-bool lt_run(LtDescs& d, int device, const void* A, const void* B, void* D) {
-  Blas& h = blas(device);
-  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&d.pref));
-  const uint64_t ws = kWorkspaceBytes;
-  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  // The heuristic assumes 256-byte aligned buffers unless told otherwise; views are not.
-  const uint32_t al_a = alignment_of(A), al_b = alignment_of(B), al_c = alignment_of(D);
-  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-  KEEL_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  if (cublasLtMatmulAlgoGetHeuristic(h.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found) !=
-          CUBLAS_STATUS_SUCCESS ||
-      found == 0)
-    return false;  // e.g. operands off the 16-byte alignment the epilogue kernels want
-  const float alpha = 1.0f, beta = 0.0f;
-  detail::count_library_call();
-  KEEL_CHECK_CUBLAS(cublasLtMatmul(h.lt, d.op, &alpha, A, d.a, B, d.b, &beta, D, d.c, D, d.c, &result.algo,
-                                   h.workspace, kWorkspaceBytes, detail::stream(device)));
-  return true;
-}
-
-// x (R, K) row-major, weight (N, K) row-major, bias (N) or undefined -> out (R, N) contiguous =
-// x weight^T + bias in one cublasLtMatmul with the BIAS epilogue; with gelu, out = gelu(that)
-// (GELU_BIAS or GELU), and with aux (R, N) contiguous also aux = that (GELU_AUX_BIAS or GELU_AUX).
-// False, with nothing written, when cuBLASLt offers no algorithm for these operands.
-bool linear_lt(const Tensor& x2, const Tensor& w, const Tensor& bias, Tensor& out, bool gelu = false,
-               Tensor* aux = nullptr) {
-  const Layout lx = layout_of(x2), lw = layout_of(w);
-  if (!lx.row_major || !lw.row_major) return false;
-  // The bias epilogue reads the bias with vector loads: keep it 16-byte aligned. The aux matrix's
-  // leading dimension (N here) must be a multiple of 8 (cublasLt.h, EPILOGUE_AUX_LD).
-  if (bias.defined() && (!bias.is_contiguous() || alignment_of(bias.raw_data()) < 16)) return false;
-  if (aux && (w.size(0) % 8 != 0 || alignment_of(aux->raw_data()) < 16)) return false;
-  const int64_t R = x2.size(0), K = x2.size(1), N = w.size(0);
-  const cudaDataType_t t = cuda_type(x2.dtype(), "linear");
-  // Column-major view: out^T (N x R) = weight (as K x N col-major, op T) * x^T (K x R col-major).
-  const bool has_bias = bias.defined();
-  const cublasLtEpilogue_t epi = !gelu ? (has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT)
-                                 : aux ? (has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                                       : (has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
-  LtDescs d(CUBLAS_OP_T, CUBLAS_OP_N, epi);
-  if (has_bias) {
-    const void* bias_ptr = bias.raw_data();
-    KEEL_CHECK_CUBLAS(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
-    const int32_t bias_type = t;  // the attribute is an int32_t holding a cudaDataType
-    KEEL_CHECK_CUBLAS(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-  }
-  if (aux) d.set_aux(aux->raw_data(), N);  // the pre-activation, column-major (N x R) = row-major (R, N)
-  KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.a, t, as_int(K, "K"), as_int(N, "N"), as_int(lw.ld, "ld")));
-  KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.b, t, as_int(K, "K"), as_int(R, "rows"), as_int(lx.ld, "ld")));
-  KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.c, t, as_int(N, "N"), as_int(R, "rows"), as_int(N, "ld")));
-  return lt_run(d, out.device().index, w.raw_data(), x2.raw_data(), out.raw_data());
-}
 }  // namespace
 
 // a (..., M, K), b (..., K, N) -> (batch..., M, N)
@@ -367,39 +187,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   gemm2d(x2, transpose_last(weight), o2);
   return out;
-}
-
-// x (..., K), weight (N, K), bias (N) or undefined, out and pre (..., N) contiguous -> written?
-bool linear_gelu_lt(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out, Tensor* pre) {
-  Tensor x2 = rows2d(x);
-  const int64_t R = x2.size(0), N = weight.size(0);
-  if (R == 0 || N == 0 || x2.size(1) == 0) return false;  // no product for an epilogue to ride on
-  KEEL_CHECK_CUDA(cudaSetDevice(x.device().index));
-  Tensor o2 = out.as_strided({R, N}, {N, 1}, out.offset());
-  Tensor p2 = pre ? pre->as_strided({R, N}, {N, 1}, pre->offset()) : Tensor();
-  Tensor xm = mappable(x2), wm = weight.is_contiguous() ? weight : weight.detach().contiguous();
-  return linear_lt(xm, wm, bias, o2, true, pre ? &p2 : nullptr);
-}
-
-// grad (..., N), weight (N, K), pre (..., K) contiguous, dpre (..., K) contiguous -> written?
-bool linear_grad_x_dgelu_lt(const Tensor& grad, const Tensor& weight, const Tensor& pre, Tensor& dpre) {
-  Tensor g2 = rows2d(grad);
-  const int64_t R = g2.size(0), N = g2.size(1), K = weight.size(1);
-  // The aux matrix's leading dimension (K here) must be a multiple of 8 (cublasLt.h, EPILOGUE_AUX_LD).
-  if (R == 0 || N == 0 || K == 0 || K % 8 != 0 || alignment_of(pre.raw_data()) < 16) return false;
-  KEEL_CHECK_CUDA(cudaSetDevice(grad.device().index));
-  Tensor gm = mappable(g2), wm = weight.is_contiguous() ? weight : weight.detach().contiguous();
-  const Layout lg = layout_of(gm);
-  if (!lg.row_major) return false;
-  const cudaDataType_t t = cuda_type(grad.dtype(), "linear backward");
-  // Column-major view: dpre^T (K x R) = weight (as K x N col-major, op N) * grad^T (N x R
-  // col-major), then times gelu'(pre^T) (K x R col-major) element by element.
-  LtDescs d(CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DGELU);
-  d.set_aux(pre.raw_data(), K);
-  KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.a, t, as_int(K, "K"), as_int(N, "N"), as_int(K, "ld")));
-  KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.b, t, as_int(N, "N"), as_int(R, "rows"), as_int(lg.ld, "ld")));
-  KEEL_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d.c, t, as_int(K, "K"), as_int(R, "rows"), as_int(K, "ld")));
-  return lt_run(d, grad.device().index, wm.raw_data(), gm.raw_data(), dpre.raw_data());
 }
 
 // grad (..., N), weight (N, K) -> (..., K)

@@ -1,5 +1,5 @@
 // cuBLASLt on the emulated device: the cuBLASLt functions keel calls for linear's fused bias and
-// linear_gelu's fused bias + GELU (ops/cuda/matmul.cu: linear_lt), defined against the real
+// linear_gelu's fused bias + GELU (ops/cuda/linear_lt.cu: linear_lt), defined against the real
 // cublasLt.h, computing with the host GEMM engine of cublas.cpp (core/cuda/emu/cublas_gemm.h).
 //
 // Why: so linear's cublasLtMatmul path runs without a GPU with cuBLASLt's meaning: descriptors
