@@ -14,6 +14,10 @@
 //                            only elements it received, but rows that other lanes named
 //                            -> ThreadSanitizer reports a data race with those lanes' reads
 //   planted_bugs ldmatrix-race-fixed  with the __syncwarp before the stores: no report
+//   planted_bugs mbarrier-race  a bulk copy (core/cuda/ptx_sm90.cuh) fills a tile that every
+//                            thread reads without waiting on the copy's mbarrier
+//                            -> ThreadSanitizer reports a data race with the copy
+//   planted_bugs mbarrier-race-fixed  with the wait on the barrier's phase: no report
 //   planted_bugs oob         an off-by-one store one element past a device buffer
 //                            -> AddressSanitizer reports a heap-buffer-overflow
 //   planted_bugs oob-fixed   the same within bounds: no report
@@ -31,6 +35,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
+#include "core/cuda/ptx_sm90.cuh"
 #include "core/factory.h"
 
 namespace {
@@ -78,6 +83,25 @@ __global__ void ldmatrix_stage_kernel(const uint16_t* in, uint32_t* out) {
   for (int i = 0; i < 4; ++i) out[4 * lane + i] = a[i];
 }
 
+// in (4 x kThreads), out (kThreads): out[t] = in[4t], the tile brought into shared memory by one
+// bulk copy that completes on an mbarrier; each thread reads it after waiting on the barrier's
+// phase 0, or, with the planted bug, without waiting.
+template <bool kWait>
+__global__ void bulk_copy_kernel(const float* in, float* out) {
+  KEEL_SHARED_ALIGNED(16, float[4 * kThreads], tile);
+  KEEL_SHARED_ALIGNED(8, uint64_t, full);
+  const int t = threadIdx.x;
+  if (t == 0) keel::cuda::ptx::mbarrier_init(&full, 1);
+  keel::cuda::ptx::fence_proxy_async();
+  __syncthreads();
+  if (t == 0) {
+    keel::cuda::ptx::mbarrier_arrive_expect_tx(&full, 4 * kThreads * sizeof(float));
+    keel::cuda::ptx::bulk_copy_global_to_shared(tile, in, 4 * kThreads * sizeof(float), &full);
+  }
+  if (kWait) keel::cuda::ptx::mbarrier_wait_parity(&full, 0);
+  out[t] = tile[4 * t];
+}
+
 // out (n): out[i] = i for i < n, or, with the planted bug, for i <= n.
 template <bool kOffByOne>
 __global__ void iota_kernel(float* out, int n) {
@@ -113,6 +137,9 @@ int main(int argc, char** argv) try {
     KEEL_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), 32 * 4 * sizeof(uint32_t)));
     keel::cuda::launch_kernel(kernel, 1, 32, 0, nullptr, reinterpret_cast<const uint16_t*>(in),
                               reinterpret_cast<uint32_t*>(out));  // in: 1 KB, the tile needs 512 bytes
+  } else if (std::strcmp(mode, "mbarrier-race") == 0 || std::strcmp(mode, "mbarrier-race-fixed") == 0) {
+    auto kernel = mode[13] ? bulk_copy_kernel<true> : bulk_copy_kernel<false>;
+    keel::cuda::launch_kernel(kernel, 1, kThreads, 0, nullptr, in, out);
   } else if (std::strcmp(mode, "oob") == 0 || std::strcmp(mode, "oob-fixed") == 0) {
     auto kernel = mode[3] ? iota_kernel<false> : iota_kernel<true>;
     KEEL_CHECK_CUDA(cudaFree(out));
@@ -124,6 +151,7 @@ int main(int argc, char** argv) try {
   } else {
     std::fprintf(stderr,
                  "usage: planted_bugs race|race-fixed|cp-race|cp-race-fixed|ldmatrix-race|ldmatrix-race-fixed|"
+                 "mbarrier-race|mbarrier-race-fixed|"
                  "oob|oob-fixed|oob-tensor|shared-over|shared-over-fixed|wait-later|wait-earlier|wait-fixed|"
                  "misaligned|misaligned-fixed|misaligned-raw|device-rounding|device-rounding-fixed\n");
     return 2;

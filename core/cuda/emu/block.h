@@ -10,6 +10,7 @@
 //    at the same collective; the last to arrive computes the result for every lane.
 //  - a spin-wait on a flag that another block sets (ptx::spin_wait_equal): the block gives way
 //    to the other resident blocks, and to blocks not started yet while there is room for them.
+//  - a wait on an mbarrier's phase (mbarrier.h): the thread sleeps until the phase completes.
 // The CUDA rules are checked as the threads run, and a break is a CudaError naming the rule,
 // the call site, the block and the threads involved: a barrier that only part of a block
 // reaches, a thread that exits while others wait for it, a mask that names an exited or absent
@@ -99,6 +100,9 @@ void sync_block(const std::source_location& where);
 // holds `expected`, while the rest of its block runs on and, once nothing else in it can, other
 // blocks run. Returns when the scheduler saw the value; the caller loads the flag again.
 void wait_for_flag(const int* flag, int expected, const std::source_location& where);
+// The same for an mbarrier (mbarrier.h) whose phase of this parity has not completed: it sleeps
+// until the barrier's phase word flips, and a deadlock report names the barrier and the parity.
+void wait_for_phase(const uint64_t* bar, uint32_t parity, const std::source_location& where);
 
 // A warp collective. Every lane in `mask` must call it with the same kind; the last to arrive
 // calls combine(state, in, out) once, where in[l] and out[l] point at lane l's operands (null

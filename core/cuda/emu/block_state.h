@@ -46,6 +46,7 @@ struct Thread {
   // While spinning: the flag it waits to hold `spin_expected` (ptx::spin_wait_equal).
   const int* spin_flag = nullptr;
   int spin_expected = 0;
+  bool spin_phase = false;  // the flag is an mbarrier's phase word (wait_for_phase)
   std::source_location spin_where;
 };
 
@@ -67,6 +68,28 @@ struct AsyncQueue {
   int head = 0, count = 0;
   uint32_t committed = 0;  // groups committed so far; the open group has this number
   void clear() { head = count = 0, committed = 0; }
+};
+
+// The mbarrier objects a block has initialized (mbarrier.h): each one's counts and the bulk
+// copies that land when its arrivals are all in. Fixed arrays, as everything the scheduler and
+// the CUDA threads both touch.
+struct MbarrierState {
+  const void* addr = nullptr;
+  int expected = 0, pending = 0;
+  int64_t tx = 0;  // bytes announced (expect_tx) less bytes landed, in the current phase
+  struct Copy {
+    void* dst;
+    const void* src;
+    uint32_t bytes;
+  };
+  static constexpr int kCopies = 32;
+  std::array<Copy, kCopies> copies{};
+  int ncopies = 0;
+};
+struct Mbarriers {
+  static constexpr int kCapacity = 32;
+  std::array<MbarrierState, kCapacity> slots{};
+  int count = 0;
 };
 
 struct Warp {
@@ -116,6 +139,7 @@ struct Block {
   int spinning = 0;       // threads in State::spinning
   GridState* grid = nullptr;
   StaticShared statics;
+  Mbarriers mbarriers;  // reset with the shared memory (shared_memory.cpp)
   int n = 0;          // threads in this block
   int running = -1;   // the CUDA thread on the CPU, -1 while the scheduler runs
   int at_barrier = 0, finished = 0;

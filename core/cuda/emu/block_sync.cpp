@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/cuda/emu/block_state.h"
+#include "core/cuda/emu/mbarrier.h"
 
 namespace keel::emu {
 
@@ -62,6 +63,19 @@ void wait_for_flag(const int* flag, int expected, const std::source_location& wh
   t.spin_flag = flag;
   t.spin_expected = expected;
   t.spin_where = where;
+  t.spin_phase = false;
+  ++b.spinning;
+  wait_here(b);
+}
+
+void wait_for_phase(const uint64_t* bar, uint32_t parity, const std::source_location& where) {
+  Block& b = block();
+  Thread& t = b.threads[current_index(b)];
+  t.state = State::spinning;
+  t.spin_flag = reinterpret_cast<const int*>(bar);  // the phase word: ptx::kPhaseTag | parity
+  t.spin_expected = static_cast<int>(ptx::kPhaseTag | ((parity & 1u) ^ 1u));
+  t.spin_where = where;
+  t.spin_phase = true;
   ++b.spinning;
   wait_here(b);
 }

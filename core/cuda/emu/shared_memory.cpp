@@ -63,6 +63,7 @@ void detail::reset_shared(Block& b) {
   if (b.shared_bytes) std::memset(b.shared, 0xff, b.shared_bytes);  // NaN: unwritten shared memory shows
   b.statics.count = 0;
   b.statics.used = 0;
+  b.mbarriers.count = 0;  // the barriers lived in the previous block's shared memory
 }
 
 unsigned char* dynamic_shared(size_t align) {

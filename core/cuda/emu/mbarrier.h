@@ -1,0 +1,55 @@
+// sm_90's mbarrier and bulk asynchronous copy on the emulated GPU: the twins of the device
+// functions in core/cuda/ptx_sm90.cuh, with the PTX ISA's semantics ("Parallel Synchronization
+// and Communication Instructions: mbarrier"; "cp.async.bulk").
+//
+// An mbarrier is a 64-bit object in shared memory with an expected arrival count, a pending
+// arrival count, a transaction count (bytes) and a phase. mbarrier.init sets the counts and
+// phase 0. Each arrive takes one pending arrival, an arrive.expect_tx also adds bytes the phase
+// must see land; a bulk copy that names the barrier takes its bytes off when it lands. The
+// phase completes when no arrival and no byte is pending: the phase flips and the pending count
+// starts again at the expected count. try_wait.parity(P) is true once the phase of parity P is
+// complete, i.e. while the current phase has the other parity; a fresh barrier's phase 0 is
+// current, so waiting on parity 1 passes at once (the producer's first wait on an empty slot).
+//
+// The emulated object: the first 32-bit word is kPhaseTag | parity, which waiting threads spin on
+// (block.h, wait_for_flag; so a phase that never completes is the emulator's deadlock error,
+// naming the wait); the second is the index of the barrier's state in its block (block_state.h).
+// A word without the tag is a barrier used before mbarrier.init: a CudaError, where a GPU's
+// behaviour is undefined.
+//
+// Bulk copies: when issued, the destination is filled with NaN bytes (an early read shows). A copy
+// lands as late as a GPU may land it: once the phase has all its arrivals, at the next arrival,
+// wait or try_wait on the barrier (or at once when a thread already sleeps on it), in the fiber of
+// that thread, which then releases the barrier to the waiting threads (ThreadSanitizer sees the
+// edge). So a thread that reads without waiting reads NaN; a wait on the wrong parity either
+// passes too early (NaN) or never ends (deadlock); an expect_tx that announces more bytes than
+// land never completes its phase (deadlock), and more bytes than announced is an error at once.
+//
+// fence.proxy.async orders the generic proxy's shared-memory accesses before the async proxy's
+// (a bulk copy into a buffer just read, a barrier just initialized). The emulator has one proxy
+// and nothing to order: the fence is checked to be called in a kernel, nothing else.
+#pragma once
+
+#include <cstdint>
+#include <source_location>
+
+namespace keel::emu::ptx {
+
+// The tag of an initialized barrier's first word (its low bit is the phase parity).
+inline constexpr uint32_t kPhaseTag = 0x4d420000u;
+
+void mbarrier_init(uint64_t* bar, uint32_t count, const std::source_location& where);
+// One arrival, announcing expect_tx bytes (0 for a plain arrive); returns the state token (the
+// phase the arrival belongs to).
+uint64_t mbarrier_arrive(uint64_t* bar, uint32_t expect_tx, const std::source_location& where);
+// Whether the phase of this parity is complete (never waits).
+bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity, const std::source_location& where);
+// Waits until it is: the thread sleeps while the rest of its block runs.
+void mbarrier_wait_parity(uint64_t* bar, uint32_t parity, const std::source_location& where);
+// cp.async.bulk global -> shared of `bytes` (a multiple of 16, both addresses 16-byte aligned),
+// completing its bytes on `bar`.
+void bulk_copy_global_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                const std::source_location& where);
+void fence_proxy_async();
+
+}  // namespace keel::emu::ptx

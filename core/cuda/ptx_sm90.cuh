@@ -1,0 +1,119 @@
+// sm_90's asynchronous data movement, one small device function each, as core/cuda/ptx.cuh does
+// for sm_80's instructions: under nvcc each is its `asm` (compiled for sm_90 and later; on an
+// older GPU it traps), on the emulated GPU (KEEL_CUDA_EMULATED) each calls its twin in
+// core/cuda/emu/mbarrier.h, whose top comment gives the semantics.
+//
+//   mbarrier_init(bar, count)             a barrier in shared memory for `count` arrivals a phase
+//   mbarrier_arrive(bar)                  one arrival
+//   mbarrier_arrive_expect_tx(bar, bytes) one arrival that also announces bytes the phase waits for
+//   mbarrier_try_wait_parity(bar, p)      whether the phase of parity p has completed
+//   mbarrier_wait_parity(bar, p)          until it has
+//   bulk_copy_global_to_shared(dst, src, bytes, bar)   cp.async.bulk: `bytes` (a multiple of 16,
+//                                         both addresses 16-byte aligned) that complete on bar
+//   fence_proxy_async()                   shared memory written or read by threads, before a bulk
+//                                         copy or barrier operation of the async proxy uses it
+//
+// A pipeline of S slots uses two barriers a slot: `full` (count 1: the producer's
+// arrive_expect_tx, completed by the copy's bytes) and `empty` (count: the consumers). Round r of
+// slot s waits on full with parity r & 1 and on empty with parity (r & 1) ^ 1, so the producer's
+// first wait on each empty slot passes at once (tests/emu/test_mbarrier.cu runs one).
+#pragma once
+
+#include <cstdint>
+
+#include "core/cuda/ptx.cuh"
+
+#ifdef KEEL_CUDA_EMULATED
+#include "core/cuda/emu/mbarrier.h"
+#endif
+
+// Under nvcc, code for a GPU before sm_90 traps where it would use these (the dispatch never
+// sends such a GPU here).
+#if !defined(KEEL_CUDA_EMULATED) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define KEEL_SM90_ONLY(...) __trap()
+#else
+#define KEEL_SM90_ONLY(...) __VA_ARGS__
+#endif
+
+namespace keel::cuda::ptx {
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::mbarrier_init(bar, count, where);
+#else
+  KEEL_SM90_ONLY(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count)
+                              : "memory"));
+#endif
+}
+
+__device__ __forceinline__ uint64_t mbarrier_arrive(uint64_t* bar KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  return ::keel::emu::ptx::mbarrier_arrive(bar, 0, where);
+#else
+  uint64_t token = 0;
+  KEEL_SM90_ONLY(asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];\n"
+                              : "=l"(token)
+                              : "r"(shared_address(bar))
+                              : "memory"));
+  return token;
+#endif
+}
+
+__device__ __forceinline__ uint64_t mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  return ::keel::emu::ptx::mbarrier_arrive(bar, bytes, where);
+#else
+  uint64_t token = 0;
+  KEEL_SM90_ONLY(asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;\n"
+                              : "=l"(token)
+                              : "r"(shared_address(bar)), "r"(bytes)
+                              : "memory"));
+  return token;
+#endif
+}
+
+__device__ __forceinline__ bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  return ::keel::emu::ptx::mbarrier_try_wait_parity(bar, parity, where);
+#else
+  uint32_t done = 0;
+  KEEL_SM90_ONLY(asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(shared_address(bar)), "r"(parity)
+      : "memory"));
+  return done != 0;
+#endif
+}
+
+__device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::mbarrier_wait_parity(bar, parity, where);
+#else
+  while (!mbarrier_try_wait_parity(bar, parity)) {
+  }
+#endif
+}
+
+__device__ __forceinline__ void bulk_copy_global_to_shared(void* dst, const void* src, uint32_t bytes,
+                                                           uint64_t* bar KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::bulk_copy_global_to_shared(dst, src, bytes, bar, where);
+#else
+  KEEL_SM90_ONLY(asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(bar))
+      : "memory"));
+#endif
+}
+
+__device__ __forceinline__ void fence_proxy_async() {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::fence_proxy_async();
+#else
+  KEEL_SM90_ONLY(asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"));
+#endif
+}
+
+}  // namespace keel::cuda::ptx
