@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <functional>
 #include <string>
 
 #include "core/cuda/check.h"
@@ -14,8 +13,11 @@
 #include "core/cuda/ptx_sm90.cuh"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "emu_test_helpers.h"
 
 using keel::cuda::launch_kernel;
+using keel::emu_test::device_array;
+using keel::emu_test::error_of;
 namespace ptx = keel::cuda::ptx;
 
 namespace {
@@ -71,22 +73,6 @@ __global__ void pipeline_kernel(const float* src, int tiles, float* out) {
   }
 }
 
-float* device_floats(int n) {
-  void* p = nullptr;
-  KEEL_CHECK_CUDA(cudaMalloc(&p, size_t(n) * sizeof(float)));
-  return static_cast<float*>(p);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-    KEEL_CHECK_LAUNCH();
-  } catch (const keel::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 struct Run {
   float* src;
   float* out;
@@ -94,7 +80,7 @@ struct Run {
 };
 
 Run make_run(int tiles) {
-  Run r{device_floats(tiles * kTile), device_floats(kConsumers), tiles};
+  Run r{device_array<float>(size_t(tiles) * kTile), device_array<float>(kConsumers), tiles};
   for (int i = 0; i < tiles * kTile; ++i) r.src[i] = static_cast<float>(i % 97);
   return r;
 }

@@ -16,18 +16,14 @@
 #include "core/cuda/ptx.cuh"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "emu_test_helpers.h"
 
 using keel::cuda::launch_kernel;
+using keel::emu_test::device_array;
+using keel::emu_test::error_of;
 namespace ptx = keel::cuda::ptx;
 
 namespace {
-
-template <typename T>
-T* device_array(size_t n) {
-  void* p = nullptr;
-  KEEL_CHECK_CUDA(cudaMalloc(&p, n * sizeof(T)));
-  return static_cast<T*>(p);
-}
 
 template <typename T>
 uint16_t bits(T x) {
@@ -181,16 +177,6 @@ __global__ void last_block_kernel(int* count, int* last) {
 
 // Every thread adds (1, 2) to p[0], p[1] with one vector reduction.
 __global__ void red_add_f32x2_kernel(float* p) { ptx::red_add_f32x2(p, 1.0f, 2.0f); }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-    KEEL_CHECK_LAUNCH();
-  } catch (const keel::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 template <typename T>
 void check_mma(T (*convert)(float)) {
