@@ -137,20 +137,13 @@ std::string interface_address() {
   return found;
 }
 
+// Bytes of one element of an NCCL type; 0 for a value that is no type.
 size_t type_size(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2: return 1;
-    case ncclFloat16:
-    case ncclBfloat16: return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32: return 4;
-    case ncclInt64:
-    case ncclUint64:
-    case ncclFloat64: return 8;
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
     default: return 0;
   }
 }
@@ -322,8 +315,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-// What keel's watchdog calls on a lost rank: the connections close, so peers still waiting in a
-// collective see this rank go away.
+// keel's watchdog calls this on a lost rank: its connections close, and its waiting peers see it.
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   delete comm;
   return ncclSuccess;
@@ -343,10 +335,8 @@ const char* ncclGetErrorString(ncclResult_t result) {
   return t_message.c_str();
 }
 
-const char* ncclGetLastError(ncclComm_t comm) {
-  (void)comm;  // NCCL's last error is per thread too
-  return t_last_error.c_str();
-}
+// NCCL's last error is per thread too, whatever the communicator.
+const char* ncclGetLastError(ncclComm_t) { return t_last_error.c_str(); }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
