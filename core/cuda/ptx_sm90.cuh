@@ -27,8 +27,8 @@
 #include "core/cuda/emu/mbarrier.h"
 #endif
 
-// Under nvcc, code for a GPU before sm_90 traps where it would use these (the dispatch never
-// sends such a GPU here).
+// Under nvcc, code compiled for a GPU before sm_90 traps where it would use these: a kernel built
+// on them must be launched on sm_90 and later only.
 #if !defined(KEEL_CUDA_EMULATED) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define KEEL_SM90_ONLY(...) __trap()
 #else
