@@ -211,6 +211,11 @@ void start_on_own_stack() {
 // on a fresh one. Returns when the scheduler resumes it.
 void detail::wait_here(Block& b) {
   Thread& t = b.threads[b.running];
+  // The context saved below resumes on this thread's stack; AddressSanitizer is told its bounds
+  // when something switches back to it.
+  Stack& own = stack(b, t.stack);
+  t.suspended.stack_bottom = own.bottom();
+  t.suspended.stack_size = own.size();
   // When the next CUDA thread to run is one that waits too (the usual case in kernels full of
   // warp collectives), switch to it directly: one context switch instead of two, and no new
   // scheduler stack. The order in which threads run is the scheduler's all the same.

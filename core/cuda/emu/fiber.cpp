@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define KEEL_EMU_ASAN 1
 #endif
@@ -25,6 +26,17 @@ namespace {
   std::abort();
 }
 constexpr size_t kStackBytes = size_t(256) << 10;
+
+// A context started on a stack makes whatever ran there before dead: frames of threads that
+// were abandoned mid-wait (a block that failed) never ran their epilogues, and AddressSanitizer
+// would read their redzones as poison in the new frames that reuse those addresses.
+void forget_frames(Stack& stack) {
+#if KEEL_EMU_ASAN
+  ASAN_UNPOISON_MEMORY_REGION(stack.bottom(), stack.size());
+#else
+  (void)stack;
+#endif
+}
 }  // namespace
 
 Stack::Stack() {
@@ -80,6 +92,7 @@ keel_emu_switch:
 )");
 
 Context make_context(Stack& stack, void (*entry)()) {
+  forget_frames(stack);
   // The frame keel_emu_switch pops: control words, six registers, then `ret` into entry with
   // the stack as if entry had been called (rsp = 8 mod 16), its return address a null that is
   // never used.
@@ -116,6 +129,7 @@ void switch_context(Context* save, const Context& to) {
 #else  // the portable fallback
 
 Context make_context(Stack& stack, void (*entry)()) {
+  forget_frames(stack);
   auto* uc = new ucontext_t;  // kept for the life of the process: contexts are few and reused
   if (getcontext(uc) != 0) die("getcontext failed");
   uc->uc_stack.ss_sp = stack.bottom();
