@@ -35,9 +35,11 @@
 #include "core/cuda/emu/ptx.h"
 // The caller's line, for the emulator's error messages.
 #define KEEL_PTX_WHERE , std::source_location where = std::source_location::current()
+#define KEEL_PTX_WHERE_ONLY std::source_location where = std::source_location::current()
 #define KEEL_PTX_PASS_WHERE , where
 #else
 #define KEEL_PTX_WHERE
+#define KEEL_PTX_WHERE_ONLY
 #define KEEL_PTX_PASS_WHERE
 #endif
 
@@ -68,11 +70,14 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
 #endif
 }
 
-#ifndef KEEL_CUDA_EMULATED
+// The shared-memory address of p (the emulated GPU's: ptx.h).
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
+#ifdef KEEL_CUDA_EMULATED
+  return ::keel::emu::ptx::shared_address(p);
+#else
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 #endif
+}
 
 // ldmatrix.sync.aligned.m8n8.{x4,x4.trans,x2.trans}.shared.b16: `row` is this lane's row address.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row KEEL_PTX_WHERE) {

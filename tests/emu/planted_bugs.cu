@@ -18,6 +18,10 @@
 //                            thread reads without waiting on the copy's mbarrier
 //                            -> ThreadSanitizer reports a data race with the copy
 //   planted_bugs mbarrier-race-fixed  with the wait on the barrier's phase: no report
+//   planted_bugs wgmma-race  a warpgroup's wgmma (core/cuda/wgmma.cuh) reads a tile that its
+//                            threads overwrite before waiting for the wgmma
+//                            -> ThreadSanitizer reports a data race with the wgmma's read
+//   planted_bugs wgmma-race-fixed  the overwrite after the wait and a barrier: no report
 //   planted_bugs oob         an off-by-one store one element past a device buffer
 //                            -> AddressSanitizer reports a heap-buffer-overflow
 //   planted_bugs oob-fixed   the same within bounds: no report
@@ -36,6 +40,7 @@
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
 #include "core/cuda/ptx_sm90.cuh"
+#include "core/cuda/wgmma.cuh"
 #include "core/factory.h"
 
 namespace {
@@ -102,6 +107,35 @@ __global__ void bulk_copy_kernel(const float* in, float* out) {
   out[t] = tile[4 * t];
 }
 
+// out (128): one accumulator of each thread of a warpgroup's 64 x 64 x 16 wgmma over tiles of
+// ones (K-major, no swizzle: 8 x 8 core matrices, 128 bytes apart along k, 256 along the rows).
+// Each thread then overwrites its 16 bytes of B: with the planted bug before the wait, when the
+// wgmma may still be reading them; fixed, after the wait and a barrier.
+template <bool kFixed>
+__global__ void wgmma_overwrite_kernel(float* out) {
+  namespace ptx = keel::cuda::ptx;
+  KEEL_DYNAMIC_SHARED(uint16_t, tiles, 1024);  // A (64 x 16) then B (64 x 16), bf16
+  const int t = threadIdx.x;
+  for (int i = 0; i < 16; ++i) tiles[16 * t + i] = 0x3f80;  // 1.0
+  __syncthreads();
+  ptx::fence_proxy_async();
+  const uint32_t at = ptx::shared_address(tiles);
+  float d[32];
+  ptx::wgmma_fence();
+  ptx::wgmma_m64k16<64, __nv_bfloat16>(d, ptx::wgmma_descriptor(at, 128, 256, ptx::Swizzle::none),
+                                       ptx::wgmma_descriptor(at + 2048, 128, 256, ptx::Swizzle::none), false);
+  ptx::wgmma_commit_group();
+  uint16_t* mine = tiles + 1024 + 8 * t;  // element stores: a memset of 16 bytes TSan would not see
+  if (!kFixed)
+    for (int i = 0; i < 8; ++i) mine[i] = 0;
+  ptx::wgmma_wait_group<0>();
+  if (kFixed) {
+    __syncthreads();
+    for (int i = 0; i < 8; ++i) mine[i] = 0;
+  }
+  out[t] = d[0];
+}
+
 // out (n): out[i] = i for i < n, or, with the planted bug, for i <= n.
 template <bool kOffByOne>
 __global__ void iota_kernel(float* out, int n) {
@@ -140,6 +174,9 @@ int main(int argc, char** argv) try {
   } else if (std::strcmp(mode, "mbarrier-race") == 0 || std::strcmp(mode, "mbarrier-race-fixed") == 0) {
     auto kernel = mode[13] ? bulk_copy_kernel<true> : bulk_copy_kernel<false>;
     keel::cuda::launch_kernel(kernel, 1, kThreads, 0, nullptr, in, out);
+  } else if (std::strcmp(mode, "wgmma-race") == 0 || std::strcmp(mode, "wgmma-race-fixed") == 0) {
+    auto kernel = mode[10] ? wgmma_overwrite_kernel<true> : wgmma_overwrite_kernel<false>;
+    keel::cuda::launch_kernel(kernel, 1, 128, 4096, nullptr, in);  // in: the 128 floats it writes
   } else if (std::strcmp(mode, "oob") == 0 || std::strcmp(mode, "oob-fixed") == 0) {
     auto kernel = mode[3] ? iota_kernel<false> : iota_kernel<true>;
     KEEL_CHECK_CUDA(cudaFree(out));
@@ -151,7 +188,7 @@ int main(int argc, char** argv) try {
   } else {
     std::fprintf(stderr,
                  "usage: planted_bugs race|race-fixed|cp-race|cp-race-fixed|ldmatrix-race|ldmatrix-race-fixed|"
-                 "mbarrier-race|mbarrier-race-fixed|"
+                 "mbarrier-race|mbarrier-race-fixed|wgmma-race|wgmma-race-fixed|"
                  "oob|oob-fixed|oob-tensor|shared-over|shared-over-fixed|wait-later|wait-earlier|wait-fixed|"
                  "misaligned|misaligned-fixed|misaligned-raw|device-rounding|device-rounding-fixed\n");
     return 2;

@@ -259,6 +259,7 @@ void detail::run_block(Block& b) {
       b.ready.push_back(i);
     }
     reset_shared(b);
+    reset_wgmma(b);
     KEEL_TSAN_RELEASE(&b.start_token);
     b.free_stacks.clear();
     for (int s = kMaxThreads; s < static_cast<int>(b.stacks.size()); ++s) b.free_stacks.push_back(s);

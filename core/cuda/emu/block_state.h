@@ -92,6 +92,12 @@ struct Mbarriers {
   int count = 0;
 };
 
+// The wgmmas in flight in a block (wgmma.cpp), made when a kernel first issues one.
+struct WgmmaState;
+struct WgmmaStateDeleter {
+  void operator()(WgmmaState* s) const;
+};
+
 struct Warp {
   std::vector<Pending> pending;
   std::array<char, 2> sync_token{};  // TSan addresses of __syncwarp, by generation parity
@@ -140,6 +146,7 @@ struct Block {
   GridState* grid = nullptr;
   StaticShared statics;
   Mbarriers mbarriers;  // reset with the shared memory (shared_memory.cpp)
+  std::unique_ptr<WgmmaState, WgmmaStateDeleter> wgmma;  // reset at the block's start (block.cpp)
   int n = 0;          // threads in this block
   int running = -1;   // the CUDA thread on the CPU, -1 while the scheduler runs
   int at_barrier = 0, finished = 0;
@@ -233,5 +240,7 @@ bool wake_spinners(Block& b);
 // static variable laid out yet).
 void prepare_shared(Block& b, size_t dynamic_bytes);
 void reset_shared(Block& b);
+// wgmma.cpp: no wgmma in flight, at a block's start.
+void reset_wgmma(Block& b);
 
 }  // namespace keel::emu::detail

@@ -140,6 +140,13 @@ void store_vector(void* p, const V& v, const std::source_location& where) {
   if (reinterpret_cast<uintptr_t>(p) % sizeof(V) != 0) fail_misaligned(p, sizeof(V), "a 16-byte store", where);
   std::memcpy(p, &v, sizeof(V));
 }
+// Shared-memory addresses (cvta.to.shared): dynamic shared memory starts at 1024, so that a
+// kernel that takes an address for an offset into its own buffer computes a wrong one here too;
+// static __shared__ variables sit at 2^18 and above, beyond what a wgmma descriptor's 18 address
+// bits reach (keel keeps wgmma tiles in dynamic shared memory).
+inline constexpr uint32_t kDynamicSharedAddress = 1024, kStaticSharedAddress = 1u << 18;
+uint32_t shared_address(const void* p);
+
 // A flag that does not hold its value yet: the block gives way until it does (block.h), and a
 // flag no block that can run would ever set is a deadlock the grid reports (grid.cpp).
 inline void spin_wait_equal(const int* flag, int expected, const std::source_location& where) {

@@ -13,6 +13,7 @@
 #include "core/cuda/emu/block_state.h"
 #include "core/cuda/emu/gpu_model.h"
 #include "core/cuda/emu/launch.h"
+#include "core/cuda/emu/ptx.h"
 
 namespace keel::emu {
 
@@ -54,9 +55,10 @@ void check_static(const Block& b, const SharedSite& site, size_t total) {
 
 void detail::prepare_shared(Block& b, size_t dynamic_bytes) {
   b.shared_bytes = dynamic_bytes;
-  // Fresh storage per launch, sized exactly, so AddressSanitizer sees an overrun of it.
-  std::vector<unsigned char>(dynamic_bytes + 128).swap(b.shared_storage);
-  b.shared = b.shared_storage.data() + (128 - reinterpret_cast<uintptr_t>(b.shared_storage.data()) % 128) % 128;
+  // Fresh storage per launch, sized exactly, so AddressSanitizer sees an overrun of it; aligned
+  // as a swizzled wgmma tile needs (KEEL_DYNAMIC_SHARED(..., 1024)).
+  std::vector<unsigned char>(dynamic_bytes + 1024).swap(b.shared_storage);
+  b.shared = b.shared_storage.data() + (1024 - reinterpret_cast<uintptr_t>(b.shared_storage.data()) % 1024) % 1024;
 }
 
 void detail::reset_shared(Block& b) {
@@ -95,6 +97,16 @@ unsigned char* static_shared_bytes(const SharedSite& site) {
     learn_static_shared(b.grid->launch->kernel, total);
   }
   return p;
+}
+
+uint32_t ptx::shared_address(const void* p) {
+  Block& b = block();
+  const auto* c = static_cast<const unsigned char*>(p);
+  if (c >= b.shared && c <= b.shared + b.shared_bytes) return kDynamicSharedAddress + uint32_t(c - b.shared);
+  const unsigned char* s = b.statics.base();
+  if (c >= s && c <= s + b.statics.used) return kStaticSharedAddress + uint32_t(c - s);
+  fail(b, fmt::format("the shared-memory address of {}, which is not in the block's shared memory", p),
+       "take shared addresses of __shared__ variables and dynamic shared memory only");
 }
 
 }  // namespace keel::emu
