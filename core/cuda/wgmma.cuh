@@ -1,5 +1,5 @@
 // sm_90's warpgroup matrix multiply, wgmma, one small device function each, as core/cuda/ptx.cuh
-// does for mma.sync: under nvcc each is its `asm` (sm_90a; code for an older GPU traps), on the
+// does for mma.sync: under nvcc each is its `asm` (sm_90a; code for any other target traps), on the
 // emulated GPU each calls its twin in core/cuda/emu/wgmma.h, whose top comment gives the semantics.
 //
 //   wgmma_descriptor(addr, lbo, sbo, swizzle)   the 64-bit descriptor of a tile in shared memory
@@ -46,6 +46,14 @@
 #include "core/cuda/emu/wgmma.h"
 #endif
 
+// wgmma is sm_90a's (the architecture-specific features of sm_90, which ptxas accepts only for
+// sm_90a): code compiled for any other target, sm_90 included, traps where it would issue one.
+#if !defined(KEEL_CUDA_EMULATED) && defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KEEL_SM90A_ONLY(...) __trap()
+#else
+#define KEEL_SM90A_ONLY(...) __VA_ARGS__
+#endif
+
 namespace keel::cuda::ptx {
 
 enum class Swizzle : uint32_t { none = 0, b128 = 1, b64 = 2, b32 = 3 };  // the descriptor's codes
@@ -62,7 +70,7 @@ __device__ __forceinline__ void wgmma_fence(KEEL_PTX_WHERE_ONLY) {
 #ifdef KEEL_CUDA_EMULATED
   ::keel::emu::ptx::wgmma_fence(where);
 #else
-  KEEL_SM90_ONLY(asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"));
+  KEEL_SM90A_ONLY(asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"));
 #endif
 }
 
@@ -70,7 +78,7 @@ __device__ __forceinline__ void wgmma_commit_group(KEEL_PTX_WHERE_ONLY) {
 #ifdef KEEL_CUDA_EMULATED
   ::keel::emu::ptx::wgmma_commit_group(where);
 #else
-  KEEL_SM90_ONLY(asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"));
+  KEEL_SM90A_ONLY(asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"));
 #endif
 }
 
@@ -80,7 +88,7 @@ __device__ __forceinline__ void wgmma_wait_group(KEEL_PTX_WHERE_ONLY) {
 #ifdef KEEL_CUDA_EMULATED
   ::keel::emu::ptx::wgmma_wait_group(K, where);
 #else
-  KEEL_SM90_ONLY(asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(K) : "memory"));
+  KEEL_SM90A_ONLY(asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(K) : "memory"));
 #endif
 }
 
@@ -141,10 +149,10 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a,
                                 nullptr, where);
 #else
   constexpr bool kHalf = std::is_same_v<T, __half>;
-  if constexpr (N == 64 && kHalf) KEEL_SM90_ONLY(KEEL_WGMMA_SS(64, "f16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32", "33", "34", "35", "36"));
-  if constexpr (N == 64 && !kHalf) KEEL_SM90_ONLY(KEEL_WGMMA_SS(64, "bf16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32", "33", "34", "35", "36"));
-  if constexpr (N == 128 && kHalf) KEEL_SM90_ONLY(KEEL_WGMMA_SS(128, "f16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64", "65", "66", "67", "68"));
-  if constexpr (N == 128 && !kHalf) KEEL_SM90_ONLY(KEEL_WGMMA_SS(128, "bf16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64", "65", "66", "67", "68"));
+  if constexpr (N == 64 && kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_SS(64, "f16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32", "33", "34", "35", "36"));
+  if constexpr (N == 64 && !kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_SS(64, "bf16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32", "33", "34", "35", "36"));
+  if constexpr (N == 128 && kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_SS(128, "f16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64", "65", "66", "67", "68"));
+  if constexpr (N == 128 && !kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_SS(128, "bf16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64", "65", "66", "67", "68"));
 #endif
 }
 
@@ -159,10 +167,10 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const uint32_
                                 where);
 #else
   constexpr bool kHalf = std::is_same_v<T, __half>;
-  if constexpr (N == 64 && kHalf) KEEL_SM90_ONLY(KEEL_WGMMA_RS(64, "f16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32, %33, %34, %35", "36", "37", "38"));
-  if constexpr (N == 64 && !kHalf) KEEL_SM90_ONLY(KEEL_WGMMA_RS(64, "bf16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32, %33, %34, %35", "36", "37", "38"));
-  if constexpr (N == 128 && kHalf) KEEL_SM90_ONLY(KEEL_WGMMA_RS(128, "f16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64, %65, %66, %67", "68", "69", "70"));
-  if constexpr (N == 128 && !kHalf) KEEL_SM90_ONLY(KEEL_WGMMA_RS(128, "bf16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64, %65, %66, %67", "68", "69", "70"));
+  if constexpr (N == 64 && kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_RS(64, "f16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32, %33, %34, %35", "36", "37", "38"));
+  if constexpr (N == 64 && !kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_RS(64, "bf16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32, %33, %34, %35", "36", "37", "38"));
+  if constexpr (N == 128 && kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_RS(128, "f16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64, %65, %66, %67", "68", "69", "70"));
+  if constexpr (N == 128 && !kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_RS(128, "bf16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64, %65, %66, %67", "68", "69", "70"));
 #endif
 }
 
