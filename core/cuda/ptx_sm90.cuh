@@ -10,6 +10,8 @@
 //   mbarrier_wait_parity(bar, p)          until it has
 //   bulk_copy_global_to_shared(dst, src, bytes, bar)   cp.async.bulk: `bytes` (a multiple of 16,
 //                                         both addresses 16-byte aligned) that complete on bar
+//   tma_load<R>(dst, map, coords, bar)    cp.async.bulk.tensor: a box of a tensor (TMA), swizzled
+//                                         as its map says, that completes on bar
 //   fence_proxy_async()                   shared memory written or read by threads, before a bulk
 //                                         copy or barrier operation of the async proxy uses it
 //
@@ -18,6 +20,8 @@
 // slot s waits on full with parity r & 1 and on empty with parity (r & 1) ^ 1, so the producer's
 // first wait on each empty slot passes at once (tests/emu/test_mbarrier.cu runs one).
 #pragma once
+
+#include <cuda.h>
 
 #include <cstdint>
 
@@ -105,6 +109,32 @@ __device__ __forceinline__ void bulk_copy_global_to_shared(void* dst, const void
           shared_address(dst)),
       "l"(src), "r"(bytes), "r"(shared_address(bar))
       : "memory"));
+#endif
+}
+
+// cp.async.bulk.tensor.{1..5}d: the box of the tensor map at coordinates c (elements, innermost
+// first; outside the tensor reads zeros) into dst (128-byte aligned), swizzled as the map says,
+// completing its bytes on bar. map is the address of the kernel's `const __grid_constant__
+// CUtensorMap` parameter (core/cuda/tensor_map.h).
+template <int Rank>
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, const int32_t (&c)[Rank],
+                                         uint64_t* bar KEEL_PTX_WHERE) {
+  static_assert(Rank >= 1 && Rank <= 5, "a tensor map has 1 to 5 dimensions");
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::tma_load(dst, map, c, Rank, bar, where);
+#else
+  const uint32_t d = shared_address(dst), b = shared_address(bar);
+  const auto m = reinterpret_cast<uint64_t>(map);
+#define KEEL_TMA(n, coords, ...)                                                                              \
+  KEEL_SM90_ONLY(asm volatile("cp.async.bulk.tensor." #n "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" \
+                              " [%0], [%1, {" coords "}], [%2];\n" ::"r"(d),                                  \
+                              "l"(m), "r"(b), __VA_ARGS__ : "memory"))
+  if constexpr (Rank == 1) KEEL_TMA(1, "%3", "r"(c[0]));
+  if constexpr (Rank == 2) KEEL_TMA(2, "%3, %4", "r"(c[0]), "r"(c[1]));
+  if constexpr (Rank == 3) KEEL_TMA(3, "%3, %4, %5", "r"(c[0]), "r"(c[1]), "r"(c[2]));
+  if constexpr (Rank == 4) KEEL_TMA(4, "%3, %4, %5, %6", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+  if constexpr (Rank == 5) KEEL_TMA(5, "%3, %4, %5, %6, %7", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]));
+#undef KEEL_TMA
 #endif
 }
 

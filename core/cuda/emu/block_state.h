@@ -70,6 +70,18 @@ struct AsyncQueue {
   void clear() { head = count = 0, committed = 0; }
 };
 
+// A TMA copy's box (tma.cpp): the tensor its map describes and where the box starts.
+struct TmaBox {
+  const unsigned char* base = nullptr;
+  int rank = 0;
+  uint32_t esize = 0, swizzle = 0;  // element bytes; swizzle width in bytes, 0 for none
+  bool nan_fill = false;            // elements outside the tensor arrive as NaN, else as zeros
+  std::array<uint64_t, 5> dims{}, strides{};  // strides in bytes; strides[0] is esize
+  std::array<uint32_t, 5> box{};
+  std::array<int32_t, 5> coords{};
+  uint32_t dst_addr = 0;  // the destination's shared address: the swizzle acts on it
+};
+
 // The mbarrier objects a block has initialized (mbarrier.h): each one's counts and the bulk
 // copies that land when its arrivals are all in. Fixed arrays, as everything the scheduler and
 // the CUDA threads both touch.
@@ -79,8 +91,9 @@ struct MbarrierState {
   int64_t tx = 0;  // bytes announced (expect_tx) less bytes landed, in the current phase
   struct Copy {
     void* dst;
-    const void* src;
+    const void* src;  // a plain bulk copy's source, null for a TMA box
     uint32_t bytes;
+    TmaBox box;
   };
   static constexpr int kCopies = 32;
   std::array<Copy, kCopies> copies{};
@@ -242,5 +255,10 @@ void prepare_shared(Block& b, size_t dynamic_bytes);
 void reset_shared(Block& b);
 // wgmma.cpp: no wgmma in flight, at a block's start.
 void reset_wgmma(Block& b);
+// tma.cpp: the box a tensor map describes (coordinates and destination still to fill in); a
+// CudaError for a map cuTensorMapEncodeTiled did not make. And the landing of a box in shared
+// memory at dst (bytes long), swizzled as its map says.
+TmaBox decode_tensor_map(const Block& b, const void* map, const std::source_location& where);
+void land_box(void* dst, const TmaBox& box, uint32_t bytes);
 
 }  // namespace keel::emu::detail

@@ -22,11 +22,13 @@
 #undef __forceinline__
 #undef __shared__
 #undef __launch_bounds__
+#undef __grid_constant__
 #define __global__
 #define __device__
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __grid_constant__
 // Shared memory is declared with KEEL_SHARED and KEEL_DYNAMIC_SHARED (core/cuda/launch.cuh),
 // which give each block its own and count it against the launch's limit; a plain __shared__
 // variable would be one for every block at once, uncounted, so it does not compile.

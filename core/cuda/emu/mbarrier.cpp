@@ -41,7 +41,10 @@ MbarrierState& state_of(Block& b, uint64_t* bar, const char* op, const std::sour
 
 void land(MbarrierState& m, const MbarrierState::Copy& c) {
   KEEL_TSAN_ACQUIRE(&m);  // after the issuing thread's NaN fill
-  std::memcpy(c.dst, c.src, c.bytes);
+  if (c.src)
+    std::memcpy(c.dst, c.src, c.bytes);
+  else
+    detail::land_box(c.dst, c.box, c.bytes);
   m.tx -= c.bytes;
 }
 
@@ -66,6 +69,19 @@ bool has_waiter(const Block& b, uint64_t* bar) {
     if (b.threads[i].state == detail::State::spinning && b.threads[i].spin_flag == reinterpret_cast<int*>(bar))
       return true;
   return false;
+}
+
+// A bulk copy (plain or TMA) in flight on its barrier: its destination NaN until it lands.
+void issue(Block& b, MbarrierState& m, uint64_t* bar, const MbarrierState::Copy& c, const std::source_location& where) {
+  if (m.ncopies == MbarrierState::kCopies)
+    detail::fail(b, fmt::format("more than {} bulk copies in flight on one mbarrier ({})", m.ncopies, at(where)),
+                 "the emulator holds that many per barrier and phase");
+  std::memset(c.dst, 0xff, c.bytes);
+  KEEL_TSAN_RELEASE(&m);
+  m.copies[m.ncopies++] = c;
+  // Due now (the phase has its arrivals) lands it only for a thread already asleep on the barrier;
+  // otherwise the next wait or arrival on it lands it, as late as a GPU may.
+  if (has_waiter(b, bar)) progress(b, m, bar, where);
 }
 
 }  // namespace
@@ -132,15 +148,21 @@ void bulk_copy_global_to_shared(void* dst, const void* src, uint32_t bytes, uint
                                 at(where)));
   if (reinterpret_cast<uintptr_t>(dst) % 16 != 0) fail_misaligned(dst, 16, "cp.async.bulk's destination", where);
   if (reinterpret_cast<uintptr_t>(src) % 16 != 0) fail_misaligned(src, 16, "cp.async.bulk's source", where);
-  if (m.ncopies == MbarrierState::kCopies)
-    detail::fail(b, fmt::format("more than {} bulk copies in flight on one mbarrier ({})", m.ncopies, at(where)),
-                 "the emulator holds that many per barrier and phase");
-  std::memset(dst, 0xff, bytes);  // in flight: NaN until it lands
-  KEEL_TSAN_RELEASE(&m);
-  m.copies[m.ncopies++] = {dst, src, bytes};
-  // Due now (the phase has its arrivals) lands it only for a thread already asleep on the barrier;
-  // otherwise the next wait or arrival on it lands it, as late as a GPU may.
-  if (has_waiter(b, bar)) progress(b, m, bar, where);
+  issue(b, m, bar, {dst, src, bytes, {}}, where);
+}
+
+void tma_load(void* dst, const void* map, const int32_t* coords, int rank, uint64_t* bar,
+              const std::source_location& where) {
+  Block& b = detail::block();
+  MbarrierState& m = state_of(b, bar, "cp.async.bulk.tensor", where);
+  detail::TmaBox box = detail::decode_tensor_map(b, map, where);
+  if (box.rank != rank)
+    detail::fail(b, fmt::format("cp.async.bulk.tensor.{}d ({}) with a tensor map of rank {}", rank, at(where), box.rank));
+  if (reinterpret_cast<uintptr_t>(dst) % 128 != 0) fail_misaligned(dst, 128, "cp.async.bulk.tensor's destination", where);
+  uint32_t bytes = box.esize;
+  for (int i = 0; i < rank; ++i) box.coords[i] = coords[i], bytes *= box.box[i];
+  box.dst_addr = shared_address(dst);
+  issue(b, m, bar, {dst, nullptr, bytes, box}, where);
 }
 
 void fence_proxy_async() { (void)detail::block(); }

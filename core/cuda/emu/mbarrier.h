@@ -25,6 +25,9 @@
 // passes too early (NaN) or never ends (deadlock); an expect_tx that announces more bytes than
 // land never completes its phase (deadlock), and more bytes than announced is an error at once.
 //
+// TMA (cp.async.bulk.tensor) copies are bulk copies of a box that a tensor map describes
+// (tma.cpp): the same NaN from issue, the same landing, with the box's rows swizzled into place.
+//
 // fence.proxy.async orders the generic proxy's shared-memory accesses before the async proxy's
 // (a bulk copy into a buffer just read, a barrier just initialized). The emulator has one proxy
 // and nothing to order: the fence is checked to be called in a kernel, nothing else.
@@ -50,6 +53,11 @@ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity, const std::source_loca
 // completing its bytes on `bar`.
 void bulk_copy_global_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
                                 const std::source_location& where);
+// cp.async.bulk.tensor: the box of the tensor map (cuTensorMapEncodeTiled, tma.cpp) at coords
+// (rank of them, innermost first) into dst (128-byte aligned), swizzled as the map says,
+// completing its bytes on `bar`.
+void tma_load(void* dst, const void* map, const int32_t* coords, int rank, uint64_t* bar,
+              const std::source_location& where);
 void fence_proxy_async();
 
 }  // namespace keel::emu::ptx
