@@ -9,6 +9,8 @@
 //   wgmma_commit_group()              the wgmmas issued since the last commit form a group
 //   wgmma_wait_group<K>()             until at most K groups are in flight; then d holds the result
 //   wgmma_fence_operand(d)            keeps the compiler from moving reads of d across a wait
+//   setmaxnreg_inc<N>(), setmaxnreg_dec<N>()   the warpgroup's registers per thread, for warp
+//                                     specialization (a producer gives its registers to consumers)
 //
 // A wgmma is issued by all 128 threads of a warpgroup (4 consecutive warps, the first a multiple
 // of 4) together, and it is asynchronous: its operands are read and its accumulators written at
@@ -89,6 +91,29 @@ __device__ __forceinline__ void wgmma_wait_group(KEEL_PTX_WHERE_ONLY) {
   ::keel::emu::ptx::wgmma_wait_group(K, where);
 #else
   KEEL_SM90A_ONLY(asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(K) : "memory"));
+#endif
+}
+
+// setmaxnreg.inc / .dec: the warpgroup's threads grow to or shrink to Count registers each
+// (24 to 256, a multiple of 8), all 128 together: how a producer warpgroup that only issues TMA
+// copies gives its registers to the consumers that hold the accumulators. The kernel needs
+// __launch_bounds__: ptxas drops a setmaxnreg when it cannot tell the registers at entry (C7508).
+template <uint32_t Count>
+__device__ __forceinline__ void setmaxnreg_inc(KEEL_PTX_WHERE_ONLY) {
+  static_assert(Count >= 24 && Count <= 256 && Count % 8 == 0, "setmaxnreg takes 24 to 256 in steps of 8");
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::setmaxnreg(true, Count, where);
+#else
+  KEEL_SM90A_ONLY(asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Count)));
+#endif
+}
+template <uint32_t Count>
+__device__ __forceinline__ void setmaxnreg_dec(KEEL_PTX_WHERE_ONLY) {
+  static_assert(Count >= 24 && Count <= 256 && Count % 8 == 0, "setmaxnreg takes 24 to 256 in steps of 8");
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::setmaxnreg(false, Count, where);
+#else
+  KEEL_SM90A_ONLY(asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Count)));
 #endif
 }
 

@@ -135,6 +135,20 @@ __global__ void chain_kernel(const unsigned char* image, int bytes, uint64_t da,
       for (int j = 0; j < 2; ++j) out[(16 * w + g + 8 * h) * N + 8 * i + 2 * t + j] = d[4 * i + 2 * h + j];
 }
 
+// Warp specialization's register hand-over: warpgroup 0 (the producer) shrinks, warpgroup 1
+// grows; with the planted bug one thread of warpgroup 0 asks for another count.
+__global__ void setmaxnreg_kernel(int bug) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid >= 128)
+    ptx::setmaxnreg_inc<232>();
+  else if (bug == 1 && tid == 5)
+    ptx::setmaxnreg_dec<48>();
+  else if (bug == 2)
+    keel::emu::ptx::setmaxnreg(false, 20, std::source_location::current());  // below the ISA's 24
+  else
+    ptx::setmaxnreg_dec<40>();
+}
+
 std::vector<float> small_ints(int n, int seed) {
   std::vector<float> v(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) v[size_t(i)] = float((i * 7 + seed * 13) % 9 - 4);
@@ -272,4 +286,13 @@ TEST_CASE("emulated PTX: a wgmma without a fence, disagreeing threads, a partial
                   uint64_t(0), uint64_t(0), (const uint32_t*)nullptr, (float*)nullptr, Bug::none);
   });
   CHECK(partial.find("not 4 whole warps") != std::string::npos);
+}
+
+TEST_CASE("emulated PTX: setmaxnreg is the same in the whole warpgroup, 24 to 256 registers") {
+  CHECK(error_of([] { launch_kernel(setmaxnreg_kernel, 1, 256, 0, nullptr, 0); }) == "(no error)");
+  CHECK(error_of([] { launch_kernel(setmaxnreg_kernel, 1, 256, 0, nullptr, 1); }).find("disagree") != std::string::npos);
+  CHECK(error_of([] { launch_kernel(setmaxnreg_kernel, 1, 256, 0, nullptr, 2); }).find("from 24 to 256") !=
+        std::string::npos);
+  CHECK(error_of([] { launch_kernel(setmaxnreg_kernel, 1, 64, 0, nullptr, 0); }).find("not 4 whole warps") !=
+        std::string::npos);
 }

@@ -39,10 +39,16 @@ struct WgmmaThread {
   int64_t issued = 0;
   uint32_t committed = 0;  // groups committed so far; the open group has this number
   bool fenced = false;
+  int setmaxnreg = 0;  // setmaxnreg instructions it has executed
 };
+
+// The register counts a warpgroup's setmaxnreg instructions asked for, in order: what the
+// first thread to execute each asked for (inc: + 1000).
+constexpr int kSetmaxnregs = 16;
 
 struct WgmmaState {
   std::array<std::array<WgmmaRecord, kRing>, kMaxThreads / kWarpgroup> groups;
+  std::array<std::array<int, kSetmaxnregs>, kMaxThreads / kWarpgroup> setmaxnreg{};
   std::array<WgmmaThread, kMaxThreads> threads;
 };
 
@@ -52,7 +58,9 @@ void reset_wgmma(Block& b) {
   if (!b.wgmma) return;
   for (auto& group : b.wgmma->groups)
     for (WgmmaRecord& r : group) r.seq = -1, r.issued = r.done = 0;
-  for (WgmmaThread& t : b.wgmma->threads) t.pending.clear(), t.issued = 0, t.committed = 0, t.fenced = false;
+  for (WgmmaThread& t : b.wgmma->threads)
+    t.pending.clear(), t.issued = 0, t.committed = 0, t.fenced = false, t.setmaxnreg = 0;
+  for (auto& group : b.wgmma->setmaxnreg) group.fill(0);
 }
 
 }  // namespace keel::emu::detail
@@ -190,6 +198,27 @@ void wgmma_done(const float* result) {
   std::copy(result, result + n, next != t.pending.end() ? next->base.begin() : p.d);
   ++r.done;
   t.pending.erase(t.pending.begin());
+}
+
+void setmaxnreg(bool inc, uint32_t count, const std::source_location& where) {
+  Block& b = detail::block();
+  const char* op = inc ? "setmaxnreg.inc" : "setmaxnreg.dec";
+  const int me = warpgroup_member(b, op, where);
+  if (count < 24 || count > 256 || count % 8 != 0)
+    detail::fail(b, fmt::format("{} to {} registers ({}); the ISA allows multiples of 8 from 24 to 256", op, count,
+                                at(where)));
+  WgmmaThread& t = state(b).threads[me];
+  if (t.setmaxnreg == detail::kSetmaxnregs)
+    detail::fail(b, fmt::format("more than {} setmaxnreg in thread {} ({})", detail::kSetmaxnregs, me, at(where)),
+                 "the emulator holds that many per thread");
+  int& first = b.wgmma->setmaxnreg[me / kWarpgroup][t.setmaxnreg++];
+  const int asked = int(count) + (inc ? 1000 : 0);
+  if (first == 0) first = asked;
+  if (first != asked)
+    detail::fail(b, fmt::format("the threads of warpgroup {} disagree at their setmaxnreg number {} ({}): thread {} "
+                                "asks {} {}, a thread before it {} {}", me / kWarpgroup, t.setmaxnreg, at(where), me,
+                                op, count, first > 1000 ? "setmaxnreg.inc" : "setmaxnreg.dec", first % 1000),
+                 "all 128 threads of a warpgroup execute each setmaxnreg together, with the same count");
 }
 
 const unsigned char* wgmma_element(uint64_t desc, bool mn_major, int mn, int k, const std::source_location& where) {

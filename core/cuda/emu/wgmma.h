@@ -53,6 +53,9 @@ void wgmma_fence(const std::source_location& where);
 // d: this thread's N/2 accumulators; a: its four A registers, or null for A in shared memory.
 void wgmma_issue(const WgmmaOp& op, float* d, const uint32_t* a, const std::source_location& where);
 void wgmma_commit_group(const std::source_location& where);
+// setmaxnreg.{inc,dec}: checked (a count of 24 to 256 in steps of 8, the same in every thread of
+// the warpgroup); registers are the compiler's business, which the emulator does not model.
+void setmaxnreg(bool inc, uint32_t count, const std::source_location& where);
 
 // One of this thread's wgmmas that a wait completes: its operands as this thread needs them.
 struct WgmmaDue {
