@@ -83,17 +83,31 @@ enum class Bug { none, read_early, no_fence, other_desc, warp_skips, out_of_rang
 
 // 128 threads: copy the image into shared memory, multiply (A from shared memory or from
 // registers), write D by the ISA's fragment figure.
+// Copies the host's image into shared memory; returns the descriptor bits of its address, which
+// added to a descriptor of the host's byte offsets make it one of shared addresses.
+__device__ uint64_t stage(unsigned char* smem, const unsigned char* image, int bytes) {
+  for (int i = static_cast<int>(threadIdx.x); i < bytes; i += static_cast<int>(blockDim.x)) smem[i] = image[i];
+  __syncthreads();
+  ptx::fence_proxy_async();
+  return ptx::wgmma_descriptor(ptx::shared_address(smem), 0, 0, Swizzle::none);
+}
+
+// out (64 x N, row-major) from the accumulators, by the ISA's D fragment figure.
+template <int N>
+__device__ void store_d(const float (&d)[N / 2], float* out) {
+  const int tid = static_cast<int>(threadIdx.x), w = tid / 32, g = tid % 32 / 4, t = tid % 4;
+  for (int i = 0; i < N / 8; ++i)
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 2; ++j) out[(16 * w + g + 8 * h) * N + 8 * i + 2 * t + j] = d[4 * i + 2 * h + j];
+}
+
 template <int N, bool TransA, bool TransB, bool ARegs>
 __global__ void wgmma_kernel(const unsigned char* image, int bytes, uint64_t da, uint64_t db, const uint32_t* a_frag,
                              float* out, Bug bug) {
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 1024);
-  const int tid = static_cast<int>(threadIdx.x), w = tid / 32, g = tid % 32 / 4, t = tid % 4;
-  for (int i = tid; i < bytes; i += static_cast<int>(blockDim.x)) smem[i] = image[i];
-  __syncthreads();
-  ptx::fence_proxy_async();
-  // Descriptors carry shared addresses: the host's byte offsets, from the buffer's address.
-  const uint64_t base = ptx::wgmma_descriptor(ptx::shared_address(smem), 0, 0, Swizzle::none);
-  if (bug == Bug::warp_skips && w == 3) return;
+  const int tid = static_cast<int>(threadIdx.x);
+  const uint64_t base = stage(smem, image, bytes);
+  if (bug == Bug::warp_skips && tid >= 96) return;
   float d[N / 2];
   for (float& x : d) x = 0.0f;
   if (bug != Bug::no_fence) ptx::wgmma_fence();
@@ -108,9 +122,7 @@ __global__ void wgmma_kernel(const unsigned char* image, int bytes, uint64_t da,
   }
   ptx::wgmma_commit_group();
   if (bug != Bug::read_early) ptx::wgmma_wait_group<0>();
-  for (int i = 0; i < N / 8; ++i)
-    for (int h = 0; h < 2; ++h)
-      for (int j = 0; j < 2; ++j) out[(16 * w + g + 8 * h) * N + 8 * i + 2 * t + j] = d[4 * i + 2 * h + j];
+  store_d<N>(d, out);
   if (bug == Bug::read_early) ptx::wgmma_wait_group<0>();
 }
 
@@ -120,19 +132,13 @@ __global__ void wgmma_kernel(const unsigned char* image, int bytes, uint64_t da,
 template <int N>
 __global__ void chain_kernel(const unsigned char* image, int bytes, uint64_t da, uint64_t db, float* out) {
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 1024);
-  const int tid = static_cast<int>(threadIdx.x), w = tid / 32, g = tid % 32 / 4, t = tid % 4;
-  for (int i = tid; i < bytes; i += static_cast<int>(blockDim.x)) smem[i] = image[i];
-  __syncthreads();
-  ptx::fence_proxy_async();
-  const uint64_t base = ptx::wgmma_descriptor(ptx::shared_address(smem), 0, 0, Swizzle::none);
+  const uint64_t base = stage(smem, image, bytes);
   float d[N / 2];
   ptx::wgmma_fence();
   for (int s = 0; s < 4; ++s) ptx::wgmma_m64k16<N, __nv_bfloat16>(d, da + base + 2 * s, db + base + 2 * s, s > 0);
   ptx::wgmma_commit_group();
   ptx::wgmma_wait_group<0>();
-  for (int i = 0; i < N / 8; ++i)
-    for (int h = 0; h < 2; ++h)
-      for (int j = 0; j < 2; ++j) out[(16 * w + g + 8 * h) * N + 8 * i + 2 * t + j] = d[4 * i + 2 * h + j];
+  store_d<N>(d, out);
 }
 
 // Warp specialization's register hand-over: warpgroup 0 (the producer) shrinks, warpgroup 1
