@@ -174,10 +174,14 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a,
                                 nullptr, where);
 #else
   constexpr bool kHalf = std::is_same_v<T, __half>;
-  if constexpr (N == 64 && kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_SS(64, "f16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32", "33", "34", "35", "36"));
-  if constexpr (N == 64 && !kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_SS(64, "bf16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32", "33", "34", "35", "36"));
-  if constexpr (N == 128 && kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_SS(128, "f16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64", "65", "66", "67", "68"));
-  if constexpr (N == 128 && !kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_SS(128, "bf16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64", "65", "66", "67", "68"));
+  if constexpr (N == 64 && kHalf)
+    KEEL_SM90A_ONLY(KEEL_WGMMA_SS(64, "f16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32", "33", "34", "35", "36"));
+  if constexpr (N == 64 && !kHalf)
+    KEEL_SM90A_ONLY(KEEL_WGMMA_SS(64, "bf16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32", "33", "34", "35", "36"));
+  if constexpr (N == 128 && kHalf)
+    KEEL_SM90A_ONLY(KEEL_WGMMA_SS(128, "f16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64", "65", "66", "67", "68"));
+  if constexpr (N == 128 && !kHalf)
+    KEEL_SM90A_ONLY(KEEL_WGMMA_SS(128, "bf16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64", "65", "66", "67", "68"));
 #endif
 }
 
@@ -192,10 +196,14 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const uint32_
                                 where);
 #else
   constexpr bool kHalf = std::is_same_v<T, __half>;
-  if constexpr (N == 64 && kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_RS(64, "f16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32, %33, %34, %35", "36", "37", "38"));
-  if constexpr (N == 64 && !kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_RS(64, "bf16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32, %33, %34, %35", "36", "37", "38"));
-  if constexpr (N == 128 && kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_RS(128, "f16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64, %65, %66, %67", "68", "69", "70"));
-  if constexpr (N == 128 && !kHalf) KEEL_SM90A_ONLY(KEEL_WGMMA_RS(128, "bf16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64, %65, %66, %67", "68", "69", "70"));
+  if constexpr (N == 64 && kHalf)
+    KEEL_SM90A_ONLY(KEEL_WGMMA_RS(64, "f16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32, %33, %34, %35", "36", "37", "38"));
+  if constexpr (N == 64 && !kHalf)
+    KEEL_SM90A_ONLY(KEEL_WGMMA_RS(64, "bf16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32, %33, %34, %35", "36", "37", "38"));
+  if constexpr (N == 128 && kHalf)
+    KEEL_SM90A_ONLY(KEEL_WGMMA_RS(128, "f16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64, %65, %66, %67", "68", "69", "70"));
+  if constexpr (N == 128 && !kHalf)
+    KEEL_SM90A_ONLY(KEEL_WGMMA_RS(128, "bf16", KEEL_WGMMA_D64, KEEL_WGMMA_D64_OPS, "64, %65, %66, %67", "68", "69", "70"));
 #endif
 }
 

@@ -49,16 +49,23 @@ struct Tile {
 };
 uint32_t width(Swizzle s) { return s == Swizzle::b128 ? 128 : s == Swizzle::b64 ? 64 : s == Swizzle::b32 ? 32 : 0; }
 
-// The canonical layouts of the ISA's table, bf16 (T = 8), for `rows` rows and 16 k.
+// The canonical layouts of the ISA's table, bf16 (T = 8), for `rows` rows and 16 k, as
+// {mn mode, k mode, swizzle, lbo, sbo, MN-major}. Without swizzle, 8 x 8 core matrices of 128
+// bytes: K-major ones 256 bytes apart along the rows and all the rows' apart along k; MN-major
+// ones 128 bytes apart along the rows. Swizzled, rows of w elements, 8 to an atom.
 Tile k_major(Swizzle s, int rows) {
   const int w = int(width(s)) / 2;  // elements a row holds
-  if (s == Swizzle::none) return {{{8, rows / 8, 0}, {8, 128, 0}}, {{8, 2, 0}, {1, 64 * rows / 8 * 2, 0}}, s, 128 * uint32_t(rows) / 8 * 2, 256, false};
+  const uint32_t k_step = 128 * uint32_t(rows) / 8 * 2;  // bytes between the two 8-k halves
+  if (s == Swizzle::none)
+    return {{{8, rows / 8, 0}, {8, 128, 0}}, {{8, 2, 0}, {1, int(k_step / 2), 0}}, s, k_step, 256, false};
   return {{{8, rows / 8, 0}, {w, 8 * w, 0}}, {{8, 2, 0}, {1, 8, 0}}, s, 16, uint32_t(16 * w), false};
 }
 Tile mn_major(Swizzle s, int rows) {
-  if (s == Swizzle::none) return {{{8, rows / 8, 0}, {1, 64, 0}}, {{8, 2, 0}, {8, 64 * rows / 8, 0}}, s, 128 * uint32_t(rows) / 8, 128, true};
+  if (s == Swizzle::none)
+    return {{{8, rows / 8, 0}, {1, 64, 0}}, {{8, 2, 0}, {8, 64 * rows / 8, 0}}, s, 128 * uint32_t(rows) / 8, 128, true};
   const int w = int(width(s)) / 2, groups = rows / w;
-  return {{{8, w / 8, groups}, {1, 8, 8 * w}}, {{8, 2, 0}, {w, 8 * w * groups, 0}}, s, uint32_t(16 * w), uint32_t(16 * w * groups), true};
+  return {{{8, w / 8, groups}, {1, 8, 8 * w}}, {{8, 2, 0}, {w, 8 * w * groups, 0}}, s, uint32_t(16 * w),
+          uint32_t(16 * w * groups), true};
 }
 
 uint16_t bf16_bits(float v) {
