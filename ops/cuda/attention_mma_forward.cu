@@ -48,6 +48,7 @@
 // holds a NaN minimum and reports NaN, at no extra instruction.
 #include "core/factory.h"
 #include "ops/cuda/attention_mma.cuh"
+#include "ops/cuda/attention_online_softmax.cuh"
 #include "ops/cuda/arith.h"
 
 namespace keel::cuda {
@@ -76,80 +77,6 @@ struct MmaFwd {
   static constexpr int kBytes = 2 * (kBr * kWidth + 4 * kBc * kWidth);
   static_assert(kBytes <= 163 * 1024, "must fit an A100's shared memory");
 };
-
-// The value a lane keeps per score, in the units the online softmax works in: the raw dot
-// product when the logit is just scale * dot with scale > 0 (kNoSoftcap: the max of dots is the
-// max of logits, and scale * log2 e folds into the exponent's one FFMA), else the soft-capped logit.
-template <bool kNoSoftcap>
-__device__ __forceinline__ float score_value(float dot, const SoftCap& cap) {
-  if constexpr (kNoSoftcap) return dot;
-  else return cap.cap * cap.tanh_of(dot);
-}
-
-// The online softmax's state of a lane's two rows (g and g + 8) of one m-tile, as references to
-// the kernel's arrays: m, the row's max score so far (the same in the row's 4 lanes); l, this
-// lane's share of the row sum; lo, this lane's smallest allowed score, NaN once a NaN went by
-// (min_nan: the statistics' NaN costs no extra instruction). (A struct holding the arrays
-// themselves costs the soft-capped kernels registers and a barrier, 202 instead of 196 at width
-// 32 in the kernel report; references compile to the very same instructions.)
-struct RowState {
-  float (&m)[2], (&l)[2], (&lo)[2];
-};
-
-// Where a key tile sits for those rows: what the masked path tests each pair against.
-struct TilePlace {
-  const int (&rows)[2];  // the lane's rows in the sequence
-  int k0, t;             // the tile's first key; the lane's column pair 2t, 2t + 1 in each n-block
-  int w, seq_len;        // the head's window, the sequence length
-};
-
-// One key tile's online-softmax update for one m-tile, in registers. s (16 x kBc, the mma C layout:
-// n-block n holds keys k0 + 8n ..) comes in as Q K^T and leaves as P = 2^(log2_scale (v - m)),
-// masked pairs 0; O and l rescaled by 2^(log2_scale (m_old - m_new)). kMasked tests each pair
-// (allowed()); the other path, for tiles where every pair is allowed, has no per-element test.
-template <bool kMasked, bool kNoSoftcap, int kS, int kO>
-__device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO][4], const RowState& row,
-                                               float log2_scale, const SoftCap& cap, const TilePlace& at) {
-  float(&m)[2] = row.m;
-  float(&l)[2] = row.l;
-  float(&lo)[2] = row.lo;
-  float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int n = 0; n < kS; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = e >> 1;
-      float x = score_value<kNoSoftcap>(s[n][e], cap);
-      if constexpr (kMasked) {
-        const bool ok = allowed(at.rows[r], at.k0 + 8 * n + 2 * at.t + (e & 1), at.w, at.seq_len);
-        lo[r] = ptx::min_nan(lo[r], ok ? x : INFINITY);
-        x = ok ? x : -INFINITY;
-      } else {
-        lo[r] = ptx::min_nan(lo[r], x);
-      }
-      s[n][e] = x;
-      mx[r] = fmaxf(mx[r], x);  // drops a NaN: m stays a number, P of a NaN is NaN
-    }
-  float neg_shift[2];  // -log2_scale times the row's reference: the exponent's one FFMA adds it
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float m_new = fmaxf(m[r], quad_max(mx[r]));
-    const float ref = m_new == -INFINITY ? 0.0f : m_new;      // nothing seen yet: exp(-inf - 0) = 0
-    const float alpha = ptx::ex2(log2_scale * (m[r] - ref));  // 0 while the row had seen nothing
-    m[r] = m_new;
-    neg_shift[r] = -log2_scale * ref;
-    l[r] *= alpha;
-#pragma unroll
-    for (int d = 0; d < kO; ++d) o[d][2 * r] *= alpha, o[d][2 * r + 1] *= alpha;
-  }
-#pragma unroll
-  for (int n = 0; n < kS; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[n][e] = ptx::ex2(fmaf(log2_scale, s[n][e], neg_shift[e >> 1]));  // masked: 2^-inf = 0
-      l[e >> 1] += s[n][e];
-    }
-}
 
 // Shapes: q, k, v, out (B, H, T, D) in T at dims.q, .k, .v, .out (Rows; k and v with one row
 // stride), D = dims.D <= kWidth (tile columns D..kWidth-1 are zeros: attention_tiles.h); lse
@@ -306,12 +233,9 @@ __global__ void __launch_bounds__(MmaFwd<kWidth>::kThreads, 1)
             pack2<T>(o[mt][d][2 * r] * inv, o[mt][d][2 * r + 1] * inv);
       if (rows[mt][r] < seq_len) {
         const float vs = kNoSoftcap ? dims.scale : 1.0f;            // score -> logit
-        const float hi = m[mt][r] * vs, low = lo[mt][r] * vs;  // low: NaN if a NaN logit went by this lane
+        const float hi = m[mt][r] * vs;
         if (t == 0) lse[static_cast<int64_t>(bh) * seq_len + rows[mt][r]] = hi + logf(sum);
-        const bool nan = low != low, seen = lo[mt][r] != INFINITY;  // seen: this lane held an allowed key
-        const float amax = nan ? NAN : seen ? fmaxf(fabsf(hi), fabsf(low)) : fabsf(hi);
-        logit_bits = max(logit_bits, stat_bits(amax));
-        if (seen) range_bits = max(range_bits, stat_bits(nan ? NAN : hi - low));
+        add_row_stats(hi, lo[mt][r], vs, logit_bits, range_bits);
       }
     }
   __syncwarp();
