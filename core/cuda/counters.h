@@ -26,10 +26,12 @@ struct Counters {
   uint64_t syncs = 0;           // host waits for a device: synchronize, and copies to or from host memory
   uint64_t allocations = 0;     // device blocks handed out by the caching allocator
   uint64_t device_mallocs = 0;  // of those, the ones that had to call cudaMalloc (a cache miss)
+  uint64_t tensor_maps = 0;     // TMA tensor maps encoded on the host (core/cuda/tensor_map.h)
 
   uint64_t operations() const { return launches + library_calls + copies; }  // stream operations
   Counters operator-(const Counters& o) const;
-  std::string summary() const;  // "12 launches, 4 library calls, 2 copies, 1 sync, 30 allocations"
+  // "12 launches, 4 library calls, 2 copies, 1 sync, 30 allocations" (", 3 tensor maps" when any)
+  std::string summary() const;
 };
 
 Counters counters();
@@ -40,6 +42,7 @@ void count_library_call();
 void count_copy();
 void count_sync();
 void count_allocation(bool device_malloc);
+void count_tensor_map();
 }  // namespace detail
 
 }  // namespace keel::cuda

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/cuda/check.h"
+#include "core/cuda/counters.h"
 #include "core/error.h"
 
 namespace keel::cuda {
@@ -53,6 +54,7 @@ CUtensorMap tensor_map(const void* base, DType dtype, const std::vector<uint64_t
                     "give 1 to 5 dims, one stride fewer, and a box size per dim");
   const std::vector<uint32_t> element_strides(rank, 1);
   CUtensorMap map{};
+  detail::count_tensor_map();
   const CUresult r = encoder()(&map, data_type(dtype), static_cast<cuuint32_t>(rank), const_cast<void*>(base),
                                dims.data(), strides.data(), box.data(), element_strides.data(),
                                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle_mode(swizzle), CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
