@@ -13,6 +13,32 @@
 
 namespace keel::cuda {
 
+// The kernels that run attention in bf16 and f16. mma: the mma.sync kernels (FlashAttention-2's
+// way; every GPU from sm_80). sm90: on a GPU of compute capability 9.0 (H100, H200), the forward
+// runs the warpgroup kernel (attention_sm90_forward.cu, FlashAttention-3's way) where it takes the
+// shape; other GPUs, shapes and the backward keep mma. The choice is the process's:
+// set_attention_kernel's, else the environment's KEEL_ATTENTION (mma or sm90; any other value is
+// a ConfigError when attention first runs), else mma, the default until a GPU has run the sm90
+// kernels' parity grid (docs/attention-kernels.md, section 6).
+enum class AttentionKernel { mma, sm90 };
+void set_attention_kernel(AttentionKernel kernel);
+AttentionKernel attention_kernel();
+
+// set_attention_kernel for a scope (gpt2 train's --attention-kernel): the choice before it returns
+// at its end.
+class AttentionKernelScope {
+ public:
+  explicit AttentionKernelScope(AttentionKernel kernel) : previous_(attention_kernel()) {
+    set_attention_kernel(kernel);
+  }
+  ~AttentionKernelScope() { set_attention_kernel(previous_); }
+  AttentionKernelScope(const AttentionKernelScope&) = delete;
+  AttentionKernelScope& operator=(const AttentionKernelScope&) = delete;
+
+ private:
+  AttentionKernel previous_;
+};
+
 // Every tensor already allocated, one device; the (B, H, T, D) ones may be strided views whose D
 // elements are adjacent (attention_packed's heads: no copies when every stride is a multiple of 16
 // bytes, outputs must be so), lse packed; window has one entry per head

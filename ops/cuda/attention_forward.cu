@@ -1,7 +1,7 @@
 // Flash-attention forward for every head pattern (MHSA, LS-attention, any per-head window): the
-// entry point, which runs bf16 and f16 on the tensor-core kernel (attention_mma_forward.cu), and
-// the f32 kernel, plain FMAs (the exact path: mma.sync has no f32 inputs, and TF32 would miss
-// f32's 1e-5 parity).
+// entry point, which runs bf16 and f16 on the tensor-core kernels (attention_mma_forward.cu; on
+// Hopper, when chosen, attention_sm90_forward.cu: attention_kernel() below), and the f32 kernel,
+// plain FMAs (the exact path: mma.sync has no f32 inputs, and TF32 would miss f32's 1e-5 parity).
 //
 // A block owns one tile of 64 query rows of one (b, h) and streams the key/value tiles that its
 // rows can see (attn::key_tiles_for_query_tile): never the T x T matrix, and never a tile wholly
@@ -19,10 +19,50 @@
 //
 // The statistics ride along: each lane keeps the largest |logit| and the smallest logit it saw, so
 // max |logit| and the row range m - min (ops/attention.h) cost one max and one min per logit.
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/attention_mma.cuh"
 
 namespace keel::cuda {
+
+namespace {
+
+// -1 until chosen: set_attention_kernel, or KEEL_ATTENTION read when attention first runs.
+std::atomic<int> chosen_kernel{-1};
+
+// Whether cuda:dev runs sm_90a code (compute capability 9.0 exactly: the architecture-specific
+// features of sm_90a run on no other GPU).
+bool runs_sm90a(int dev) {
+  int major = 0, minor = 0;
+  KEEL_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  KEEL_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major == 9 && minor == 0;
+}
+
+}  // namespace
+
+void set_attention_kernel(AttentionKernel kernel) { chosen_kernel = static_cast<int>(kernel); }
+
+AttentionKernel attention_kernel() {
+  static std::once_flag from_env;
+  std::call_once(from_env, [] {
+    const char* v = std::getenv("KEEL_ATTENTION");
+    if (!v || !*v) return;
+    const std::string name = v;
+    if (name != "mma" && name != "sm90")
+      throw ConfigError("attention", "KEEL_ATTENTION=" + name + " names no attention kernel",
+                        "set it to mma (every GPU) or sm90 (the warpgroup kernels on an H100 or H200), or unset it");
+    int unset = -1;
+    chosen_kernel.compare_exchange_strong(unset, static_cast<int>(name == "sm90" ? AttentionKernel::sm90
+                                                                                 : AttentionKernel::mma));
+  });
+  const int k = chosen_kernel;
+  return k < 0 ? AttentionKernel::mma : static_cast<AttentionKernel>(k);
+}
 
 namespace {
 
@@ -197,7 +237,9 @@ void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   }
   if (B * H * T == 0) return;  // nothing to attend; the statistics are 0, as on the CPU
   if (q.dtype() != DType::f32) {
-    attention_mma_forward(q, k, v, dims, out, lse, max_logit, max_range);  // bf16, f16 (DTypeError otherwise)
+    const bool sm90 = attention_kernel() == AttentionKernel::sm90 && runs_sm90a(dev) &&
+                      attention_sm90_forward(q, k, v, dims, out, lse, max_logit, max_range);
+    if (!sm90) attention_mma_forward(q, k, v, dims, out, lse, max_logit, max_range);  // DTypeError but bf16, f16
     return;
   }
   with_width<32>(kOp, D, [&]<int HD>() {

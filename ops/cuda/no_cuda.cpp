@@ -32,6 +32,8 @@ void binary(BinaryOp, const Tensor&, const Tensor&, Tensor&) { no_cuda("binary")
 void unary(UnaryOp, const Tensor&, Tensor&, double) { no_cuda("unary"); }
 Tensor relu_backward(const Tensor&, const Tensor&) { no_cuda("relu backward"); }
 
+void set_attention_kernel(AttentionKernel) { no_cuda("attention (kernel choice)"); }
+AttentionKernel attention_kernel() { return AttentionKernel::mma; }
 void attention_forward(const Tensor&, const Tensor&, const Tensor&, const std::vector<int64_t>&, double, double,
                        Tensor&, Tensor&, Tensor&, Tensor&) {
   no_cuda("attention");

@@ -1,0 +1,297 @@
+// Flash-attention forward on Hopper (sm_90a), FlashAttention-3's way (Shah et al. 2024): the
+// algorithm of the mma.sync kernel (attention_mma_forward.cu, whose header names the variables),
+// with its three kinds of work moved onto sm_90's asynchronous units:
+//   copies    a producer warpgroup issues TMA copies (core/cuda/ptx_sm90.cuh, tma_load) of Q once
+//             and of K and V tile by tile into a ring of kStages slots; mbarriers say when a
+//             slot is full (the copy's bytes landed) and when it is empty again (every consumer
+//             warp is done with it). No consumer thread computes an address or waits for a copy
+//             of its own.
+//   products  two consumer warpgroups of 64 query rows each compute S = Q K^T and O += P V with
+//             wgmma (core/cuda/wgmma.cuh): a warpgroup's 128 threads issue one 64 x N x 16
+//             product together, its operands read straight from shared memory through matrix
+//             descriptors (P from registers), so no ldmatrix moves tiles into registers first.
+//   registers setmaxnreg moves registers from the producer (24 a thread: it holds a loop counter)
+//             to the consumers (240: S and O alone are 128 at width 128).
+// Everything between the products is the mma kernel's, unchanged and shared with it
+// (attention_online_softmax.cuh): wgmma's accumulator gives each warp 16 rows in mma.sync's C
+// layout, so the online softmax, the masks of causal and windowed heads, the soft cap and the
+// statistics run as they do there. Tiles are swizzled as TMA writes them with its 128-byte
+// swizzle and wgmma reads them with the descriptor's of the same name: rows of 64 elements, so a
+// tile of width 128 is two panels of 64 columns (docs/attention-kernels.md, section 6).
+//
+// The block's key tiles are those of its 128 rows (attn::key_tiles_for_query_tile); a warpgroup
+// computes only the tiles its own 64 rows see (a local head's warpgroup skips most of them) but
+// waits for each tile and marks it consumed, so that no warpgroup runs a round ahead of the ring.
+//
+// Not yet FlashAttention-3's: the two consumer warpgroups do not take turns (ping-pong) and a
+// warpgroup's softmax does not overlap its next S product; the output is stored from registers,
+// not through shared memory and a TMA store. Each is a step of its own on this kernel.
+#include "core/cuda/tensor_map.h"
+#include "core/cuda/wgmma.cuh"
+#include "core/factory.h"
+#include "ops/cuda/attention_online_softmax.cuh"
+
+namespace keel::cuda {
+
+namespace {
+
+using namespace attn;
+using namespace attn::mma;
+
+// Tiles and shared memory (bytes; 1024-aligned offsets: the 128-byte swizzle's period) for
+// kernel width kWidth (64 or 128): Q (kBr x kWidth), then kStages slots of K and V (kBc x kWidth
+// each), then the barriers. A tile is kWidth / 64 panels of 64 columns, each panel rows x 128
+// bytes, as a TMA box of 64 columns writes it.
+template <int kWidth>
+struct Sm90Fwd {
+  static constexpr int kBr = 128, kBc = 128, kStages = 2, kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);  // warpgroup 0 produces
+  static constexpr int kPanels = kWidth / 64;
+  static constexpr int kQBytes = kBr * kWidth * 2, kTileBytes = kBc * kWidth * 2;
+  static constexpr int kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes, kBars = kV + kStages * kTileBytes;
+  static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages);  // q_full, full[kStages], empty[kStages]
+  static_assert(kWidth == 64 || kWidth == 128, "panels of 64 columns, wgmma N of 64 or 128");
+  static_assert(kBytes <= 227 * 1024, "must fit an H100's shared memory");
+};
+
+// The descriptor of a K-major operand (rows of the tile are M or N, its columns k): rows r0 ..
+// r0 + 63 (or the whole tile) of a tile of `rows` rows, k-step kk (columns 16 kk .. 16 kk + 15),
+// which start 32 bytes into a 128-byte row of panel kk / 4. 8 rows are 1024 bytes apart.
+__device__ __forceinline__ uint64_t k_major(uint32_t tile, int rows, int r0, int kk) {
+  return ptx::wgmma_descriptor(tile + (kk / 4) * rows * 128 + r0 * 128 + (kk % 4) * 32, 0, 1024, ptx::Swizzle::b128);
+}
+
+// The descriptor of V as the B operand of P V (k = keys 16 kk .., N = the head's columns):
+// MN-major, each key's columns contiguous; the next 64 columns are the next panel (lbo), the next
+// 8 keys 1024 bytes on (sbo).
+__device__ __forceinline__ uint64_t mn_major(uint32_t tile, int rows, int kk) {
+  return ptx::wgmma_descriptor(tile + kk * 16 * 128, rows * 128, 1024, ptx::Swizzle::b128);
+}
+
+// The producer (one thread): Q's panels once, then K's and V's of each key tile into slot i %
+// kStages, after the consumers emptied it (round r waits on empty with parity (r & 1) ^ 1, so the
+// first round passes at once: ptx_sm90.cuh). Coordinates (column, row, head, batch): rows past
+// the sequence end arrive as zeros.
+template <int kWidth>
+__device__ void produce(const CUtensorMap* qm, const CUtensorMap* km, const CUtensorMap* vm, unsigned char* smem,
+                        uint64_t* q_full, uint64_t* full, uint64_t* empty, int q0, int h, int b, TileRange tiles) {
+  using F = Sm90Fwd<kWidth>;
+  ptx::mbarrier_arrive_expect_tx(q_full, F::kQBytes);
+  for (int p = 0; p < F::kPanels; ++p) {
+    const int32_t at[4] = {64 * p, q0, h, b};
+    ptx::tma_load(smem + F::kQ + p * F::kBr * 128, qm, at, q_full);
+  }
+  for (int kt = tiles.begin, i = 0; kt < tiles.end; ++kt, ++i) {
+    const int s = i % F::kStages;
+    ptx::mbarrier_wait_parity(empty + s, ((i / F::kStages) & 1) ^ 1);
+    ptx::mbarrier_arrive_expect_tx(full + s, 2 * F::kTileBytes);
+    for (int p = 0; p < F::kPanels; ++p) {
+      const int32_t at[4] = {64 * p, kt * F::kBc, h, b};
+      ptx::tma_load(smem + F::kK + s * F::kTileBytes + p * F::kBc * 128, km, at, full + s);
+      ptx::tma_load(smem + F::kV + s * F::kTileBytes + p * F::kBc * 128, vm, at, full + s);
+    }
+  }
+}
+
+// s (this warp's 16 rows x kBc, the C layout) = the warpgroup's 64 query rows (from row r0 of
+// the Q tile at q_tile) times the K tile at k_tile, transposed: kWidth / 16 chained wgmmas.
+template <typename T, int kWidth>
+__device__ __forceinline__ void scores(float (&s)[Sm90Fwd<kWidth>::kBc / 8][4], uint32_t q_tile, int r0,
+                                       uint32_t k_tile) {
+  using F = Sm90Fwd<kWidth>;
+  auto& d = reinterpret_cast<float(&)[F::kBc / 2]>(s);
+  ptx::wgmma_fence_operand(d);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kWidth / 16; ++kk)
+    ptx::wgmma_m64k16<F::kBc, T>(d, k_major(q_tile, F::kBr, r0, kk), k_major(k_tile, F::kBc, 0, kk), kk > 0);
+  ptx::wgmma_commit_group();
+  ptx::wgmma_wait_group<0>();
+  ptx::wgmma_fence_operand(d);
+}
+
+// o (16 rows x kWidth) += P V: P = s as A fragments in registers (the C layout of two n-blocks
+// is the A layout of a k-step), V the tile at v_tile.
+template <typename T, int kWidth>
+__device__ __forceinline__ void add_pv(float (&o)[kWidth / 8][4], const float (&s)[Sm90Fwd<kWidth>::kBc / 8][4],
+                                       uint32_t v_tile) {
+  using F = Sm90Fwd<kWidth>;
+  uint32_t a[F::kBc / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < F::kBc / 16; ++kk) acc_to_a<T>(a[kk], s[2 * kk], s[2 * kk + 1]);
+  auto& d = reinterpret_cast<float(&)[kWidth / 2]>(o);
+  ptx::wgmma_fence_operand(d);
+  ptx::wgmma_fence();  // orders the registers just written (a, and o rescaled) before the products
+#pragma unroll
+  for (int kk = 0; kk < F::kBc / 16; ++kk)
+    ptx::wgmma_m64k16_rs<kWidth, T, true>(d, a[kk], mn_major(v_tile, F::kBc, kk), true);
+  ptx::wgmma_commit_group();
+  ptx::wgmma_wait_group<0>();
+  ptx::wgmma_fence_operand(d);
+}
+
+// The kernel's outputs and where this block works (dims stays the kernel's parameter: a copy of
+// its windows would go to local memory).
+template <typename T>
+struct FwdArgs {
+  T* out;
+  float* lse;
+  int bh, w, q0;
+  TileRange tiles;  // the block's key tiles
+};
+
+// A consumer warpgroup c (0 or 1: query rows q0 + 64 c ..): every key tile of the block, then
+// out and lse of its rows; returns its statistics' bits through logit_bits and range_bits.
+template <typename T, int kWidth, bool kNoSoftcap>
+__device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char* smem, uint64_t* q_full, uint64_t* full,
+                        uint64_t* empty, int c, unsigned& logit_bits, unsigned& range_bits) {
+  using F = Sm90Fwd<kWidth>;
+  const int seq_len = dims.T, w = args.w;
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int first = args.q0 + 64 * c, top = first + 16 * warp;  // the warpgroup's, the warp's first row
+  const int rows[2] = {top + g, top + g + 8};
+  const TileRange mine =
+      first < seq_len ? key_tiles_for_query_tile(first / 64, 64, F::kBc, seq_len, w) : TileRange{0, 0};
+  const uint32_t base = ptx::shared_address(smem);
+  float o[kWidth / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {}, lo[2] = {INFINITY, INFINITY};  // online_softmax's RowState
+  const float log2_scale = (kNoSoftcap ? dims.scale : 1.0f) * kLog2e;
+  const SoftCap cap(dims);
+  ptx::mbarrier_wait_parity(q_full, 0);
+  for (int kt = args.tiles.begin, i = 0; kt < args.tiles.end; ++kt, ++i) {
+    const int s = i % F::kStages;
+    ptx::mbarrier_wait_parity(full + s, (i / F::kStages) & 1);
+    if (kt >= mine.begin && kt < mine.end) {  // the same for the whole warpgroup, as wgmma needs
+      float sc[F::kBc / 8][4];
+      scores<T, kWidth>(sc, base + F::kQ, 64 * c, base + F::kK + s * F::kTileBytes);
+      // Tile classes as in the mma kernel, per warp: every pair of its 16 rows allowed, or masked.
+      const int k0 = kt * F::kBc;
+      const bool whole = top + 15 < seq_len && k0 + F::kBc - 1 <= top && k0 >= band_start(top + 15, w);
+      const RowState row{m, l, lo};
+      const TilePlace at{rows, k0, t, w, seq_len};
+      if (whole)
+        online_softmax<false, kNoSoftcap>(sc, o, row, log2_scale, cap, at);
+      else
+        online_softmax<true, kNoSoftcap>(sc, o, row, log2_scale, cap, at);
+      add_pv<T, kWidth>(o, sc, base + F::kV + s * F::kTileBytes);
+    }
+    __syncwarp();  // every lane's wgmmas have read the slot (their waits have returned)
+    if (lane == 0) ptx::mbarrier_arrive(empty + s);
+  }
+
+  // out = O / l, 2 elements a store (rows past the sequence end and padding columns not written),
+  // lse = m + log l; a NaN l (a NaN logit) stays NaN, so the test is == 0.
+  T* out = args.out + dims.out.pair(args.bh, dims.H);
+  const float vs = kNoSoftcap ? dims.scale : 1.0f;  // score -> logit
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_sum(l[r]);
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    if (rows[r] >= seq_len) continue;
+    T* dst = out + static_cast<int64_t>(rows[r]) * dims.out.t;
+#pragma unroll
+    for (int d = 0; d < kWidth / 8; ++d)
+      if (8 * d + 2 * t < dims.D)
+        *reinterpret_cast<uint32_t*>(dst + 8 * d + 2 * t) = pack2<T>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
+    const float hi = m[r] * vs;
+    if (t == 0) args.lse[static_cast<int64_t>(args.bh) * seq_len + rows[r]] = hi + logf(sum);
+    add_row_stats(hi, lo[r], vs, logit_bits, range_bits);
+  }
+}
+
+// Shapes: q, k, v (B, H, T, D) through their tensor maps (dims {D, T, H, B}, boxes {64, 128, 1,
+// 1}, 128-byte swizzle); out (B, H, T, D) at dims.out; lse (B, H, T) f32; max_logit, max_range (H)
+// f32 as bits, zeroed before the launch. Grid (ceil(T / 128), H, B) as the mma kernel's, longest
+// query tiles first; 384 threads: warpgroup 0 produces, 1 and 2 consume.
+template <typename T, int kWidth, bool kNoSoftcap>
+__global__ void __launch_bounds__(Sm90Fwd<kWidth>::kThreads, 1)
+    attention_sm90_forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                                  const __grid_constant__ CUtensorMap v_map, T* __restrict__ out,
+                                  float* __restrict__ lse, unsigned* __restrict__ max_logit,
+                                  unsigned* __restrict__ max_range, Dims dims) {
+  using F = Sm90Fwd<kWidth>;
+  KEEL_DYNAMIC_SHARED(unsigned char, smem, 1024);
+  KEEL_SHARED(unsigned, block_logit);
+  KEEL_SHARED(unsigned, block_range);
+  auto* const q_full = reinterpret_cast<uint64_t*>(smem + F::kBars);
+  uint64_t* const full = q_full + 1;
+  uint64_t* const empty = full + F::kStages;
+  const int h = blockIdx.y, b = blockIdx.z, qt = gridDim.x - 1 - blockIdx.x;
+  const FwdArgs<T> args{out, lse, b * dims.H + h, dims.window[h], qt * F::kBr,
+                        key_tiles_for_query_tile(qt, F::kBr, F::kBc, dims.T, dims.window[h])};
+  if (threadIdx.x == 0) {
+    block_logit = block_range = 0;
+    ptx::mbarrier_init(q_full, 1);
+    for (int s = 0; s < F::kStages; ++s) {
+      ptx::mbarrier_init(full + s, 1);                     // the producer's arrive_expect_tx
+      ptx::mbarrier_init(empty + s, 4 * F::kConsumers);  // one arrival per consumer warp
+    }
+    ptx::fence_proxy_async();  // the barriers are initialized before the copies complete on them
+  }
+  __syncthreads();
+  unsigned logit_bits = 0, range_bits = 0;
+  if (threadIdx.x < 128) {
+    ptx::setmaxnreg_dec<24>();
+    if (threadIdx.x == 0)
+      produce<kWidth>(&q_map, &k_map, &v_map, smem, q_full, full, empty, args.q0, h, b, args.tiles);
+  } else {
+    ptx::setmaxnreg_inc<240>();
+    const int c = threadIdx.x / 128 - 1;
+    consume<T, kWidth, kNoSoftcap>(args, dims, smem, q_full, full, empty, c, logit_bits, range_bits);
+  }
+  publish_head_stats(logit_bits, range_bits, &block_logit, &block_range, max_logit + h, max_range + h);
+}
+
+// A tensor map of one (B, H, T, D) operand: boxes of 64 columns x `rows` rows of one head.
+// Dimensions of one element ignore their stride, which TMA still wants a multiple of 16.
+CUtensorMap operand_map(const Tensor& x, const attn::Rows& r, int64_t B, int64_t H, int64_t T, int64_t D, int rows) {
+  auto stride = [](int64_t n, int64_t elems) { return n == 1 ? uint64_t(16) : uint64_t(elems) * 2; };
+  return tensor_map(x.raw_data(), x.dtype(), {uint64_t(D), uint64_t(T), uint64_t(H), uint64_t(B)},
+                    {uint64_t(r.t) * 2, stride(H, r.h_), stride(B, r.b_)}, {64, uint32_t(rows), 1, 1},
+                    TmaSwizzle::b128);
+}
+
+// Whether TMA can read x's rows as attn::Rows r describes them: 16-byte aligned start and strides.
+bool tma_readable(const Tensor& x, const attn::Rows& r, int64_t B, int64_t H) {
+  auto ok = [](int64_t n, int64_t elems) { return n == 1 || elems * 2 % 16 == 0; };
+  return reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0 && r.t * 2 % 16 == 0 && ok(H, r.h_) && ok(B, r.b_);
+}
+
+}  // namespace
+
+bool attention_sm90_forward(const Tensor& q_in, const Tensor& k, const Tensor& v, const attn::Dims& dims_in,
+                            Tensor& out, Tensor& lse, Tensor& max_logit, Tensor& max_range) {
+  constexpr const char* kOp = "attention (CUDA forward, sm90)";
+  const int64_t B = q_in.size(0), H = q_in.size(1), T = q_in.size(2), D = q_in.size(3);
+  const int width = attn::kernel_width(D, 16);
+  if (width != 64 && width != 128) return false;
+  if (!tma_readable(q_in, dims_in.q, B, H) || !tma_readable(k, dims_in.k, B, H) || !tma_readable(v, dims_in.v, B, H))
+    return false;
+  attn::Dims dims = dims_in;
+  const Tensor q = with_positive_scale(q_in, dims);  // packed when negated: readable too
+  const int dev = q.device().index;
+  visit_half(kOp, q.dtype(), [&]<typename E>() {
+    with_width<16>(kOp, D, [&]<int kWidth>() {
+      if constexpr (kWidth == 64 || kWidth == 128) {
+        using F = Sm90Fwd<kWidth>;
+        const CUtensorMap qm = operand_map(q, dims.q, B, H, T, D, F::kBr);
+        const CUtensorMap km = operand_map(k, dims.k, B, H, T, D, F::kBc);
+        const CUtensorMap vm = operand_map(v, dims.v, B, H, T, D, F::kBc);
+        const dim3 grid(static_cast<unsigned>((T + F::kBr - 1) / F::kBr), static_cast<unsigned>(H),
+                        static_cast<unsigned>(B));
+        auto launch = [&](auto kernel) {
+          launch_threads(kernel, grid, F::kThreads, F::kBytes, dev, qm, km, vm, static_cast<E*>(out.raw_data()),
+                         static_cast<float*>(lse.raw_data()), static_cast<unsigned*>(max_logit.raw_data()),
+                         static_cast<unsigned*>(max_range.raw_data()), dims);
+        };
+        if (dims.softcap == 0.0f)
+          launch(attention_sm90_forward_kernel<E, kWidth, true>);
+        else
+          launch(attention_sm90_forward_kernel<E, kWidth, false>);
+      }
+    });
+  });
+  return true;
+}
+
+}  // namespace keel::cuda

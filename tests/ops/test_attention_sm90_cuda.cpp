@@ -1,0 +1,97 @@
+// Hopper's warpgroup attention forward (ops/cuda/attention_sm90_forward.cu) and how it is chosen
+// (ops/cuda/attention.h: set_attention_kernel, KEEL_ATTENTION). Its parity grid is the mma
+// kernels' own, run again with KEEL_ATTENTION=sm90 (tests/ops/CMakeLists.txt); here: that the
+// choice reaches the kernel where it runs (a GPU of compute capability 9.0, which the emulated
+// H100 is) and nowhere else, counted by the tensor maps the forward encodes (3: q, k, v), and
+// that a KEEL_ATTENTION keel does not know is one clear error.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "attention_cuda_check.h"
+#include "core/cuda/counters.h"
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+
+using namespace keel;
+using namespace keel::attention_test;
+
+namespace {
+
+// The process's kernel choice for one scope.
+struct KernelChoice {
+  cuda::AttentionKernel before = cuda::attention_kernel();
+  explicit KernelChoice(cuda::AttentionKernel k) { cuda::set_attention_kernel(k); }
+  ~KernelChoice() { cuda::set_attention_kernel(before); }
+};
+
+// Tensor maps one forward of (B, H, T, D) in dt encodes.
+uint64_t maps_of_forward(int64_t T, int64_t D, DType dt, const std::vector<int64_t>& window) {
+  Generator gen(7);
+  const Device dev = Device::cuda(0);
+  const Shape shape{1, static_cast<int64_t>(window.size()), T, D};
+  const Tensor q = randn(shape, gen).to(dt).to(dev), k = randn(shape, gen).to(dt).to(dev),
+               v = randn(shape, gen).to(dt).to(dev);
+  const uint64_t before = cuda::counters().tensor_maps;
+  (void)attention(q, k, v, {0, window});
+  return cuda::counters().tensor_maps - before;
+}
+
+bool runs_sm90a() {
+  const cuda::DeviceInfo d = cuda::device_info(0);
+  return d.major == 9 && d.minor == 0;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA attention, sm90 chosen: the warpgroup forward runs on Hopper at head dims 40 .. 128, mma elsewhere") {
+  KEEL_REQUIRE_CUDA();
+  const uint64_t hopper = runs_sm90a() ? 3 : 0;  // the forward's tensor maps where the kernel runs
+  {
+    const KernelChoice sm90(cuda::AttentionKernel::sm90);
+    for (DType dt : {DType::bf16, DType::f16}) {
+      INFO(dtype_name(dt));
+      CHECK(maps_of_forward(70, 64, dt, {0, 5}) == hopper);
+      CHECK(maps_of_forward(70, 128, dt, {0}) == hopper);
+      CHECK(maps_of_forward(70, 40, dt, {3}) == hopper);   // width 64, columns 40.. zeros from TMA
+      CHECK(maps_of_forward(70, 32, dt, {0}) == 0);        // width 32: the mma kernel
+      CHECK(maps_of_forward(70, 256, dt, {0}) == 0);       // width 256: the mma kernel
+    }
+    CHECK(maps_of_forward(70, 64, DType::f32, {0}) == 0);  // f32: the exact FMA kernel
+  }
+  const KernelChoice mma(cuda::AttentionKernel::mma);
+  CHECK(maps_of_forward(70, 64, DType::bf16, {0}) == 0);
+}
+
+TEST_CASE("CUDA attention, sm90 chosen: matches the CPU on every head pattern, soft cap and scale sign") {
+  KEEL_REQUIRE_CUDA();
+  const KernelChoice sm90(cuda::AttentionKernel::sm90);
+  const std::vector<int64_t> ls = AttentionSpec::ls(6, 5, 50).window;
+  uint64_t seed = 5300;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    check_case({2, 300, 64, ls}, dt, ++seed);                            // LS: 5 local heads, 1 global
+    check_case({1, 257, 128, {0, 1, 127, 128, 129}}, dt, ++seed);       // bands on the 128-key tiles
+    check_case({1, 130, 96, {0, 64}}, dt, ++seed);                      // a padded head dim
+    check_case({1, 100, 64, {0, 7}, 0, 5.0, 3.0}, dt, ++seed);          // soft cap
+    check_case({1, 66, 128, {0, 10}, -0.4, 0, 1.0}, dt, ++seed);        // negative scale
+  }
+}
+
+TEST_CASE("CUDA attention: KEEL_ATTENTION chooses the bf16/f16 kernels, and a name keel does not know is an error") {
+  KEEL_REQUIRE_CUDA();
+  const char* env = std::getenv("KEEL_ATTENTION");
+  const std::string name = env ? env : "";
+  Generator gen(11);
+  const Device dev = Device::cuda(0);
+  const Tensor q = randn({1, 1, 8, 64}, gen).to(DType::bf16).to(dev);
+  if (name.empty() || name == "mma" || name == "sm90") {
+    CHECK(cuda::attention_kernel() == (name == "sm90" ? cuda::AttentionKernel::sm90 : cuda::AttentionKernel::mma));
+    CHECK_NOTHROW((void)attention(q, q, q, {0, {0}}));
+    return;
+  }
+  // ctest runs this case with KEEL_ATTENTION=fa9 (tests/ops/CMakeLists.txt).
+  const std::string named = "KEEL_ATTENTION=" + name;
+  CHECK_THROWS_WITH_AS((void)attention(q, q, q, {0, {0}}), doctest::Contains(named.c_str()), ConfigError);
+  CHECK_THROWS_WITH_AS(cuda::attention_kernel(), doctest::Contains("mma (every GPU) or sm90"), ConfigError);
+}
