@@ -1,7 +1,8 @@
 // Mixed-precision training on the GPU: a bf16 GPT-2's gradients accumulate over micro-batches
 // in f32 (AdamW's f32 gradient buffers), so grad-accum 8 is one 8x batch up to the bf16
 // rounding of each micro-batch's own gradient, not of the running sum; and f16 training takes
-// its first step (the loss is scaled in f32). Skipped without a GPU.
+// its first step (the loss is scaled in f32); --attention-kernel sm90 trains on Hopper's
+// attention forward. Skipped without a GPU.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,11 +11,14 @@
 #include "apps/gpt2/run/checkpoint.h"
 #include "apps/gpt2/run/metrics.h"
 #include "apps/gpt2/train/trainer.h"
+#include "core/cuda/counters.h"
+#include "core/cuda/runtime.h"
 #include "core/factory.h"
 #include "cuda_test.h"
 #include "nn/gpt2.h"
 #include "ops/cuda_compare.h"
 #include "optim/adamw.h"
+#include "ops/cuda/attention.h"
 #include "optim/loss_scaler.h"
 #include "train_fixture.h"
 
@@ -111,4 +115,32 @@ TEST_CASE("CUDA f16 training: the first step is taken at scale 2^16, logged and 
       CHECK(t.item() == 65536.0);
     }
   CHECK(found);
+}
+
+TEST_CASE("CUDA train --attention-kernel sm90: Hopper's forward runs (on compute capability 9.0), mma's losses") {
+  KEEL_REQUIRE_CUDA();
+  auto run = [](const std::string& kernel) {
+    app::TrainConfig c = testing::tiny_config("cuda_kernel_" + kernel);
+    c.model.n_head = 1;  // head dim 64: a width of the warpgroup kernel
+    c.device = "cuda";
+    c.dtype = "bf16";
+    c.max_steps = 3;
+    c.log_every = 1;
+    c.attention_kernel = kernel;
+    const uint64_t maps = cuda::counters().tensor_maps;
+    app::train(c);
+    CHECK(cuda::attention_kernel() == cuda::AttentionKernel::mma);  // the run's choice ended with it
+    return std::pair{cuda::counters().tensor_maps - maps, testing::train_records(c.run_dir)};
+  };
+  const auto [mma_maps, mma] = run("mma");
+  const auto [sm90_maps, sm90] = run("sm90");
+  const cuda::DeviceInfo d = cuda::device_info(0);
+  CHECK(mma_maps == 0);
+  if (d.major == 9 && d.minor == 0)
+    CHECK(sm90_maps > 0);
+  else
+    CHECK(sm90_maps == 0);
+  REQUIRE(mma.size() == 3);
+  REQUIRE(sm90.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(sm90[i].loss == doctest::Approx(mma[i].loss).epsilon(1e-2));
 }

@@ -65,6 +65,15 @@ TEST_CASE("--cuda-graph 1 on the CPU, or other than 0 and 1, is refused") {
   expect_error<ConfigError>(c, "cuda-graph");
 }
 
+TEST_CASE("--attention-kernel on the CPU, or one keel does not have, is refused") {
+  TrainConfig c = testing::tiny_config("kernel_cpu");
+  c.attention_kernel = "sm90";  // tiny_config trains on the CPU
+  expect_error<ConfigError>(c, "--attention-kernel sm90 picks GPU kernels");
+  c = testing::tiny_config("kernel_fa9");
+  c.attention_kernel = "fa9";
+  expect_error<ConfigError>(c, "use mma or sm90");
+}
+
 TEST_CASE("an unknown ZeRO stage or reduce dtype is refused before anything is written") {
   TrainConfig c = testing::tiny_config("zero2");
   c.zero = 2;

@@ -160,6 +160,8 @@ void TrainConfig::validate() const {
        "use H100 or H200");
   need(cuda_graph == 0 || cuda_graph == 1, "cuda-graph", "must be 0 or 1");
   need(deterministic == 0 || deterministic == 1, "deterministic", "must be 0 or 1");
+  need(attention_kernel.empty() || attention_kernel == "mma" || attention_kernel == "sm90", "attention-kernel",
+       "unknown kernel '" + attention_kernel + "'", "use mma or sm90");
   need(nproc >= 0, "nproc", "cannot be negative");
   need(zero == 0 || zero == 1, "zero", fmt::format("ZeRO stage {} is not available", zero),
        "use 1 to shard the optimizer state over the ranks, or 0 for plain data parallelism");
@@ -174,7 +176,8 @@ nlohmann::json identity_of(const TrainConfig& cfg) {
   // What may change between an interrupted run and its resumption without changing the run.
   for (const char* key : {"run_dir", "name", "log_every", "val_every", "val_batches", "ckpt_every",
                           "keep_checkpoints", "on_nonfinite", "spike_factor", "spike_signal", "device", "data",
-                          "profile", "profile_warmup", "profile_gpu", "cuda_graph", "deterministic", "dist_backend", "bucket_mb", "nproc", "zero", "reduce_dtype"})
+                          "profile", "profile_warmup", "profile_gpu", "cuda_graph", "deterministic",
+                          "attention_kernel", "dist_backend", "bucket_mb", "nproc", "zero", "reduce_dtype"})
     j.erase(key);
   // A variant's own knobs change nothing in the others' models: an MHSA run that recorded the
   // softcap default of its day (30 before it became nn's 50) resumes under today's default.
@@ -196,6 +199,7 @@ nlohmann::json launch_identity_of(const TrainConfig& cfg) {
   j["reduce_dtype"] = cfg.reduce_dtype;
   j["bucket_mb"] = cfg.bucket_mb;
   j["deterministic"] = cfg.deterministic;
+  j["attention_kernel"] = cfg.attention_kernel;
   return j;
 }
 

@@ -23,6 +23,7 @@
 #include "core/determinism.h"
 #include "data/loader.h"
 #include "nn/gpt2.h"
+#include "ops/cuda/attention.h"
 #include "optim/data_parallel.h"
 #include "optim/loss_scaler.h"
 #include "optim/schedule.h"
@@ -57,6 +58,7 @@ class Trainer {
 
   TrainConfig cfg_;
   DeterministicGuard determinism_;  // --deterministic for the run's lifetime (core/determinism.h)
+  std::optional<cuda::AttentionKernelScope> attention_kernel_;  // --attention-kernel, on a GPU
   Device device_;
   DType dtype_ = DType::f32;
   std::filesystem::path run_dir_;

@@ -28,6 +28,15 @@ void Trainer::open_run() {
   if (dtype_ != DType::f32 && device_.is_cpu())
     throw ConfigError("train", "--dtype " + cfg_.dtype + " needs a GPU: CPU kernels compute in f32",
                       "use --dtype f32 on the CPU");
+  if (!cfg_.attention_kernel.empty()) {
+    if (!device_.is_cuda())
+      throw ConfigError("train",
+                        "--attention-kernel " + cfg_.attention_kernel + " picks GPU kernels; this run is on " +
+                            device_.str(),
+                        "drop --attention-kernel on the CPU");
+    attention_kernel_.emplace(cfg_.attention_kernel == "sm90" ? cuda::AttentionKernel::sm90
+                                                              : cuda::AttentionKernel::mma);
+  }
   dist_ = start_distributed(cfg_, &device_);
   run_dir_ = cfg_.run_dir;
   if (cfg_.name.empty()) cfg_.name = cfg_.model.attention.value_or(cfg_.preset);
