@@ -110,9 +110,10 @@ TmaBox decode_tensor_map(const Block& b, const void* map, const std::source_loca
 }
 
 void land_box(void* dst, const TmaBox& box, uint32_t bytes) {
-  // Built whole, then written with one memcpy: ThreadSanitizer sees the landing as one write.
-  thread_local std::vector<unsigned char> image;
-  image.assign(bytes, 0);
+  // Built whole, then written with one memcpy: ThreadSanitizer sees the landing as one write. The
+  // image is this landing's own: a buffer kept between landings would be shared by the fibers
+  // (CUDA threads) that land boxes, which ThreadSanitizer rightly reports as a race.
+  std::vector<unsigned char> image(bytes, 0);
   const uint32_t row = box.box[0] * box.esize, rows = bytes / row;
   for (uint32_t r = 0; r < rows; ++r) {
     const unsigned char* src = box.base;  // the row's first element; null when the row is outside
