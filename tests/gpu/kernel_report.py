@@ -6,10 +6,12 @@
 Compiles every CUDA source (core/cuda, ops/cuda, optim/cuda) alone for sm_90 into a cubin with
 `nvcc -O3 -lineinfo -cubin -Xptxas -v`, then reports, per kernel (instantiations that differ
 only in a type argument grouped, worst one shown): registers, spill bytes, stack frame, shared
-memory, block size and resident blocks (CTAs) per SM on an H100/H200. For the kernels whose
-budget-file facts give their cp.async copies per tile (the tensor-core attention kernels) it
+memory, block size and resident blocks (CTAs) per SM on an H100/H200 (Hopper's own kernels,
+*_sm90_*.cu, for sm_90a). For the kernels whose budget-file facts give their cp.async copies per
+tile (the tensor-core attention kernels; 0 for Hopper's, whose copies are the producer's TMA) it
 also disassembles the SASS (nvdisasm) and measures the main loop: the cheapest path through it
-that runs every HMMA and issues the next tile's copies, and the loop's whole code.
+that runs every HMMA and issues the next tile's copies, and the loop's whole code. An
+HGMMA.64xNx16 counts as N / 8 HMMA (a warp's share, in m16n8k16 products: mma_weight).
 docs/gpu-benchmarks.md ("Static kernel report") explains every column. The budgets
 (tests/gpu/kernel_budgets.json) are a ratchet: exit status 1 names each kernel that got worse
 than its budget; --update rewrites them from today's values.
@@ -68,6 +70,11 @@ def facts_for_source(source, budgets):
     return out
 
 
+def arch_of(source):
+    """Hopper's kernels (*_sm90_*.cu) use sm_90a's own instructions, as CMake builds them (ops/CMakeLists.txt)."""
+    return "-arch=sm_90a" if "_sm90_" in os.path.basename(source) else "-arch=sm_90"
+
+
 def compile_one(nvcc, source, out, facts):
     """One .cu -> cubin; facts become template arguments of empty kernels whose names ptxas prints."""
     stem = source.replace("/", "_")
@@ -80,7 +87,7 @@ def compile_one(nvcc, source, out, facts):
             lines.append("template __global__ void keel_report_fact<%d, (%s)>();" % (i, expr))
         open(src, "w").write("\n".join(lines + ["} }", ""]))
     cubin = os.path.join(out, stem + ".cubin")
-    r = run([nvcc] + NVCC_FLAGS + ["-o", cubin, src])
+    r = run([nvcc] + [arch_of(source) if f == "-arch=sm_90" else f for f in NVCC_FLAGS] + ["-o", cubin, src])
     if r.returncode != 0:
         sys.exit("kernel report: nvcc failed on %s:\n%s" % (source, r.stderr[-4000:]))
     return dict(source=source, cubin=cubin, log=r.stderr + r.stdout)
@@ -89,7 +96,7 @@ def compile_one(nvcc, source, out, facts):
 def parse_ptxas(log):
     kernels, cur = {}, None
     for line in log.splitlines():
-        m = re.search(r"Compiling entry function '([^']+)' for 'sm_90'", line)
+        m = re.search(r"Compiling entry function '([^']+)' for 'sm_90a?'", line)
         if m:
             cur = kernels.setdefault(m.group(1), dict(regs=0, spill_st=0, spill_ld=0, stack=0, smem_static=0))
             continue
@@ -230,7 +237,7 @@ def basic_blocks(ins):
 
 
 def main_loop(blocks):
-    """The natural loop (a back edge k -> h, h dominating k) that holds the most HMMA."""
+    """The natural loop (a back edge k -> h, h dominating k) that holds the most HMMA (mma_weight)."""
     preds = {k: [] for k in range(len(blocks))}
     for k, b in enumerate(blocks):
         for s in b["succ"]:
@@ -256,11 +263,22 @@ def main_loop(blocks):
                     n = stack.pop()
                     if n not in body:
                         body.add(n), stack.extend(preds[n])
-    hmma = lambda ks: sum(x["base"] == "HMMA" for k in ks for x in blocks[k]["ins"])
+    hmma = lambda ks: sum(mma_weight(x) for k in ks for x in blocks[k]["ins"])
     if not loops or not max(hmma(b) for b in loops.values()):
         return None, None
     head = max(loops, key=lambda h: (hmma(loops[h]), len(loops[h])))
     return head, loops[head]
+
+
+def mma_weight(x):
+    """A tensor-core instruction in m16n8k16 products of one warp: HMMA.16816 is 1; a warp's share
+    of HGMMA.64xNx16 (16 rows of the warpgroup's 64) is N / 8. So the loops of the mma.sync and
+    the wgmma kernels are measured in the same unit."""
+    if x["base"] == "HMMA":
+        return 1
+    # INSTR's opcode stops at the lower-case x: "HGMMA.64", then "x128x16.F32..." in the arguments.
+    m = re.match(r"HGMMA\.64x(\d+)x16", x["op"] + x["args"]) if x["base"] == "HGMMA" else None
+    return int(m.group(1)) // 8 if m else 0
 
 
 def reduced(x):
@@ -274,7 +292,7 @@ def reduced(x):
 
 def cheapest_path(blocks, head, body, copies):
     """From the loop head back to it, every edge that goes backwards in the code cut (inner loops
-    run once): the path with the most HMMA that issues exactly `copies` LDGSTS, then the most
+    run once): the path with the most HMMA (mma_weight) that issues exactly `copies` LDGSTS, then the most
     elements added by global reductions (a full tile's dQ adds in the attention backward, which a
     path around their bounds tests would leave out), and of those the fewest instructions. Dynamic programming over
     (block, LDGSTS so far) in code order."""
@@ -283,7 +301,7 @@ def cheapest_path(blocks, head, body, copies):
     for k in sorted(body):
         for c, (hm, red, neg, _) in sorted(best.get(k, {}).items()):
             ins = blocks[k]["ins"]
-            hm, neg = hm + sum(x["base"] == "HMMA" for x in ins), neg - len(ins)
+            hm, neg = hm + sum(mma_weight(x) for x in ins), neg - len(ins)
             red += sum(reduced(x) for x in ins)
             c2 = c + sum(x["base"] == "LDGSTS" for x in ins)
             for s in blocks[k]["succ"]:
@@ -310,13 +328,14 @@ def loop_metrics(ins, source, copies, scores):
     on_path = [x for k in path for x in blocks[k]["ins"]]
     static = [x for k in body for x in blocks[k]["ins"]]
     count = lambda xs, ops: sum(x["base"] in ops or (x["base"][0] == "U" and x["base"][1:] in ops) for x in xs)
-    n, hmma, static_hmma = len(on_path), count(on_path, {"HMMA"}), count(static, {"HMMA"})
+    n, hmma, static_hmma = len(on_path), sum(map(mma_weight, on_path)), sum(map(mma_weight, static))
+    mma_instr = count(on_path, {"HMMA", "HGMMA"})  # instructions, not products: the tensor cores' share of issue
     tests = sum(x["base"] == "BRA" and bool(x["pred"] or "," in x["args"].split("`")[0]) for x in on_path)
     tests -= 1 if len(blocks[path[-1]]["succ"]) > 1 else 0  # the loop's own conditional back edge
     tests += count(on_path, {"FSEL", "SEL"})
     latch = blocks[path[-1]]["ins"][-1]["where"]
     return dict(line="%s:%d" % (os.path.basename(latch[0]), latch[1]) if latch else "?", instr=n, hmma=hmma,
-                ipm=round(n / hmma, 2), hmma_pct=round(100 * hmma / n, 1),
+                ipm=round(n / hmma, 2), hmma_pct=round(100 * mma_instr / n, 1),
                 int_pct=round(100 * count(on_path, INT_OPS) / n, 1), control=count(on_path, CONTROL_OPS),
                 sync=count(on_path, SYNC_OPS), copies=count(on_path, {"LDGSTS"}),
                 local=count(on_path, {"LDL", "STL"}), tests=tests, mask_free=tests < scores,
