@@ -30,6 +30,9 @@
 // [--min-reps, --max-reps]), each rep timed with CUDA events on keel's stream; the median is
 // reported (min and mean in the JSON).
 //
+// --kernel sm90 runs the forward on Hopper's warpgroup kernel (ops/cuda/attention.h; on a GPU of
+// compute capability 9.0, head dims 40 to 128; the backward stays mma): impl "keel-sm90".
+//
 // Not a test: on a machine without a GPU it says so and exits 0. Output: a table on stdout and,
 // with --json PATH, one JSON object per (config, pass) in the schema attention_baseline.py also
 // writes (see docs/gpu-benchmarks.md); impl "keel" ("keel-op" with --op).
@@ -37,7 +40,7 @@
 //   bench_attention [--json PATH] [--dims 32,64,128] [--seqs 1024,2048,4096,8192,16384]
 //                   [--patterns mhsa,ls_w50,ls_w100,local_w50] [--rows 2097152] [--batch 0] [--heads 6]
 //                   [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2] [--op]
-//                   [--nondeterministic]
+//                   [--nondeterministic] [--kernel mma|sm90]
 // --nondeterministic times the backward with its dQ adds in any order (keel::set_deterministic,
 // core/determinism.h), against the default's ordered adds: impl "keel-nondet" in the JSON.
 #include <cuda_runtime.h>
@@ -78,11 +81,14 @@ struct BenchOptions {
   int min_reps = 3, max_reps = 50, warmup = 2;
   bool op = false;
   bool nondeterministic = false;  // the backward's dQ added in any order (core/determinism.h)
+  std::string kernel = "mma";     // the forward's kernel: mma | sm90 (cuda::AttentionKernel)
 };
 
-// The JSON's impl: "keel" or "keel-op" (--op), "-nondet" added for --nondeterministic.
+// The JSON's impl: "keel" or "keel-op" (--op), "-sm90" added for --kernel sm90, "-nondet" for
+// --nondeterministic.
 std::string impl_of(const BenchOptions& o) {
-  return std::string(o.op ? "keel-op" : "keel") + (o.nondeterministic ? "-nondet" : "");
+  return std::string(o.op ? "keel-op" : "keel") + (o.kernel == "sm90" ? "-sm90" : "") +
+         (o.nondeterministic ? "-nondet" : "");
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -260,7 +266,7 @@ void print_usage() {
       "usage: bench_attention [--json PATH] [--dims 32,64,128] [--seqs 1024,2048,4096,8192,16384]\n"
       "                       [--patterns mhsa,ls_w50,ls_w100,local_w50] [--rows 2097152] [--batch 0] [--heads 6]\n"
       "                       [--budget-ms 300] [--min-reps 3] [--max-reps 50] [--warmup 2] [--op]\n"
-      "                       [--nondeterministic]\n");
+      "                       [--nondeterministic] [--kernel mma|sm90]\n");
 }
 
 }  // namespace
@@ -287,6 +293,7 @@ int main(int argc, char** argv) {
       else if (a == "--warmup") o.warmup = std::stoi(value());
       else if (a == "--op") o.op = true;
       else if (a == "--nondeterministic") o.nondeterministic = true;
+      else if (a == "--kernel") o.kernel = value();
       else if (a == "--help" || a == "-h") {
         print_usage();
         return 0;
@@ -300,6 +307,8 @@ int main(int argc, char** argv) {
       throw ValueError("bench_attention",
                        "need 1 <= --min-reps <= --max-reps, --heads >= 1, --rows >= 1, --batch >= 0");
     for (const auto& p : o.patterns) (void)pattern_windows(p, o.heads);  // reject bad names before any work
+    if (o.kernel != "mma" && o.kernel != "sm90")
+      throw ValueError("bench_attention", "--kernel " + o.kernel + ": use mma or sm90");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_attention: %s\n", e.what());
     return 2;
@@ -323,6 +332,12 @@ int main(int argc, char** argv) {
                 info.multiprocessors, (long long)o.heads, batch.c_str(),
                 o.op ? "front end + autograd (--op)" : "kernels called directly");
     if (o.nondeterministic) std::printf("backward: dQ added in any order (--nondeterministic)\n");
+    const bool hopper = info.major == 9 && info.minor == 0;
+    if (o.kernel == "sm90")
+      std::printf("forward: %s\n", hopper ? "Hopper's warpgroup kernel (--kernel sm90) at D 40..128, else mma"
+                                          : "mma: --kernel sm90 needs compute capability 9.0");
+    const cuda::AttentionKernelScope kernel(o.kernel == "sm90" ? cuda::AttentionKernel::sm90
+                                                               : cuda::AttentionKernel::mma);
     const DeterministicGuard mode(!o.nondeterministic);
     std::printf("FLOPs: allowed pairs only; fwd = 4*D per pair, fwd+bwd = 3.5 x fwd\n");
     std::printf("%4s %6s %5s %-10s | %9s %8s | %9s %8s | %11s %5s\n", "D", "T", "B", "pattern",

@@ -19,6 +19,7 @@
 #      runs, each part under its own time limit inside a total budget (BENCH_BUDGET_S, 780 s):
 #        bench_attention       the FlashAttention-2 comparison: B 8, H 12, D 64/128, T 1k..8k,
 #                              MHSA and LS (w 50), keel's kernels               -> $OUT/attention_fa2_keel.jsonl
+#                              and with --kernel sm90 (Hopper's forward), T 2k..16k  (impl keel-sm90, same file)
 #        attention_baseline.py the same in PyTorch (SDPA flash; masked SDPA for LS) -> $OUT/attention_fa2_torch.jsonl
 #        ncu                   (when ncu is installed) the mma forward and backward kernels at
 #                              D 128, T 4096: speed of light, occupancy, memory    -> log.txt
@@ -32,7 +33,7 @@
 #      results are easy to copy back.
 #
 # Environment (all optional):
-#   SKIP_FA2, SKIP_NONDET, SKIP_NCU, SKIP_OPS, SKIP_ATTN_KEEL, SKIP_ATTN_TORCH, SKIP_TRAIN_KEEL,
+#   SKIP_FA2, SKIP_NONDET, SKIP_SM90, SKIP_NCU, SKIP_OPS, SKIP_ATTN_KEEL, SKIP_ATTN_TORCH, SKIP_TRAIN_KEEL,
 #   SKIP_TRAIN_TORCH      =1 skips a part (SKIP_NONDET: the comparison's MHSA rows again with the
 #                         backward's dQ added in any order, --nondeterministic)
 #   FA2_ARGS="..."        the FlashAttention-2 comparison's configs (default: --batch 8 --heads 12
@@ -220,6 +221,15 @@ if [[ "${SKIP_FA2:-0}" != "1" ]]; then
   fi
 fi
 
+if [[ "${SKIP_SM90:-0}" != "1" ]]; then
+  # Hopper's warpgroup forward (--kernel sm90; on other GPUs the same rows run mma), MHSA and LS,
+  # D 64/128, T 2k..16k. Appended to keel's file as impl "keel-sm90".
+  banner "Hopper's attention forward (--kernel sm90): keel"
+  run_part bench_attention_sm90 150 "${K[@]}" "$BIN/bench_attention" --json "$WORK/sm90.jsonl" --kernel sm90 \
+    --batch 8 --heads 12 --dims 64,128 --seqs 2048,4096,8192,16384 --patterns mhsa,ls_w50
+  [[ -f "$WORK/sm90.jsonl" ]] && cat "$WORK/sm90.jsonl" >> "$OUT/attention_fa2_keel.jsonl"
+fi
+
 if [[ "${SKIP_NCU:-0}" != "1" ]]; then
   if command -v ncu >/dev/null 2>&1; then
     banner "ncu: the mma attention kernels (D 128, T 4096, MHSA)"
@@ -391,6 +401,22 @@ if F:
                     continue
                 print(f"| {D} | {T} | {f(o, '.3f')} | {f(a, '.3f')} | {f(o / a if o and a else None)} | "
                       f"{f(g('torch-flash'), '.3f')} |")
+        print()
+    if any(k[0] == "keel-sm90" for k in F):
+        print("Hopper's forward (--kernel sm90) against the mma forward and PyTorch's flash (fwd TF/s; "
+              "targets at T >= 4096: D 128 MHSA >= 550, LS (w 50) f+b >= 3x flash MHSA at T 2048):\n")
+        print("| D | T | pattern | keel mma fwd TF/s | keel sm90 fwd TF/s | torch fwd TF/s | sm90 / mma | sm90 f+b ms |")
+        print("|---|---|---|---|---|---|---|---|")
+        for D in sorted({k[2] for k in F}):
+            for T in sorted({k[3] for k in F}):
+                for pat in ("mhsa", "ls_w50"):
+                    r = lambda impl, ps="fwd": F.get((impl, pat, D, T, ps)) or {}
+                    torch_impl = "torch-flash" if pat == "mhsa" else "torch-masked"
+                    a, b = r("keel").get("tflops"), r("keel-sm90").get("tflops")
+                    if b is None:
+                        continue
+                    print(f"| {D} | {T} | {pat} | {f(a, '.0f')} | {f(b, '.0f')} | {f(r(torch_impl).get('tflops'), '.0f')} | "
+                          f"{f(b / a if a and b else None)} | {f(r('keel-sm90', 'fwd_bwd').get('ms'), '.3f')} |")
         print()
 print("## Causal attention (MHSA), bf16, H=6, ~2M query rows; ratio = keel speed / PyTorch flash speed\n")
 print("Target: fwd+bwd ratio >= 0.8 for D = 64, 128 at T >= 2048.\n")
