@@ -21,7 +21,6 @@
 // max |logit| and the row range m - min (ops/attention.h) cost one max and one min per logit.
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
 #include <string>
 
 #include "ops/cuda/attention_common.cuh"
@@ -31,7 +30,7 @@ namespace keel::cuda {
 
 namespace {
 
-// -1 until chosen: set_attention_kernel, or KEEL_ATTENTION read when attention first runs.
+// -1 until set_attention_kernel chooses; then KEEL_ATTENTION decides (attention_kernel).
 std::atomic<int> chosen_kernel{-1};
 
 // Whether cuda:dev runs sm_90a code (compute capability 9.0 exactly: the architecture-specific
@@ -48,20 +47,18 @@ bool runs_sm90a(int dev) {
 void set_attention_kernel(AttentionKernel kernel) { chosen_kernel = static_cast<int>(kernel); }
 
 AttentionKernel attention_kernel() {
-  static std::once_flag from_env;
-  std::call_once(from_env, [] {
+  if (const int k = chosen_kernel; k >= 0) return static_cast<AttentionKernel>(k);
+  // Read once; a value keel does not know throws, and a static whose initializer threw is tried
+  // again at the next call (std::call_once may hang when its function throws).
+  static const AttentionKernel from_env = [] {
     const char* v = std::getenv("KEEL_ATTENTION");
-    if (!v || !*v) return;
-    const std::string name = v;
-    if (name != "mma" && name != "sm90")
+    const std::string name = v ? v : "";
+    if (!name.empty() && name != "mma" && name != "sm90")
       throw ConfigError("attention", "KEEL_ATTENTION=" + name + " names no attention kernel",
                         "set it to mma (every GPU) or sm90 (the warpgroup kernels on an H100 or H200), or unset it");
-    int unset = -1;
-    chosen_kernel.compare_exchange_strong(unset, static_cast<int>(name == "sm90" ? AttentionKernel::sm90
-                                                                                 : AttentionKernel::mma));
-  });
-  const int k = chosen_kernel;
-  return k < 0 ? AttentionKernel::mma : static_cast<AttentionKernel>(k);
+    return name == "sm90" ? AttentionKernel::sm90 : AttentionKernel::mma;
+  }();
+  return from_env;
 }
 
 namespace {
