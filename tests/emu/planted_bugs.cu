@@ -27,6 +27,9 @@
 //   planted_bugs oob-fixed   the same within bounds: no report
 //   planted_bugs oob-tensor  the off-by-one store into a keel tensor, whose block in the caching
 //                            allocator is larger than the tensor: AddressSanitizer still reports it
+//   planted_bugs shared-oob  a store one byte past a launch's dynamic shared memory
+//                            -> AddressSanitizer reports a heap-buffer-overflow
+//   planted_bugs shared-oob-fixed  the store into its last byte: no report
 // and the classes the emulator catches by itself (planted_classes.cu): shared memory over the
 // limit, a block waiting on a block that may not have started, a misaligned vector load, a device
 // branch that rounds differently from the host. A CUDA error ends the program with its message.
@@ -136,6 +139,14 @@ __global__ void wgmma_overwrite_kernel(float* out) {
   out[t] = d[0];
 }
 
+// One byte stored into the launch's `bytes` of dynamic shared memory: its last, or with the
+// planted bug the one past it.
+template <bool kPastEnd>
+__global__ void shared_oob_kernel(int bytes) {
+  KEEL_DYNAMIC_SHARED(unsigned char, smem, 16);
+  if (threadIdx.x == 0) smem[kPastEnd ? bytes : bytes - 1] = 1;
+}
+
 // out (n): out[i] = i for i < n, or, with the planted bug, for i <= n.
 template <bool kOffByOne>
 __global__ void iota_kernel(float* out, int n) {
@@ -182,6 +193,9 @@ int main(int argc, char** argv) try {
     KEEL_CHECK_CUDA(cudaFree(out));
     KEEL_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), 30 * sizeof(float)));
     keel::cuda::launch_kernel(kernel, 1, 32, 0, nullptr, out, 30);  // 30 elements, 32 threads
+  } else if (std::strcmp(mode, "shared-oob") == 0 || std::strcmp(mode, "shared-oob-fixed") == 0) {
+    auto kernel = mode[10] ? shared_oob_kernel<false> : shared_oob_kernel<true>;
+    keel::cuda::launch_kernel(kernel, 1, 32, 100, nullptr, 100);  // 100 bytes of dynamic shared memory
   } else if (std::strcmp(mode, "oob-tensor") == 0) {
     keel::Tensor t = keel::empty({30}, {keel::DType::f32, keel::Device::cuda(0)});
     keel::cuda::launch_kernel(iota_kernel<true>, 1, 32, 0, nullptr, static_cast<float*>(t.raw_data()), 30);
@@ -189,7 +203,7 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr,
                  "usage: planted_bugs race|race-fixed|cp-race|cp-race-fixed|ldmatrix-race|ldmatrix-race-fixed|"
                  "mbarrier-race|mbarrier-race-fixed|wgmma-race|wgmma-race-fixed|"
-                 "oob|oob-fixed|oob-tensor|shared-over|shared-over-fixed|wait-later|wait-earlier|wait-fixed|"
+                 "oob|oob-fixed|oob-tensor|shared-oob|shared-oob-fixed|shared-over|shared-over-fixed|wait-later|wait-earlier|wait-fixed|"
                  "misaligned|misaligned-fixed|misaligned-raw|device-rounding|device-rounding-fixed\n");
     return 2;
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <new>
 #include <source_location>
 #include <string>
 #include <vector>
@@ -192,7 +193,11 @@ struct Block {
   Context host;          // the launching host code, suspended while the block runs
   bool from_host = false;
   void* tsan_host = nullptr;
-  std::vector<unsigned char> shared_storage;  // dynamic shared memory of the running block
+  // Dynamic shared memory of the running block: exactly its bytes, 1024-aligned (shared_memory.cpp).
+  struct SharedFree {
+    void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{1024}); }
+  };
+  std::unique_ptr<unsigned char[], SharedFree> shared_storage;
   unsigned char* shared = nullptr;
   size_t shared_bytes = 0;
   void (*body)(const void*) = nullptr;

@@ -55,10 +55,12 @@ void check_static(const Block& b, const SharedSite& site, size_t total) {
 
 void detail::prepare_shared(Block& b, size_t dynamic_bytes) {
   b.shared_bytes = dynamic_bytes;
-  // Fresh storage per launch, sized exactly, so AddressSanitizer sees an overrun of it; aligned
-  // as a swizzled wgmma tile needs (KEEL_DYNAMIC_SHARED(..., 1024)).
-  std::vector<unsigned char>(dynamic_bytes + 1024).swap(b.shared_storage);
-  b.shared = b.shared_storage.data() + (1024 - reinterpret_cast<uintptr_t>(b.shared_storage.data()) % 1024) % 1024;
+  // Fresh storage per launch, sized exactly (AddressSanitizer's redzone starts at its last byte,
+  // so an overrun of it shows), 1024-aligned as a swizzled wgmma tile needs
+  // (KEEL_DYNAMIC_SHARED(..., 1024)). Its bytes are set by reset_shared before each block.
+  b.shared_storage.reset(static_cast<unsigned char*>(::operator new[](dynamic_bytes ? dynamic_bytes : 1,
+                                                                      std::align_val_t{1024})));
+  b.shared = b.shared_storage.get();
 }
 
 void detail::reset_shared(Block& b) {
