@@ -15,9 +15,9 @@
 // Everything between the products is the mma kernel's, unchanged and shared with it
 // (attention_online_softmax.cuh): wgmma's accumulator gives each warp 16 rows in mma.sync's C
 // layout, so the online softmax, the masks of causal and windowed heads, the soft cap and the
-// statistics run as they do there. Tiles are swizzled as TMA writes them with its 128-byte
-// swizzle and wgmma reads them with the descriptor's of the same name: rows of 64 elements, so a
-// tile of width 128 is two panels of 64 columns (docs/attention-kernels.md, section 6).
+// statistics run as they do there. TMA writes each tile with its 128-byte swizzle and wgmma's
+// descriptors read it back with theirs: rows of 64 elements, so a tile of width 128 is two
+// panels of 64 columns (docs/attention-kernels.md, section 6.1, walks the kernel step by step).
 //
 // The block's key tiles are those of its 128 rows (attn::key_tiles_for_query_tile); a warpgroup
 // computes only the tiles its own 64 rows see (a local head's warpgroup skips most of them) but
