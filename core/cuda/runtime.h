@@ -43,6 +43,9 @@ struct DeviceInfo {
   size_t total_memory = 0;
   int multiprocessors = 0;
   int major = 0, minor = 0;  // compute capability
+  // Whether the device runs sm_90a code: compute capability 9.0 exactly, since the
+  // architecture-specific features of sm_90a (wgmma, setmaxnreg) run on no other GPU.
+  bool runs_sm90a() const { return major == 9 && minor == 0; }
 };
 DeviceInfo device_info(int index);
 

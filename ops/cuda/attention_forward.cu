@@ -33,15 +33,6 @@ namespace {
 // -1 until set_attention_kernel chooses; then KEEL_ATTENTION decides (attention_kernel).
 std::atomic<int> chosen_kernel{-1};
 
-// Whether cuda:dev runs sm_90a code (compute capability 9.0 exactly: the architecture-specific
-// features of sm_90a run on no other GPU).
-bool runs_sm90a(int dev) {
-  int major = 0, minor = 0;
-  KEEL_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  KEEL_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return major == 9 && minor == 0;
-}
-
 }  // namespace
 
 void set_attention_kernel(AttentionKernel kernel) { chosen_kernel = static_cast<int>(kernel); }
@@ -234,7 +225,7 @@ void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   }
   if (B * H * T == 0) return;  // nothing to attend; the statistics are 0, as on the CPU
   if (q.dtype() != DType::f32) {
-    const bool sm90 = attention_kernel() == AttentionKernel::sm90 && runs_sm90a(dev) &&
+    const bool sm90 = attention_kernel() == AttentionKernel::sm90 && dev::runs_sm90a(dev) &&
                       attention_sm90_forward(q, k, v, dims, out, lse, max_logit, max_range);
     if (!sm90) attention_mma_forward(q, k, v, dims, out, lse, max_logit, max_range);  // DTypeError but bf16, f16
     return;

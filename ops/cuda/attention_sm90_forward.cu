@@ -28,7 +28,6 @@
 // not through shared memory and a TMA store. Each is a step of its own on this kernel.
 #include "core/cuda/tensor_map.h"
 #include "core/cuda/wgmma.cuh"
-#include "core/factory.h"
 #include "ops/cuda/attention_online_softmax.cuh"
 
 namespace keel::cuda {

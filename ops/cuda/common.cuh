@@ -188,6 +188,18 @@ inline int sm_count(int device) {
   return n;
 }
 
+// DeviceInfo::runs_sm90a of a device, looked up once (a forward asks on every call).
+inline bool runs_sm90a(int device) {
+  static std::atomic<int> cache[64] = {};  // 0 unknown, 1 no, 2 yes
+  if (device < 0 || device >= 64) return device_info(device).runs_sm90a();
+  int known = cache[device].load(std::memory_order_relaxed);
+  if (known == 0) {
+    known = device_info(device).runs_sm90a() ? 2 : 1;
+    cache[device].store(known, std::memory_order_relaxed);
+  }
+  return known == 2;
+}
+
 // Blocks for a grid-stride loop over `items` with `threads` per block: enough to fill the GPU
 // several times over, no more (each thread then loops).
 inline int grid_for(int64_t items, int threads, int device) {

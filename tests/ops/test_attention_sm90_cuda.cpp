@@ -19,13 +19,6 @@ using namespace keel::attention_test;
 
 namespace {
 
-// The process's kernel choice for one scope.
-struct KernelChoice {
-  cuda::AttentionKernel before = cuda::attention_kernel();
-  explicit KernelChoice(cuda::AttentionKernel k) { cuda::set_attention_kernel(k); }
-  ~KernelChoice() { cuda::set_attention_kernel(before); }
-};
-
 // Tensor maps one forward of (B, H, T, D) in dt encodes.
 uint64_t maps_of_forward(int64_t T, int64_t D, DType dt, const std::vector<int64_t>& window) {
   Generator gen(7);
@@ -38,18 +31,13 @@ uint64_t maps_of_forward(int64_t T, int64_t D, DType dt, const std::vector<int64
   return cuda::counters().tensor_maps - before;
 }
 
-bool runs_sm90a() {
-  const cuda::DeviceInfo d = cuda::device_info(0);
-  return d.major == 9 && d.minor == 0;
-}
-
 }  // namespace
 
 TEST_CASE("CUDA attention, sm90 chosen: the warpgroup forward runs on Hopper at head dims 40 .. 128, mma elsewhere") {
   KEEL_REQUIRE_CUDA();
-  const uint64_t hopper = runs_sm90a() ? 3 : 0;  // the forward's tensor maps where the kernel runs
+  const uint64_t hopper = cuda::device_info(0).runs_sm90a() ? 3 : 0;  // the forward's tensor maps where the kernel runs
   {
-    const KernelChoice sm90(cuda::AttentionKernel::sm90);
+    const cuda::AttentionKernelScope sm90(cuda::AttentionKernel::sm90);
     for (DType dt : {DType::bf16, DType::f16}) {
       INFO(dtype_name(dt));
       CHECK(maps_of_forward(70, 64, dt, {0, 5}) == hopper);
@@ -60,13 +48,13 @@ TEST_CASE("CUDA attention, sm90 chosen: the warpgroup forward runs on Hopper at 
     }
     CHECK(maps_of_forward(70, 64, DType::f32, {0}) == 0);  // f32: the exact FMA kernel
   }
-  const KernelChoice mma(cuda::AttentionKernel::mma);
+  const cuda::AttentionKernelScope mma(cuda::AttentionKernel::mma);
   CHECK(maps_of_forward(70, 64, DType::bf16, {0}) == 0);
 }
 
 TEST_CASE("CUDA attention, sm90 chosen: matches the CPU on every head pattern, soft cap and scale sign") {
   KEEL_REQUIRE_CUDA();
-  const KernelChoice sm90(cuda::AttentionKernel::sm90);
+  const cuda::AttentionKernelScope sm90(cuda::AttentionKernel::sm90);
   const std::vector<int64_t> ls = AttentionSpec::ls(6, 5, 50).window;
   uint64_t seed = 5300;
   for (DType dt : {DType::bf16, DType::f16}) {
