@@ -8,6 +8,7 @@
 //   cp_async_16, cp_async_commit, cp_async_wait<N>   global -> shared copies that overlap compute
 //   ex2, min_nan                  2^x in one instruction; a minimum that keeps NaN
 //   ld_acquire_gpu, red_release_gpu_add, spin_wait_equal   an ordered hand-over between blocks
+//   named_barrier_sync, named_barrier_arrive   bar.sync / bar.arrive: a barrier of some warps
 //   atom_add_acq_rel_gpu          a counter that tells the last of several blocks it is the last
 //   red_add_f32x2                 two adjacent f32 atomic adds as one instruction (sm_90)
 //   load_16, store_16             16 bytes at once (LDG/STG/LDS/STS.128): plain C++ under nvcc
@@ -239,6 +240,27 @@ __device__ __forceinline__ void spin_wait_equal(const int* flag, int expected KE
   ::keel::emu::ptx::spin_wait_equal(flag, expected, where);
 #else
   while (ld_acquire_gpu(flag) != expected) __nanosleep(32);
+#endif
+}
+
+// Named barriers (bar.sync / bar.arrive id, count): a barrier for `count` threads (whole warps)
+// of the block, id 1..15 (0 is __syncthreads'). A phase completes when `count` threads have
+// arrived; _sync waits for it, _arrive counts this thread and goes on. So one group of warps can
+// let another go ahead (arrive on the other's barrier) without waiting itself: the hand-over of
+// turns between two warpgroups (attention_sm90_forward.cu). Memory written before an arrival is
+// visible after the sync it completes.
+__device__ __forceinline__ void named_barrier_sync(int id, int count KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::bar_sync(id, count, where);
+#else
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int count KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::bar_arrive(id, count, where);
+#else
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 #endif
 }
 

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "ops/cuda/attention_common.cuh"
+#include "ops/cuda/common.cuh"
 #include "ops/cuda/attention_mma.cuh"
 
 namespace keel::cuda {

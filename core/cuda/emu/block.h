@@ -11,6 +11,8 @@
 //  - a spin-wait on a flag that another block sets (ptx::spin_wait_equal): the block gives way
 //    to the other resident blocks, and to blocks not started yet while there is room for them.
 //  - a wait on an mbarrier's phase (mbarrier.h): the thread sleeps until the phase completes.
+//  - a named barrier (bar.sync / bar.arrive id, count): `count` threads must arrive; those that
+//    arrived with bar.sync wait for the rest, those with bar.arrive go on at once.
 // The CUDA rules are checked as the threads run, and a break is a CudaError naming the rule,
 // the call site, the block and the threads involved: a barrier that only part of a block
 // reaches, a thread that exits while others wait for it, a mask that names an exited or absent
@@ -103,6 +105,14 @@ void wait_for_flag(const int* flag, int expected, const std::source_location& wh
 // The same for an mbarrier (mbarrier.h) whose phase of this parity has not completed: it sleeps
 // until the barrier's phase word flips, and a deadlock report names the barrier and the parity.
 void wait_for_phase(const uint64_t* bar, uint32_t parity, const std::source_location& where);
+
+// A named barrier (PTX bar.sync / bar.arrive a, b; "Parallel Synchronization and Communication
+// Instructions: bar"): id 1..15 (0 is __syncthreads'), count a multiple of 32 up to the block's
+// threads, the same for every arrival of a phase. The phase completes when `count` threads have
+// arrived; the barrier is then ready for the next phase. With wait, the thread sleeps until its
+// phase completes (bar.sync); without, it only counts itself (bar.arrive). A phase that never
+// completes is the deadlock the grid reports (grid.cpp), naming the barrier.
+void named_barrier(int id, int count, bool wait, const std::source_location& where);
 
 // A warp collective. Every lane in `mask` must call it with the same kind; the last to arrive
 // calls combine(state, in, out) once, where in[l] and out[l] point at lane l's operands (null

@@ -44,10 +44,11 @@ struct Thread {
   const void* in = nullptr;  // operands while waiting in a warp collective
   void* out = nullptr;
   void* tsan = nullptr;      // its TSan fiber (TSan builds)
-  // While spinning: the flag it waits to hold `spin_expected` (ptx::spin_wait_equal).
+  // While spinning: the flag it waits to hold `spin_expected` (ptx::spin_wait_equal), an
+  // mbarrier's phase word (wait_for_phase) or a named barrier's generation (named_barrier).
   const int* spin_flag = nullptr;
   int spin_expected = 0;
-  bool spin_phase = false;  // the flag is an mbarrier's phase word (wait_for_phase)
+  enum class Spin : uint8_t { flag, phase, named } spin_kind = Spin::flag;
   std::source_location spin_where;
 };
 
@@ -112,6 +113,16 @@ struct WgmmaStateDeleter {
   void operator()(WgmmaState* s) const;
 };
 
+// A named barrier (bar.sync / bar.arrive with an id, block_sync.cpp): the thread count its open
+// phase waits for (0 while none is open), the threads arrived, and the generation waiting threads
+// spin on (a completed phase adds one).
+struct NamedBarrier {
+  int count = 0, arrived = 0, generation = 0;
+  std::source_location where;           // the phase's first arrival
+  std::array<char, 2> token{};          // TSan addresses, by generation parity
+};
+constexpr int kNamedBarriers = 16;
+
 struct Warp {
   std::vector<Pending> pending;
   std::array<char, 2> sync_token{};  // TSan addresses of __syncwarp, by generation parity
@@ -160,6 +171,7 @@ struct Block {
   GridState* grid = nullptr;
   StaticShared statics;
   Mbarriers mbarriers;  // reset with the shared memory (shared_memory.cpp)
+  std::array<NamedBarrier, kNamedBarriers> named;  // reset at the block's start (block.cpp)
   std::unique_ptr<WgmmaState, WgmmaStateDeleter> wgmma;  // reset at the block's start (block.cpp)
   int n = 0;          // threads in this block
   int running = -1;   // the CUDA thread on the CPU, -1 while the scheduler runs

@@ -1,5 +1,5 @@
-// Where CUDA threads wait for each other, and the CUDA rules of each wait: __syncthreads,
-// warp collectives (shuffles, votes, __syncwarp, PTX mma.sync and ldmatrix), spin-waits on
+// Where CUDA threads wait for each other, and the CUDA rules of each wait: __syncthreads, named
+// barriers, warp collectives (shuffles, votes, __syncwarp, PTX mma.sync and ldmatrix), spin-waits on
 // another block's flag, and each thread's queue of cp.async copies. The scheduler that runs and suspends the threads is
 // block.cpp; under TSan, the release/acquire pairs here are the happens-before edges CUDA
 // guarantees, and nothing more.
@@ -63,7 +63,7 @@ void wait_for_flag(const int* flag, int expected, const std::source_location& wh
   t.spin_flag = flag;
   t.spin_expected = expected;
   t.spin_where = where;
-  t.spin_phase = false;
+  t.spin_kind = Thread::Spin::flag;
   ++b.spinning;
   wait_here(b);
 }
@@ -75,9 +75,49 @@ void wait_for_phase(const uint64_t* bar, uint32_t parity, const std::source_loca
   t.spin_flag = reinterpret_cast<const int*>(bar);  // the phase word: ptx::kPhaseTag | parity
   t.spin_expected = static_cast<int>(ptx::kPhaseTag | ((parity & 1u) ^ 1u));
   t.spin_where = where;
-  t.spin_phase = true;
+  t.spin_kind = Thread::Spin::phase;
   ++b.spinning;
   wait_here(b);
+}
+
+void named_barrier(int id, int count, bool wait, const std::source_location& where) {
+  Block& b = block();
+  const int me = current_index(b);
+  const char* op = wait ? "bar.sync" : "bar.arrive";
+  if (id < 1 || id >= kNamedBarriers)
+    fail(b, fmt::format("{} {} ({}) by thread {}: named barriers are 1 to {}", op, id, where_str(where),
+                        dim_str(b.threads[me].idx), kNamedBarriers - 1),
+         "barrier 0 is the one __syncthreads uses: give the named barriers ids from 1");
+  if (count <= 0 || count % 32 != 0 || count > (b.n + 31) / 32 * 32)
+    fail(b, fmt::format("{} {}, {} ({}): the count must be a positive multiple of 32, at most the block's {} threads",
+                        op, id, count, where_str(where), b.n),
+         "count the threads of whole warps that take part (a warpgroup is 128)");
+  NamedBarrier& nb = b.named[id];
+  if (nb.count == 0) {
+    nb.count = count;
+    nb.where = where;
+  } else if (nb.count != count) {
+    fail(b, fmt::format("{} {}, {} ({}) by thread {} while its phase counts {} threads ({})", op, id, count,
+                        where_str(where), dim_str(b.threads[me].idx), nb.count, where_str(nb.where)),
+         "every arrival of a phase must give the same thread count");
+  }
+  const int gen = nb.generation;
+  KEEL_TSAN_RELEASE(&nb.token[gen & 1]);
+  if (++nb.arrived == nb.count) {  // the last arrival opens the barrier for the next phase
+    nb.count = nb.arrived = 0;
+    __atomic_store_n(&nb.generation, gen + 1, __ATOMIC_RELAXED);
+    wake_spinners(b);
+  } else if (wait) {
+    Thread& t = b.threads[me];
+    t.state = State::spinning;
+    t.spin_flag = &nb.generation;
+    t.spin_expected = gen + 1;
+    t.spin_where = where;
+    t.spin_kind = Thread::Spin::named;
+    ++b.spinning;
+    wait_here(b);
+  }
+  if (wait) KEEL_TSAN_ACQUIRE(&nb.token[gen & 1]);
 }
 
 // The scheduler's look at a flag: a plain atomic load, invisible to TSan. The spinning thread

@@ -105,33 +105,47 @@ std::unique_ptr<Block> make_block() {
 
 // Every resident block waits on a flag no block that can run would set.
 [[noreturn]] void deadlock(const std::vector<Block*>& resident, uint64_t not_started, const cuda::BlockSchedule& s) {
+  using Spin = Thread::Spin;
   std::string waits;
-  bool phases = false;
+  bool kinds[3] = {};
   for (const Block* b : resident)
     for (int i = 0; b && i < b->n; ++i) {
       const Thread& t = b->threads[i];
       if (t.state != State::spinning) continue;
-      phases |= t.spin_phase;
-      const std::string until =
-          t.spin_phase ? fmt::format("the mbarrier at {} completes its phase of parity {}",
-                                     static_cast<const void*>(t.spin_flag), (t.spin_expected & 1) ^ 1)
-                       : fmt::format("the int at {} is {}; it is {}", static_cast<const void*>(t.spin_flag),
-                                     t.spin_expected, __atomic_load_n(t.spin_flag, __ATOMIC_RELAXED));
+      kinds[static_cast<int>(t.spin_kind)] = true;
+      std::string until;
+      if (t.spin_kind == Spin::phase) {
+        until = fmt::format("the mbarrier at {} completes its phase of parity {}", static_cast<const void*>(t.spin_flag),
+                            (t.spin_expected & 1) ^ 1);
+      } else if (t.spin_kind == Spin::named) {
+        int id = 0;
+        while (id + 1 < kNamedBarriers && &b->named[id].generation != t.spin_flag) ++id;
+        until = fmt::format("named barrier {} has its {} threads; {} have arrived", id, b->named[id].count,
+                            b->named[id].arrived);
+      } else {
+        until = fmt::format("the int at {} is {}; it is {}", static_cast<const void*>(t.spin_flag), t.spin_expected,
+                            __atomic_load_n(t.spin_flag, __ATOMIC_RELAXED));
+      }
       waits += fmt::format("{}block {} (thread {}) waits at {} in {} until {}", waits.empty() ? "" : "; ",
                            dim_str(b->idx), dim_str(t.idx), where_str(t.spin_where), t.spin_where.function_name(),
                            until);
     }
+  const bool named = kinds[static_cast<int>(Spin::named)], phases = kinds[static_cast<int>(Spin::phase)];
   throw CudaError("emulated CUDA",
                   fmt::format("deadlock {} grid {}: {}. No other block can run: {} blocks have not "
                               "started and at most {} may be resident (block order {}, seed {})",
-                              phases ? "on an mbarrier in" : "between blocks of", dim_str(gridDim), waits, not_started,
-                              s.resident, order_name(s.order), s.seed),
-                  phases ? "a phase completes only when its count of arrivals and every byte its expect_tx announced "
-                           "have come: check the counts, the bytes, and the parity each round waits on (round & 1 "
-                           "for a slot's full barrier, (round & 1) ^ 1 for its empty one; core/cuda/ptx_sm90.cuh)"
-                         : "a block may wait only for blocks that started before it: a GPU promises no order, and may "
-                           "run one block at a time. Let the blocks take their work in the order they start (an "
-                           "atomic ticket), as ops/cuda/attention_mma_backward.cu does");
+                              named ? "at a named barrier in" : phases ? "on an mbarrier in" : "between blocks of",
+                              dim_str(gridDim), waits, not_started, s.resident, order_name(s.order), s.seed),
+                  named ? "a named barrier's phase completes when as many threads as its count have arrived (bar.sync "
+                          "or bar.arrive): check that every thread it counts arrives once a phase, the same number "
+                          "of times on each side of a hand-over (ptx::named_barrier_sync, core/cuda/ptx.cuh)"
+                  : phases
+                      ? "a phase completes only when its count of arrivals and every byte its expect_tx announced "
+                        "have come: check the counts, the bytes, and the parity each round waits on (round & 1 "
+                        "for a slot's full barrier, (round & 1) ^ 1 for its empty one; core/cuda/ptx_sm90.cuh)"
+                      : "a block may wait only for blocks that started before it: a GPU promises no order, and may "
+                        "run one block at a time. Let the blocks take their work in the order they start (an "
+                        "atomic ticket), as ops/cuda/attention_mma_backward.cu does");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 //   cp.async.wait_group N, cp.async.wait_all                            per thread
 //   ld.acquire.gpu, red.release.gpu.add (32-bit) and a spin-wait on a flag (block.h)
 //   red.global.add.v2.f32, and 16-byte loads and stores (ld/st .v4)
+//   bar.sync a, b and bar.arrive a, b (named barriers: block.h, named_barrier)
 //
 // Vector accesses are checked for alignment as the hardware checks them: a misaligned
 // ldmatrix row, cp.async operand, red.global.add.v2.f32 address or 16-byte load or store is the
@@ -152,5 +153,9 @@ uint32_t shared_address(const void* p);
 inline void spin_wait_equal(const int* flag, int expected, const std::source_location& where) {
   while (ld_acquire(flag) != expected) wait_for_flag(flag, expected, where);
 }
+
+// bar.sync / bar.arrive with a barrier id and a thread count (block.h).
+inline void bar_sync(int id, int count, const std::source_location& where) { named_barrier(id, count, true, where); }
+inline void bar_arrive(int id, int count, const std::source_location& where) { named_barrier(id, count, false, where); }
 
 }  // namespace keel::emu::ptx
