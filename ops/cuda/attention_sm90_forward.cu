@@ -23,9 +23,10 @@
 // computes only the tiles its own 64 rows see (a local head's warpgroup skips most of them) but
 // waits for each tile and marks it consumed, so that no warpgroup runs a round ahead of the ring.
 //
-// Not yet FlashAttention-3's: the two consumer warpgroups do not take turns (ping-pong) and a
-// warpgroup's softmax does not overlap its next S product; the output is stored from registers,
-// not through shared memory and a TMA store. Each is a step of its own on this kernel.
+// The consumer warpgroups take turns at the tensor cores (ping-pong, struct Turns): one's softmax
+// runs while the other's products do. Not yet FlashAttention-3's: a warpgroup's softmax does not
+// overlap its own next S product, and the output is stored from registers, not through shared
+// memory and a TMA store. Each is a step of its own on this kernel.
 #include "core/cuda/tensor_map.h"
 #include "core/cuda/wgmma.cuh"
 #include "ops/cuda/attention_online_softmax.cuh"
@@ -92,39 +93,64 @@ __device__ void produce(const CUtensorMap* qm, const CUtensorMap* km, const CUte
   }
 }
 
+// The two consumer warpgroups take turns at the tensor cores (FlashAttention-3's ping-pong): a
+// warpgroup issues a product only in its turn, and hands the turn over as soon as the product is
+// issued, so that one warpgroup's softmax runs while the other's product does. Turn k of
+// warpgroup c is phase k of named barrier 1 + c: c's 128 threads sync on it, the other's arrive
+// on it when their turn ends; warpgroup 1 arrives once first (0 goes first) and leaves out its
+// last hand-over, so both barriers end with no phase open. Both warpgroups take two turns a key
+// tile (S, then P V), those they compute nothing in included.
+struct Turns {
+  static constexpr int kThreads = 256;  // the two consumer warpgroups
+  int own, other;
+  __device__ explicit Turns(int c) : own(1 + c), other(2 - c) {
+    if (c == 1) ptx::named_barrier_arrive(1, kThreads);
+  }
+  __device__ void take() const { ptx::named_barrier_sync(own, kThreads); }
+  __device__ void pass(bool last) const {
+    if (!(last && own == 2)) ptx::named_barrier_arrive(other, kThreads);
+  }
+};
+
 // s (this warp's 16 rows x kBc, the C layout) = the warpgroup's 64 query rows (from row r0 of
-// the Q tile at q_tile) times the K tile at k_tile, transposed: kWidth / 16 chained wgmmas.
+// the Q tile at q_tile) times the K tile at k_tile, transposed: kWidth / 16 chained wgmmas,
+// issued in this warpgroup's turn.
 template <typename T, int kWidth>
 __device__ __forceinline__ void scores(float (&s)[Sm90Fwd<kWidth>::kBc / 8][4], uint32_t q_tile, int r0,
-                                       uint32_t k_tile) {
+                                       uint32_t k_tile, const Turns& turns) {
   using F = Sm90Fwd<kWidth>;
   auto& d = reinterpret_cast<float(&)[F::kBc / 2]>(s);
+  turns.take();
   ptx::wgmma_fence_operand(d);
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kWidth / 16; ++kk)
     ptx::wgmma_m64k16<F::kBc, T>(d, k_major(q_tile, F::kBr, r0, kk), k_major(k_tile, F::kBc, 0, kk), kk > 0);
   ptx::wgmma_commit_group();
+  turns.pass(false);
   ptx::wgmma_wait_group<0>();
   ptx::wgmma_fence_operand(d);
 }
 
 // o (16 rows x kWidth) += P V: P = s as A fragments in registers (the C layout of two n-blocks
-// is the A layout of a k-step), V the tile at v_tile.
+// is the A layout of a k-step), V the tile at v_tile; issued in this warpgroup's turn (the last
+// turn of the block when `last`).
 template <typename T, int kWidth>
 __device__ __forceinline__ void add_pv(float (&o)[kWidth / 8][4], const float (&s)[Sm90Fwd<kWidth>::kBc / 8][4],
-                                       uint32_t v_tile) {
+                                       uint32_t v_tile, const Turns& turns, bool last) {
   using F = Sm90Fwd<kWidth>;
   uint32_t a[F::kBc / 16][4];
 #pragma unroll
   for (int kk = 0; kk < F::kBc / 16; ++kk) acc_to_a<T>(a[kk], s[2 * kk], s[2 * kk + 1]);
   auto& d = reinterpret_cast<float(&)[kWidth / 2]>(o);
+  turns.take();
   ptx::wgmma_fence_operand(d);
   ptx::wgmma_fence();  // orders the registers just written (a, and o rescaled) before the products
 #pragma unroll
   for (int kk = 0; kk < F::kBc / 16; ++kk)
     ptx::wgmma_m64k16_rs<kWidth, T, true>(d, a[kk], mn_major(v_tile, F::kBc, kk), true);
   ptx::wgmma_commit_group();
+  turns.pass(last);
   ptx::wgmma_wait_group<0>();
   ptx::wgmma_fence_operand(d);
 }
@@ -156,13 +182,15 @@ __device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char*
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {}, lo[2] = {INFINITY, INFINITY};  // online_softmax's RowState
   const float log2_scale = (kNoSoftcap ? dims.scale : 1.0f) * kLog2e;
   const SoftCap cap(dims);
+  const Turns turns(c);
   ptx::mbarrier_wait_parity(q_full, 0);
   for (int kt = args.tiles.begin, i = 0; kt < args.tiles.end; ++kt, ++i) {
     const int s = i % F::kStages;
+    const bool last = kt + 1 == args.tiles.end;
     ptx::mbarrier_wait_parity(full + s, (i / F::kStages) & 1);
     if (kt >= mine.begin && kt < mine.end) {  // the same for the whole warpgroup, as wgmma needs
       float sc[F::kBc / 8][4];
-      scores<T, kWidth>(sc, base + F::kQ, 64 * c, base + F::kK + s * F::kTileBytes);
+      scores<T, kWidth>(sc, base + F::kQ, 64 * c, base + F::kK + s * F::kTileBytes, turns);
       // Tile classes as in the mma kernel, per warp: every pair of its 16 rows allowed, or masked.
       const int k0 = kt * F::kBc;
       const bool whole = top + 15 < seq_len && k0 + F::kBc - 1 <= top && k0 >= band_start(top + 15, w);
@@ -172,7 +200,12 @@ __device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char*
         online_softmax<false, kNoSoftcap>(sc, o, row, log2_scale, cap, at);
       else
         online_softmax<true, kNoSoftcap>(sc, o, row, log2_scale, cap, at);
-      add_pv<T, kWidth>(o, sc, base + F::kV + s * F::kTileBytes);
+      add_pv<T, kWidth>(o, sc, base + F::kV + s * F::kTileBytes, turns, last);
+    } else {  // no product of this warpgroup's in this tile: its two turns pass at once
+      turns.take();
+      turns.pass(false);
+      turns.take();
+      turns.pass(last);
     }
     __syncwarp();  // every lane's wgmmas have read the slot (their waits have returned)
     if (lane == 0) ptx::mbarrier_arrive(empty + s);
