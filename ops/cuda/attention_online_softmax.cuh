@@ -36,13 +36,15 @@ struct TilePlace {
   int w, seq_len;        // the head's window, the sequence length
 };
 
-// One key tile's online-softmax update for one m-tile, in registers. s (16 x kBc, the mma C layout:
-// n-block n holds keys k0 + 8n ..) comes in as Q K^T and leaves as P = 2^(log2_scale (v - m)),
-// masked pairs 0; O and l rescaled by 2^(log2_scale (m_old - m_new)). kMasked tests each pair
-// (allowed()); the other path, for tiles where every pair is allowed, has no per-element test.
-template <bool kMasked, bool kNoSoftcap, int kS, int kO>
-__device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO][4], const RowState& row,
-                                               float log2_scale, const SoftCap& cap, const TilePlace& at) {
+// One key tile's online-softmax update for one m-tile, in registers, but for O. s (16 x kBc, the
+// mma C layout: n-block n holds keys k0 + 8n ..) comes in as Q K^T and leaves as
+// P = 2^(log2_scale (v - m)), masked pairs 0; l is rescaled, and alpha = 2^(log2_scale (m_old -
+// m_new)) is what O must be multiplied by (rescale_rows) before this tile's P V is added. kMasked
+// tests each pair (allowed()); the other path, for tiles where every pair is allowed, has no
+// per-element test.
+template <bool kMasked, bool kNoSoftcap, int kS>
+__device__ __forceinline__ void softmax_update(float (&s)[kS][4], const RowState& row, float log2_scale,
+                                               const SoftCap& cap, const TilePlace& at, float (&alpha)[2]) {
   float(&m)[2] = row.m;
   float(&l)[2] = row.l;
   float(&lo)[2] = row.lo;
@@ -67,13 +69,11 @@ __device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO]
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float m_new = fmaxf(m[r], quad_max(mx[r]));
-    const float ref = m_new == -INFINITY ? 0.0f : m_new;      // nothing seen yet: exp(-inf - 0) = 0
-    const float alpha = ptx::ex2(log2_scale * (m[r] - ref));  // 0 while the row had seen nothing
+    const float ref = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: exp(-inf - 0) = 0
+    alpha[r] = ptx::ex2(log2_scale * (m[r] - ref));       // 0 while the row had seen nothing
     m[r] = m_new;
     neg_shift[r] = -log2_scale * ref;
-    l[r] *= alpha;
-#pragma unroll
-    for (int d = 0; d < kO; ++d) o[d][2 * r] *= alpha, o[d][2 * r + 1] *= alpha;
+    l[r] *= alpha[r];
   }
 #pragma unroll
   for (int n = 0; n < kS; ++n)
@@ -82,6 +82,25 @@ __device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO]
       s[n][e] = ptx::ex2(fmaf(log2_scale, s[n][e], neg_shift[e >> 1]));  // masked: 2^-inf = 0
       l[e >> 1] += s[n][e];
     }
+}
+
+// O's rows (16 x kO * 8, the C layout) times softmax_update's alpha.
+template <int kO>
+__device__ __forceinline__ void rescale_rows(float (&o)[kO][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int d = 0; d < kO; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[d][e] *= alpha[e >> 1];
+}
+
+// The whole update where O is at hand (no product writes it meanwhile): softmax_update, then O
+// rescaled.
+template <bool kMasked, bool kNoSoftcap, int kS, int kO>
+__device__ __forceinline__ void online_softmax(float (&s)[kS][4], float (&o)[kO][4], const RowState& row,
+                                               float log2_scale, const SoftCap& cap, const TilePlace& at) {
+  float alpha[2];
+  softmax_update<kMasked, kNoSoftcap>(s, row, log2_scale, cap, at, alpha);
+  rescale_rows(o, alpha);
 }
 
 // A row's statistics (the header of attention_mma_forward.cu), folded into the bits this lane

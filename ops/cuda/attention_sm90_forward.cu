@@ -2,7 +2,7 @@
 // algorithm of the mma.sync kernel (attention_mma_forward.cu, whose header names the variables),
 // with its three kinds of work moved onto sm_90's asynchronous units:
 //   copies    a producer warpgroup issues TMA copies (core/cuda/ptx_sm90.cuh, tma_load) of Q once
-//             and of K and V tile by tile into a ring of kStages slots; mbarriers say when a
+//             and of K and V tile by tile into rings of kStages slots; mbarriers say when a
 //             slot is full (the copy's bytes landed) and when it is empty again (every consumer
 //             warp is done with it). No consumer thread computes an address or waits for a copy
 //             of its own.
@@ -11,8 +11,8 @@
 //             product together, its operands read straight from shared memory through matrix
 //             descriptors (P from registers), so no ldmatrix moves tiles into registers first.
 //   registers setmaxnreg moves registers from the producer (24 a thread: it holds a loop counter)
-//             to the consumers (240: S and O alone are 128 at width 128).
-// Everything between the products is the mma kernel's, unchanged and shared with it
+//             to the consumers (240: S, the previous tile's P and O are 160 at width 128).
+// Everything between the products is the mma kernel's, shared with it
 // (attention_online_softmax.cuh): wgmma's accumulator gives each warp 16 rows in mma.sync's C
 // layout, so the online softmax, the masks of causal and windowed heads, the soft cap and the
 // statistics run as they do there. TMA writes each tile with its 128-byte swizzle and wgmma's
@@ -23,13 +23,14 @@
 // computes only the tiles its own 64 rows see (a local head's warpgroup skips most of them) but
 // waits for each tile and marks it consumed, so that no warpgroup runs a round ahead of the ring.
 //
-// The consumer warpgroups take turns at the tensor cores (ping-pong, struct Turns): one's softmax
-// runs while the other's products do. Not yet FlashAttention-3's: a warpgroup's softmax does not
-// overlap its own next S product, and the output is stored from registers, not through shared
-// memory and a TMA store. Each is a step of its own on this kernel.
+// FlashAttention-3's two schedules of the products are here: the consumer warpgroups take turns
+// at the tensor cores (ping-pong, attention_sm90.cuh's Turns), so that one's softmax runs while the other's
+// products do, and inside a warpgroup tile i's softmax runs while tile i - 1's P V product does
+// (consume). Not yet FlashAttention-3's: the output is stored from registers, not through
+// shared memory and a TMA store.
 #include "core/cuda/tensor_map.h"
-#include "core/cuda/wgmma.cuh"
 #include "ops/cuda/attention_online_softmax.cuh"
+#include "ops/cuda/attention_sm90.cuh"
 
 namespace keel::cuda {
 
@@ -37,11 +38,12 @@ namespace {
 
 using namespace attn;
 using namespace attn::mma;
+using namespace attn::sm90;
 
 // Tiles and shared memory (bytes; 1024-aligned offsets: the 128-byte swizzle's period) for
 // kernel width kWidth (64 or 128): Q (kBr x kWidth), then kStages slots of K and V (kBc x kWidth
-// each), then the barriers. A tile is kWidth / 64 panels of 64 columns, each panel rows x 128
-// bytes, as a TMA box of 64 columns writes it.
+// each), then the barriers (attention_sm90.cuh, Barriers). A tile is kWidth / 64 panels of 64
+// columns, each panel rows x 128 bytes, as a TMA box of 64 columns writes it.
 template <int kWidth>
 struct Sm90Fwd {
   static constexpr int kBr = 128, kBc = 128, kStages = 2, kConsumers = 2;
@@ -49,110 +51,57 @@ struct Sm90Fwd {
   static constexpr int kPanels = kWidth / 64;
   static constexpr int kQBytes = kBr * kWidth * 2, kTileBytes = kBc * kWidth * 2;
   static constexpr int kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes, kBars = kV + kStages * kTileBytes;
-  static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages);  // q_full, full[kStages], empty[kStages]
+  static constexpr int kBytes = kBars + 8 * (1 + 4 * kStages);  // Barriers: q_full, then K's and V's rings
   static_assert(kWidth == 64 || kWidth == 128, "panels of 64 columns, wgmma N of 64 or 128");
   static_assert(kBytes <= 227 * 1024, "must fit an H100's shared memory");
 };
 
-// The descriptor of a K-major operand (rows of the tile are M or N, its columns k): rows r0 ..
-// r0 + 63 (or the whole tile) of a tile of `rows` rows, k-step kk (columns 16 kk .. 16 kk + 15),
-// which start 32 bytes into a 128-byte row of panel kk / 4. 8 rows are 1024 bytes apart.
-__device__ __forceinline__ uint64_t k_major(uint32_t tile, int rows, int r0, int kk) {
-  return ptx::wgmma_descriptor(tile + (kk / 4) * rows * 128 + r0 * 128 + (kk % 4) * 32, 0, 1024, ptx::Swizzle::b128);
-}
-
-// The descriptor of V as the B operand of P V (k = keys 16 kk .., N = the head's columns):
-// MN-major, each key's columns contiguous; the next 64 columns are the next panel (lbo), the next
-// 8 keys 1024 bytes on (sbo).
-__device__ __forceinline__ uint64_t mn_major(uint32_t tile, int rows, int kk) {
-  return ptx::wgmma_descriptor(tile + kk * 16 * 128, rows * 128, 1024, ptx::Swizzle::b128);
-}
-
-// The producer (one thread): Q's panels once, then K's and V's of each key tile into slot i %
-// kStages, after the consumers emptied it (round r waits on empty with parity (r & 1) ^ 1, so the
-// first round passes at once: ptx_sm90.cuh). Coordinates (column, row, head, batch): rows past
-// the sequence end arrive as zeros.
+// The producer (one thread): Q's panels once, then K and V of each key tile into slot i % kStages.
 template <int kWidth>
 __device__ void produce(const CUtensorMap* qm, const CUtensorMap* km, const CUtensorMap* vm, unsigned char* smem,
-                        uint64_t* q_full, uint64_t* full, uint64_t* empty, int q0, int h, int b, TileRange tiles) {
+                        const Barriers& bars, int q0, int h, int b, TileRange tiles) {
   using F = Sm90Fwd<kWidth>;
-  ptx::mbarrier_arrive_expect_tx(q_full, F::kQBytes);
+  ptx::mbarrier_arrive_expect_tx(bars.q_full, F::kQBytes);
   for (int p = 0; p < F::kPanels; ++p) {
     const int32_t at[4] = {64 * p, q0, h, b};
-    ptx::tma_load(smem + F::kQ + p * F::kBr * 128, qm, at, q_full);
+    ptx::tma_load(smem + F::kQ + p * F::kBr * 128, qm, at, bars.q_full);
   }
   for (int kt = tiles.begin, i = 0; kt < tiles.end; ++kt, ++i) {
-    const int s = i % F::kStages;
-    ptx::mbarrier_wait_parity(empty + s, ((i / F::kStages) & 1) ^ 1);
-    ptx::mbarrier_arrive_expect_tx(full + s, 2 * F::kTileBytes);
-    for (int p = 0; p < F::kPanels; ++p) {
-      const int32_t at[4] = {64 * p, kt * F::kBc, h, b};
-      ptx::tma_load(smem + F::kK + s * F::kTileBytes + p * F::kBc * 128, km, at, full + s);
-      ptx::tma_load(smem + F::kV + s * F::kTileBytes + p * F::kBc * 128, vm, at, full + s);
-    }
+    const int s = i % F::kStages, round = i / F::kStages;
+    load_tile<F::kBc, F::kPanels>(smem + F::kK + s * F::kTileBytes, km, bars.k, s, round, kt, h, b);
+    load_tile<F::kBc, F::kPanels>(smem + F::kV + s * F::kTileBytes, vm, bars.v, s, round, kt, h, b);
   }
 }
 
-// The two consumer warpgroups take turns at the tensor cores (FlashAttention-3's ping-pong): a
-// warpgroup issues a product only in its turn, and hands the turn over as soon as the product is
-// issued, so that one warpgroup's softmax runs while the other's product does. Turn k of
-// warpgroup c is phase k of named barrier 1 + c: c's 128 threads sync on it, the other's arrive
-// on it when their turn ends; warpgroup 1 arrives once first (0 goes first) and leaves out its
-// last hand-over, so both barriers end with no phase open. Both warpgroups take two turns a key
-// tile (S, then P V), those they compute nothing in included.
-struct Turns {
-  static constexpr int kThreads = 256;  // the two consumer warpgroups
-  int own, other;
-  __device__ explicit Turns(int c) : own(1 + c), other(2 - c) {
-    if (c == 1) ptx::named_barrier_arrive(1, kThreads);
-  }
-  __device__ void take() const { ptx::named_barrier_sync(own, kThreads); }
-  __device__ void pass(bool last) const {
-    if (!(last && own == 2)) ptx::named_barrier_arrive(other, kThreads);
-  }
-};
-
-// s (this warp's 16 rows x kBc, the C layout) = the warpgroup's 64 query rows (from row r0 of
-// the Q tile at q_tile) times the K tile at k_tile, transposed: kWidth / 16 chained wgmmas,
-// issued in this warpgroup's turn.
+// Issues s (this warp's 16 rows x kBc, the C layout) = the warpgroup's 64 query rows (from row r0
+// of the Q tile at q_tile) times the K tile at k_tile, transposed: kWidth / 16 chained wgmmas, one
+// commit group. s reads as undefined until a wait covers the group.
 template <typename T, int kWidth>
-__device__ __forceinline__ void scores(float (&s)[Sm90Fwd<kWidth>::kBc / 8][4], uint32_t q_tile, int r0,
-                                       uint32_t k_tile, const Turns& turns) {
+__device__ __forceinline__ void issue_scores(float (&s)[Sm90Fwd<kWidth>::kBc / 8][4], uint32_t q_tile, int r0,
+                                             uint32_t k_tile) {
   using F = Sm90Fwd<kWidth>;
   auto& d = reinterpret_cast<float(&)[F::kBc / 2]>(s);
-  turns.take();
   ptx::wgmma_fence_operand(d);
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kWidth / 16; ++kk)
     ptx::wgmma_m64k16<F::kBc, T>(d, k_major(q_tile, F::kBr, r0, kk), k_major(k_tile, F::kBc, 0, kk), kk > 0);
   ptx::wgmma_commit_group();
-  turns.pass(false);
-  ptx::wgmma_wait_group<0>();
-  ptx::wgmma_fence_operand(d);
 }
 
-// o (16 rows x kWidth) += P V: P = s as A fragments in registers (the C layout of two n-blocks
-// is the A layout of a k-step), V the tile at v_tile; issued in this warpgroup's turn (the last
-// turn of the block when `last`).
+// Issues o (16 rows x kWidth) += P V, one commit group: P in registers as A fragments (p, which
+// must stay unchanged until a wait covers the group), V the tile at v_tile.
 template <typename T, int kWidth>
-__device__ __forceinline__ void add_pv(float (&o)[kWidth / 8][4], const float (&s)[Sm90Fwd<kWidth>::kBc / 8][4],
-                                       uint32_t v_tile, const Turns& turns, bool last) {
+__device__ __forceinline__ void issue_pv(float (&o)[kWidth / 8][4], const uint32_t (&p)[Sm90Fwd<kWidth>::kBc / 16][4],
+                                         uint32_t v_tile) {
   using F = Sm90Fwd<kWidth>;
-  uint32_t a[F::kBc / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < F::kBc / 16; ++kk) acc_to_a<T>(a[kk], s[2 * kk], s[2 * kk + 1]);
   auto& d = reinterpret_cast<float(&)[kWidth / 2]>(o);
-  turns.take();
   ptx::wgmma_fence_operand(d);
-  ptx::wgmma_fence();  // orders the registers just written (a, and o rescaled) before the products
+  ptx::wgmma_fence();  // orders the registers written since the last wait (p, and o rescaled) before the products
 #pragma unroll
   for (int kk = 0; kk < F::kBc / 16; ++kk)
-    ptx::wgmma_m64k16_rs<kWidth, T, true>(d, a[kk], mn_major(v_tile, F::kBc, kk), true);
+    ptx::wgmma_m64k16_rs<kWidth, T, true>(d, p[kk], mn_major(v_tile, F::kBc, kk), true);
   ptx::wgmma_commit_group();
-  turns.pass(last);
-  ptx::wgmma_wait_group<0>();
-  ptx::wgmma_fence_operand(d);
 }
 
 // The kernel's outputs and where this block works (dims stays the kernel's parameter: a copy of
@@ -165,70 +114,128 @@ struct FwdArgs {
   TileRange tiles;  // the block's key tiles
 };
 
+// The online softmax of key tile kt's scores s for this warp, whose first row is `top` (tile
+// classes as in the mma kernel, per warp: every pair of its 16 rows allowed, or masked); alpha
+// is what O must be rescaled by.
+template <bool kNoSoftcap, int kS>
+__device__ __forceinline__ void tile_softmax(float (&s)[kS][4], const RowState& row, float log2_scale,
+                                             const SoftCap& cap, const TilePlace& at, int top, float (&alpha)[2]) {
+  const bool whole = top + 15 < at.seq_len && at.k0 + 8 * kS - 1 <= top && at.k0 >= band_start(top + 15, at.w);
+  if (whole)
+    softmax_update<false, kNoSoftcap>(s, row, log2_scale, cap, at, alpha);
+  else
+    softmax_update<true, kNoSoftcap>(s, row, log2_scale, cap, at, alpha);
+}
+
+// out = O / l of this warp's rows, 2 elements a store (rows past the sequence end and padding
+// columns not written), lse = m + log l; a NaN l (a NaN logit) stays NaN, so the test is == 0.
+// Folds the rows' statistics into logit_bits and range_bits.
+template <typename T, int kWidth, bool kNoSoftcap>
+__device__ void store_rows(const FwdArgs<T>& args, const Dims& dims, const int (&rows)[2], int t,
+                           const float (&o)[kWidth / 8][4], const RowState& row, unsigned& logit_bits,
+                           unsigned& range_bits) {
+  T* out = args.out + dims.out.pair(args.bh, dims.H);
+  const float vs = kNoSoftcap ? dims.scale : 1.0f;  // score -> logit
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_sum(row.l[r]);
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    if (rows[r] >= dims.T) continue;
+    T* dst = out + static_cast<int64_t>(rows[r]) * dims.out.t;
+#pragma unroll
+    for (int d = 0; d < kWidth / 8; ++d)
+      if (8 * d + 2 * t < dims.D)
+        *reinterpret_cast<uint32_t*>(dst + 8 * d + 2 * t) = pack2<T>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
+    const float hi = row.m[r] * vs;
+    if (t == 0) args.lse[static_cast<int64_t>(args.bh) * dims.T + rows[r]] = hi + logf(sum);
+    add_row_stats(hi, row.lo[r], vs, logit_bits, range_bits);
+  }
+}
+
 // A consumer warpgroup c (0 or 1: query rows q0 + 64 c ..): every key tile of the block, then
 // out and lse of its rows; returns its statistics' bits through logit_bits and range_bits.
+// FlashAttention-3's overlap inside a warpgroup: in the turn of its tile i it issues S_i and then
+// P V of tile i - 1 (P kept as A fragments in p), waits for S_i alone and runs S_i's softmax
+// while its own P V runs; O is rescaled once that product has completed. Its tiles (mine, a
+// range of the block's) are a first tile (S only), the steady loop, and the last P V in the turn
+// after; the block's other tiles are skipped, one turn each; and one turn more, the last.
 template <typename T, int kWidth, bool kNoSoftcap>
-__device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char* smem, uint64_t* q_full, uint64_t* full,
-                        uint64_t* empty, int c, unsigned& logit_bits, unsigned& range_bits) {
+__device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char* smem, const Barriers& bars, int c,
+                        unsigned& logit_bits, unsigned& range_bits) {
   using F = Sm90Fwd<kWidth>;
+  constexpr int kS = F::kStages;
   const int seq_len = dims.T, w = args.w;
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int first = args.q0 + 64 * c, top = first + 16 * warp;  // the warpgroup's, the warp's first row
   const int rows[2] = {top + g, top + g + 8};
   const TileRange mine =
       first < seq_len ? key_tiles_for_query_tile(first / 64, 64, F::kBc, seq_len, w) : TileRange{0, 0};
-  const uint32_t base = ptx::shared_address(smem);
-  float o[kWidth / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {}, lo[2] = {INFINITY, INFINITY};  // online_softmax's RowState
+  const uint32_t base = ptx::shared_address(smem), k_at = base + F::kK, v_at = base + F::kV;
+  float o[kWidth / 8][4] = {}, sc[F::kBc / 8][4], alpha[2];
+  uint32_t p[F::kBc / 16][4];  // P of the tile whose P V is issued next
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {}, lo[2] = {INFINITY, INFINITY};
+  const RowState row{m, l, lo};
   const float log2_scale = (kNoSoftcap ? dims.scale : 1.0f) * kLog2e;
   const SoftCap cap(dims);
+  auto& d_s = reinterpret_cast<float(&)[F::kBc / 2]>(sc);
+  auto& d_o = reinterpret_cast<float(&)[kWidth / 2]>(o);
   const Turns turns(c);
-  ptx::mbarrier_wait_parity(q_full, 0);
-  for (int kt = args.tiles.begin, i = 0; kt < args.tiles.end; ++kt, ++i) {
-    const int s = i % F::kStages;
-    const bool last = kt + 1 == args.tiles.end;
-    ptx::mbarrier_wait_parity(full + s, (i / F::kStages) & 1);
-    if (kt >= mine.begin && kt < mine.end) {  // the same for the whole warpgroup, as wgmma needs
-      float sc[F::kBc / 8][4];
-      scores<T, kWidth>(sc, base + F::kQ, 64 * c, base + F::kK + s * F::kTileBytes, turns);
-      // Tile classes as in the mma kernel, per warp: every pair of its 16 rows allowed, or masked.
-      const int k0 = kt * F::kBc;
-      const bool whole = top + 15 < seq_len && k0 + F::kBc - 1 <= top && k0 >= band_start(top + 15, w);
-      const RowState row{m, l, lo};
-      const TilePlace at{rows, k0, t, w, seq_len};
-      if (whole)
-        online_softmax<false, kNoSoftcap>(sc, o, row, log2_scale, cap, at);
-      else
-        online_softmax<true, kNoSoftcap>(sc, o, row, log2_scale, cap, at);
-      add_pv<T, kWidth>(o, sc, base + F::kV + s * F::kTileBytes, turns, last);
-    } else {  // no product of this warpgroup's in this tile: its two turns pass at once
+  ptx::mbarrier_wait_parity(bars.q_full, 0);
+  int kt = args.tiles.begin, i = 0;  // the block's key tile, its index (slot i % kS, round i / kS)
+  bool last_taken = false;           // the turn after the block's last tile
+  for (; kt < mine.begin; ++kt, ++i) {
+    skip_tile(bars, i % kS, i / kS, lane);
+    turns.take();
+    turns.pass(false);
+  }
+  if (mine.begin < mine.end) {
+    ptx::mbarrier_wait_parity(bars.k.full + i % kS, (i / kS) & 1);
+    turns.take();
+    issue_scores<T, kWidth>(sc, base + F::kQ, 64 * c, k_at + i % kS * F::kTileBytes);
+    turns.pass(false);
+    ptx::wgmma_wait_group<0>();
+    ptx::wgmma_fence_operand(d_s);
+    tile_softmax<kNoSoftcap>(sc, row, log2_scale, cap, TilePlace{rows, kt * F::kBc, t, w, seq_len}, top, alpha);
+    release(bars.k.empty + i % kS, lane);  // O is 0: nothing to rescale
+#pragma unroll
+    for (int kk = 0; kk < F::kBc / 16; ++kk) acc_to_a<T>(p[kk], sc[2 * kk], sc[2 * kk + 1]);
+    for (++kt, ++i; kt < mine.end; ++kt, ++i) {  // the steady loop: S_i and P_{i-1} V_{i-1}
+      const int s = i % kS, prev = (i - 1) % kS;
+      ptx::mbarrier_wait_parity(bars.k.full + s, (i / kS) & 1);
+      ptx::mbarrier_wait_parity(bars.v.full + prev, ((i - 1) / kS) & 1);
       turns.take();
+      issue_scores<T, kWidth>(sc, base + F::kQ, 64 * c, k_at + s * F::kTileBytes);
+      issue_pv<T, kWidth>(o, p, v_at + prev * F::kTileBytes);
       turns.pass(false);
-      turns.take();
-      turns.pass(last);
+      ptx::wgmma_wait_group<1>();  // S_i; the P V issued after it may still run
+      ptx::wgmma_fence_operand(d_s);
+      tile_softmax<kNoSoftcap>(sc, row, log2_scale, cap, TilePlace{rows, kt * F::kBc, t, w, seq_len}, top, alpha);
+      release(bars.k.empty + s, lane);
+      ptx::wgmma_wait_group<0>();
+      ptx::wgmma_fence_operand(d_o);
+      release(bars.v.empty + prev, lane);
+      rescale_rows(o, alpha);
+#pragma unroll
+      for (int kk = 0; kk < F::kBc / 16; ++kk) acc_to_a<T>(p[kk], sc[2 * kk], sc[2 * kk + 1]);
     }
-    __syncwarp();  // every lane's wgmmas have read the slot (their waits have returned)
-    if (lane == 0) ptx::mbarrier_arrive(empty + s);
+    const int prev = (i - 1) % kS;  // the last tile's P V, in the next turn: tile kt's, or the last
+    last_taken = kt == args.tiles.end;
+    ptx::mbarrier_wait_parity(bars.v.full + prev, ((i - 1) / kS) & 1);
+    turns.take();
+    issue_pv<T, kWidth>(o, p, v_at + prev * F::kTileBytes);
+    turns.pass(last_taken);
+    ptx::wgmma_wait_group<0>();
+    ptx::wgmma_fence_operand(d_o);
+    release(bars.v.empty + prev, lane);
+    if (!last_taken) skip_tile(bars, i % kS, i / kS, lane), ++kt, ++i;
   }
-
-  // out = O / l, 2 elements a store (rows past the sequence end and padding columns not written),
-  // lse = m + log l; a NaN l (a NaN logit) stays NaN, so the test is == 0.
-  T* out = args.out + dims.out.pair(args.bh, dims.H);
-  const float vs = kNoSoftcap ? dims.scale : 1.0f;  // score -> logit
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float sum = quad_sum(l[r]);
-    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    if (rows[r] >= seq_len) continue;
-    T* dst = out + static_cast<int64_t>(rows[r]) * dims.out.t;
-#pragma unroll
-    for (int d = 0; d < kWidth / 8; ++d)
-      if (8 * d + 2 * t < dims.D)
-        *reinterpret_cast<uint32_t*>(dst + 8 * d + 2 * t) = pack2<T>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
-    const float hi = m[r] * vs;
-    if (t == 0) args.lse[static_cast<int64_t>(args.bh) * seq_len + rows[r]] = hi + logf(sum);
-    add_row_stats(hi, lo[r], vs, logit_bits, range_bits);
+  for (; kt < args.tiles.end; ++kt, ++i) {
+    skip_tile(bars, i % kS, i / kS, lane);
+    turns.take();
+    turns.pass(false);
   }
+  if (!last_taken) turns.take(), turns.pass(true);
+  store_rows<T, kWidth, kNoSoftcap>(args, dims, rows, t, o, row, logit_bits, range_bits);
 }
 
 // Shapes: q, k, v (B, H, T, D) through their tensor maps (dims {D, T, H, B}, boxes {64, 128, 1,
@@ -245,31 +252,30 @@ __global__ void __launch_bounds__(Sm90Fwd<kWidth>::kThreads, 1)
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 1024);
   KEEL_SHARED(unsigned, block_logit);
   KEEL_SHARED(unsigned, block_range);
-  auto* const q_full = reinterpret_cast<uint64_t*>(smem + F::kBars);
-  uint64_t* const full = q_full + 1;
-  uint64_t* const empty = full + F::kStages;
+  const Barriers bars(reinterpret_cast<uint64_t*>(smem + F::kBars), F::kStages);
   const int h = blockIdx.y, b = blockIdx.z, qt = gridDim.x - 1 - blockIdx.x;
   const FwdArgs<T> args{out, lse, b * dims.H + h, dims.window[h], qt * F::kBr,
                         key_tiles_for_query_tile(qt, F::kBr, F::kBc, dims.T, dims.window[h])};
   if (threadIdx.x == 0) {
     block_logit = block_range = 0;
-    ptx::mbarrier_init(q_full, 1);
-    for (int s = 0; s < F::kStages; ++s) {
-      ptx::mbarrier_init(full + s, 1);                     // the producer's arrive_expect_tx
-      ptx::mbarrier_init(empty + s, 4 * F::kConsumers);  // one arrival per consumer warp
-    }
+    ptx::mbarrier_init(bars.q_full, 1);
+    const Ring rings[2] = {bars.k, bars.v};
+    for (const Ring& ring : rings)
+      for (int s = 0; s < F::kStages; ++s) {
+        ptx::mbarrier_init(ring.full + s, 1);                    // the producer's arrive_expect_tx
+        ptx::mbarrier_init(ring.empty + s, 4 * F::kConsumers);  // one arrival per consumer warp
+      }
     ptx::fence_proxy_async();  // the barriers are initialized before the copies complete on them
   }
   __syncthreads();
   unsigned logit_bits = 0, range_bits = 0;
   if (threadIdx.x < 128) {
     ptx::setmaxnreg_dec<24>();
-    if (threadIdx.x == 0)
-      produce<kWidth>(&q_map, &k_map, &v_map, smem, q_full, full, empty, args.q0, h, b, args.tiles);
+    if (threadIdx.x == 0) produce<kWidth>(&q_map, &k_map, &v_map, smem, bars, args.q0, h, b, args.tiles);
   } else {
     ptx::setmaxnreg_inc<240>();
     const int c = threadIdx.x / 128 - 1;
-    consume<T, kWidth, kNoSoftcap>(args, dims, smem, q_full, full, empty, c, logit_bits, range_bits);
+    consume<T, kWidth, kNoSoftcap>(args, dims, smem, bars, c, logit_bits, range_bits);
   }
   publish_head_stats(logit_bits, range_bits, &block_logit, &block_range, max_logit + h, max_range + h);
 }

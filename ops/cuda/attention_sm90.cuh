@@ -1,0 +1,94 @@
+// The pieces of keel's Hopper attention kernels (sm_90a) around the algorithm: the matrix
+// descriptors of the swizzled tiles that TMA writes, the rings of mbarriers between the producer
+// warpgroup and the consumers, and the turns the two consumer warpgroups take at the tensor cores.
+// attention_sm90_forward.cu is built from them; docs/attention-kernels.md, section 6.1, walks it.
+#pragma once
+
+#include "core/cuda/ptx.cuh"
+#include "core/cuda/ptx_sm90.cuh"
+#include "core/cuda/wgmma.cuh"
+
+namespace keel::cuda::attn::sm90 {
+
+// The descriptor of a K-major operand (rows of the tile are M or N, its columns k): rows r0 ..
+// r0 + 63 (or the whole tile) of a tile of `rows` rows, k-step kk (columns 16 kk .. 16 kk + 15),
+// which start 32 bytes into a 128-byte row of panel kk / 4. 8 rows are 1024 bytes apart.
+__device__ __forceinline__ uint64_t k_major(uint32_t tile, int rows, int r0, int kk) {
+  return ptx::wgmma_descriptor(tile + (kk / 4) * rows * 128 + r0 * 128 + (kk % 4) * 32, 0, 1024, ptx::Swizzle::b128);
+}
+
+// The descriptor of V as the B operand of P V (k = keys 16 kk .., N = the head's columns):
+// MN-major, each key's columns contiguous; the next 64 columns are the next panel (lbo), the next
+// 8 keys 1024 bytes on (sbo).
+__device__ __forceinline__ uint64_t mn_major(uint32_t tile, int rows, int kk) {
+  return ptx::wgmma_descriptor(tile + kk * 16 * 128, rows * 128, 1024, ptx::Swizzle::b128);
+}
+
+// The mbarriers of the block's copies: Q's, and a ring of kStages slots for K and one for V, each
+// slot with a `full` barrier (the producer's arrive_expect_tx; the copy's bytes complete it) and
+// an `empty` one (one arrival per consumer warp). K and V have barriers of their own because a
+// consumer is done with a tile's K after its S product and with its V only after its P V
+// product, which it issues a turn later (attention_sm90_forward.cu, consume).
+struct Ring {
+  uint64_t *full, *empty;
+};
+struct Barriers {
+  uint64_t* q_full;
+  Ring k, v;
+  __device__ explicit Barriers(uint64_t* at, int stages)
+      : q_full(at), k{at + 1, at + 1 + stages}, v{at + 1 + 2 * stages, at + 1 + 3 * stages} {}
+};
+
+// The producer's copy of key tile kt's operand into slot s of its ring, once the consumers
+// emptied it (round r waits on empty with parity (r & 1) ^ 1, so the first round passes at once:
+// ptx_sm90.cuh). Coordinates (column, row, head, batch): rows past the sequence end arrive as zeros.
+// A tile is kRows keys of kPanels panels (64 columns, kRows x 128 bytes each).
+template <int kRows, int kPanels>
+__device__ void load_tile(unsigned char* slot, const CUtensorMap* map, const Ring& ring, int s, int round, int kt,
+                          int h, int b) {
+  ptx::mbarrier_wait_parity(ring.empty + s, (round & 1) ^ 1);
+  ptx::mbarrier_arrive_expect_tx(ring.full + s, kRows * kPanels * 128);
+  for (int p = 0; p < kPanels; ++p) {
+    const int32_t at[4] = {64 * p, kt * kRows, h, b};
+    ptx::tma_load(slot + p * kRows * 128, map, at, ring.full + s);
+  }
+}
+
+// A consumer warp is done with a slot: every lane's wgmmas that read it have completed (their
+// waits returned), then one arrival for the warp.
+__device__ __forceinline__ void release(uint64_t* empty, int lane) {
+  __syncwarp();
+  if (lane == 0) ptx::mbarrier_arrive(empty);
+}
+
+// A key tile the warpgroup computes nothing in (a local head's warpgroup outside its band): its
+// K and V slots are released as soon as their copies have landed (a slot released earlier
+// could be refilled while its copy is still in flight).
+__device__ __forceinline__ void skip_tile(const Barriers& bars, int s, int round, int lane) {
+  ptx::mbarrier_wait_parity(bars.k.full + s, round & 1);
+  release(bars.k.empty + s, lane);
+  ptx::mbarrier_wait_parity(bars.v.full + s, round & 1);
+  release(bars.v.empty + s, lane);
+}
+
+// The two consumer warpgroups take turns at the tensor cores (FlashAttention-3's ping-pong): a
+// warpgroup issues its products only in its turn, and hands the turn over as soon as they are
+// issued, so that one warpgroup's softmax runs while the other's products do. Turn k of
+// warpgroup c is phase k of named barrier 1 + c: c's 128 threads sync on it, the other's arrive
+// on it when their turn ends; warpgroup 1 arrives once first (0 goes first) and leaves out its
+// last hand-over, so both barriers end with no phase open. Both warpgroups take the same turns
+// (the forward's consume: one a key tile of the block and one more), those they issue nothing
+// in included.
+struct Turns {
+  static constexpr int kThreads = 256;  // the two consumer warpgroups
+  int own, other;
+  __device__ explicit Turns(int c) : own(1 + c), other(2 - c) {
+    if (c == 1) ptx::named_barrier_arrive(1, kThreads);
+  }
+  __device__ void take() const { ptx::named_barrier_sync(own, kThreads); }
+  __device__ void pass(bool last) const {
+    if (!(last && own == 2)) ptx::named_barrier_arrive(other, kThreads);
+  }
+};
+
+}  // namespace keel::cuda::attn::sm90
