@@ -10,19 +10,27 @@
 
 namespace keel::cuda::attn::sm90 {
 
-// The descriptor of a K-major operand (rows of the tile are M or N, its columns k): rows r0 ..
-// r0 + 63 (or the whole tile) of a tile of `rows` rows, k-step kk (columns 16 kk .. 16 kk + 15),
-// which start 32 bytes into a 128-byte row of panel kk / 4. 8 rows are 1024 bytes apart.
-__device__ __forceinline__ uint64_t k_major(uint32_t tile, int rows, int r0, int kk) {
-  return ptx::wgmma_descriptor(tile + (kk / 4) * rows * 128 + r0 * 128 + (kk % 4) * 32, 0, 1024, ptx::Swizzle::b128);
+// The descriptor of a tile of 128-byte rows written with the 128-byte swizzle (8 rows 1024 bytes
+// apart; lbo: the next panel of an MN-major operand, 0 for a K-major one), from which k_major and
+// mn_major step. A kernel builds it once per tile and adds constant offsets per k-step.
+__device__ __forceinline__ uint64_t tile_descriptor(uint32_t tile, uint32_t lbo) {
+  return ptx::wgmma_descriptor(tile, lbo, 1024, ptx::Swizzle::b128);
 }
 
-// The descriptor of V as the B operand of P V (k = keys 16 kk .., N = the head's columns):
-// MN-major, each key's columns contiguous; the next 64 columns are the next panel (lbo), the next
-// 8 keys 1024 bytes on (sbo).
-__device__ __forceinline__ uint64_t mn_major(uint32_t tile, int rows, int kk) {
-  return ptx::wgmma_descriptor(tile + kk * 16 * 128, rows * 128, 1024, ptx::Swizzle::b128);
+// A descriptor `bytes` further into shared memory: its address field (bits 0-13) counts 16-byte
+// units, and an address inside the 228 KB of shared memory never carries out of it.
+__device__ __forceinline__ uint64_t advanced(uint64_t desc, uint32_t bytes) { return desc + bytes / 16; }
+
+// A K-major operand (rows of the tile are M or N, its columns k) at k-step kk (columns 16 kk ..
+// 16 kk + 15), which start 32 bytes into a 128-byte row of panel kk / 4 (panels of `rows` rows).
+__device__ __forceinline__ uint64_t k_major(uint64_t tile, int rows, int kk) {
+  return advanced(tile, (kk / 4) * rows * 128 + (kk % 4) * 32);
 }
+
+// V as the B operand of P V (k = keys 16 kk .., N = the head's columns): MN-major, each key's
+// columns contiguous; the next 64 columns are the next panel (the tile descriptor's lbo), the next
+// 8 keys 1024 bytes on.
+__device__ __forceinline__ uint64_t mn_major(uint64_t tile, int kk) { return advanced(tile, kk * 16 * 128); }
 
 // The mbarriers of the block's copies: Q's, and a ring of kStages slots for K and one for V, each
 // slot with a `full` barrier (the producer's arrive_expect_tx; the copy's bytes complete it) and

@@ -73,34 +73,32 @@ __device__ void produce(const CUtensorMap* qm, const CUtensorMap* km, const CUte
   }
 }
 
-// Issues s (this warp's 16 rows x kBc, the C layout) = the warpgroup's 64 query rows (from row r0
-// of the Q tile at q_tile) times the K tile at k_tile, transposed: kWidth / 16 chained wgmmas, one
-// commit group. s reads as undefined until a wait covers the group.
+// Issues s (this warp's 16 rows x kBc, the C layout) = the warpgroup's 64 query rows of the Q
+// tile (q: the descriptor of its first row) times the K tile (k), transposed: kWidth / 16 chained
+// wgmmas, one commit group. s reads as undefined until a wait covers the group.
 template <typename T, int kWidth>
-__device__ __forceinline__ void issue_scores(float (&s)[Sm90Fwd<kWidth>::kBc / 8][4], uint32_t q_tile, int r0,
-                                             uint32_t k_tile) {
+__device__ __forceinline__ void issue_scores(float (&s)[Sm90Fwd<kWidth>::kBc / 8][4], uint64_t q, uint64_t k) {
   using F = Sm90Fwd<kWidth>;
   auto& d = reinterpret_cast<float(&)[F::kBc / 2]>(s);
   ptx::wgmma_fence_operand(d);
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kWidth / 16; ++kk)
-    ptx::wgmma_m64k16<F::kBc, T>(d, k_major(q_tile, F::kBr, r0, kk), k_major(k_tile, F::kBc, 0, kk), kk > 0);
+    ptx::wgmma_m64k16<F::kBc, T>(d, k_major(q, F::kBr, kk), k_major(k, F::kBc, kk), kk > 0);
   ptx::wgmma_commit_group();
 }
 
 // Issues o (16 rows x kWidth) += P V, one commit group: P in registers as A fragments (p, which
-// must stay unchanged until a wait covers the group), V the tile at v_tile.
+// must stay unchanged until a wait covers the group), V the tile whose descriptor is v.
 template <typename T, int kWidth>
 __device__ __forceinline__ void issue_pv(float (&o)[kWidth / 8][4], const uint32_t (&p)[Sm90Fwd<kWidth>::kBc / 16][4],
-                                         uint32_t v_tile) {
+                                         uint64_t v) {
   using F = Sm90Fwd<kWidth>;
   auto& d = reinterpret_cast<float(&)[kWidth / 2]>(o);
   ptx::wgmma_fence_operand(d);
   ptx::wgmma_fence();  // orders the registers written since the last wait (p, and o rescaled) before the products
 #pragma unroll
-  for (int kk = 0; kk < F::kBc / 16; ++kk)
-    ptx::wgmma_m64k16_rs<kWidth, T, true>(d, p[kk], mn_major(v_tile, F::kBc, kk), true);
+  for (int kk = 0; kk < F::kBc / 16; ++kk) ptx::wgmma_m64k16_rs<kWidth, T, true>(d, p[kk], mn_major(v, kk), true);
   ptx::wgmma_commit_group();
 }
 
@@ -170,7 +168,12 @@ __device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char*
   const int rows[2] = {top + g, top + g + 8};
   const TileRange mine =
       first < seq_len ? key_tiles_for_query_tile(first / 64, 64, F::kBc, seq_len, w) : TileRange{0, 0};
-  const uint32_t base = ptx::shared_address(smem), k_at = base + F::kK, v_at = base + F::kV;
+  // Descriptors of this warpgroup's rows of Q and of the first K and V slots; a slot is a constant
+  // number of 16-byte units further.
+  const uint32_t base = ptx::shared_address(smem);
+  const uint64_t q_desc = tile_descriptor(base + F::kQ + 64 * c * 128, 0);
+  const uint64_t k_desc = tile_descriptor(base + F::kK, 0), v_desc = tile_descriptor(base + F::kV, F::kBc * 128);
+  auto slot = [](uint64_t desc, int s) { return advanced(desc, s * F::kTileBytes); };
   float o[kWidth / 8][4] = {}, sc[F::kBc / 8][4], alpha[2];
   uint32_t p[F::kBc / 16][4];  // P of the tile whose P V is issued next
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {}, lo[2] = {INFINITY, INFINITY};
@@ -191,7 +194,7 @@ __device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char*
   if (mine.begin < mine.end) {
     ptx::mbarrier_wait_parity(bars.k.full + i % kS, (i / kS) & 1);
     turns.take();
-    issue_scores<T, kWidth>(sc, base + F::kQ, 64 * c, k_at + i % kS * F::kTileBytes);
+    issue_scores<T, kWidth>(sc, q_desc, slot(k_desc, i % kS));
     turns.pass(false);
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operand(d_s);
@@ -204,8 +207,8 @@ __device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char*
       ptx::mbarrier_wait_parity(bars.k.full + s, (i / kS) & 1);
       ptx::mbarrier_wait_parity(bars.v.full + prev, ((i - 1) / kS) & 1);
       turns.take();
-      issue_scores<T, kWidth>(sc, base + F::kQ, 64 * c, k_at + s * F::kTileBytes);
-      issue_pv<T, kWidth>(o, p, v_at + prev * F::kTileBytes);
+      issue_scores<T, kWidth>(sc, q_desc, slot(k_desc, s));
+      issue_pv<T, kWidth>(o, p, slot(v_desc, prev));
       turns.pass(false);
       ptx::wgmma_wait_group<1>();  // S_i; the P V issued after it may still run
       ptx::wgmma_fence_operand(d_s);
@@ -222,7 +225,7 @@ __device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char*
     last_taken = kt == args.tiles.end;
     ptx::mbarrier_wait_parity(bars.v.full + prev, ((i - 1) / kS) & 1);
     turns.take();
-    issue_pv<T, kWidth>(o, p, v_at + prev * F::kTileBytes);
+    issue_pv<T, kWidth>(o, p, slot(v_desc, prev));
     turns.pass(last_taken);
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operand(d_o);
@@ -274,7 +277,9 @@ __global__ void __launch_bounds__(Sm90Fwd<kWidth>::kThreads, 1)
     if (threadIdx.x == 0) produce<kWidth>(&q_map, &k_map, &v_map, smem, bars, args.q0, h, b, args.tiles);
   } else {
     ptx::setmaxnreg_inc<240>();
-    const int c = threadIdx.x / 128 - 1;
+    // The warpgroup, as lane 0's: a value the compiler knows is the same in the whole warp, so
+    // the descriptors built from it live in uniform registers, where wgmma reads them.
+    const int c = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0) - 1;
     consume<T, kWidth, kNoSoftcap>(args, dims, smem, bars, c, logit_bits, range_bits);
   }
   publish_head_stats(logit_bits, range_bits, &block_logit, &block_range, max_logit + h, max_range + h);
