@@ -236,8 +236,8 @@ def basic_blocks(ins):
     return blocks
 
 
-def main_loop(blocks):
-    """The natural loop (a back edge k -> h, h dominating k) that holds the most HMMA (mma_weight)."""
+def natural_loops(blocks):
+    """{head: body} of every natural loop (a back edge k -> h, h dominating k)."""
     preds = {k: [] for k in range(len(blocks))}
     for k, b in enumerate(blocks):
         for s in b["succ"]:
@@ -263,6 +263,12 @@ def main_loop(blocks):
                     n = stack.pop()
                     if n not in body:
                         body.add(n), stack.extend(preds[n])
+    return loops
+
+
+def main_loop(blocks):
+    """The natural loop that holds the most HMMA (mma_weight)."""
+    loops = natural_loops(blocks)
     hmma = lambda ks: sum(mma_weight(x) for k in ks for x in blocks[k]["ins"])
     if not loops or not max(hmma(b) for b in loops.values()):
         return None, None
@@ -319,9 +325,9 @@ def cheapest_path(blocks, head, body, copies):
     return path[::-1]
 
 
-def loop_metrics(ins, source, copies, scores):
+def loop_metrics(ins, source, copies, scores, pick=main_loop):
     blocks = basic_blocks(ins)
-    head, body = main_loop(blocks)
+    head, body = pick(blocks)
     if head is None:
         return None
     path = cheapest_path(blocks, head, body, copies)
