@@ -97,6 +97,19 @@ struct Turns {
   __device__ void pass(bool last) const {
     if (!(last && own == 2)) ptx::named_barrier_arrive(other, kThreads);
   }
+  // A turn with nothing to issue.
+  __device__ void idle(bool last) const {
+    take();
+    pass(last);
+  }
 };
+
+// Key tile i of the block (slot i % kStages, round i / kStages) when the warpgroup computes
+// nothing in it: its slots released (skip_tile) and its turn taken and passed at once.
+template <int kStages>
+__device__ __forceinline__ void idle_tile(const Barriers& bars, int i, int lane, const Turns& turns) {
+  skip_tile(bars, i % kStages, i / kStages, lane);
+  turns.idle(false);
+}
 
 }  // namespace keel::cuda::attn::sm90

@@ -186,11 +186,7 @@ __device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char*
   ptx::mbarrier_wait_parity(bars.q_full, 0);
   int kt = args.tiles.begin, i = 0;  // the block's key tile, its index (slot i % kS, round i / kS)
   bool last_taken = false;           // the turn after the block's last tile
-  for (; kt < mine.begin; ++kt, ++i) {
-    skip_tile(bars, i % kS, i / kS, lane);
-    turns.take();
-    turns.pass(false);
-  }
+  for (; kt < mine.begin; ++kt, ++i) idle_tile<kS>(bars, i, lane, turns);
   if (mine.begin < mine.end) {
     ptx::mbarrier_wait_parity(bars.k.full + i % kS, (i / kS) & 1);
     turns.take();
@@ -230,14 +226,13 @@ __device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char*
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operand(d_o);
     release(bars.v.empty + prev, lane);
-    if (!last_taken) skip_tile(bars, i % kS, i / kS, lane), ++kt, ++i;
+    if (!last_taken) {  // that turn was tile kt's, a tile without products of this warpgroup's
+      skip_tile(bars, i % kS, i / kS, lane);
+      ++kt, ++i;
+    }
   }
-  for (; kt < args.tiles.end; ++kt, ++i) {
-    skip_tile(bars, i % kS, i / kS, lane);
-    turns.take();
-    turns.pass(false);
-  }
-  if (!last_taken) turns.take(), turns.pass(true);
+  for (; kt < args.tiles.end; ++kt, ++i) idle_tile<kS>(bars, i, lane, turns);
+  if (!last_taken) turns.idle(true);
   store_rows<T, kWidth, kNoSoftcap>(args, dims, rows, t, o, row, logit_bits, range_bits);
 }
 
