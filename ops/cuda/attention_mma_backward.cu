@@ -250,8 +250,9 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
         }
       }
       // Tile classes: every pair allowed for all 16 keys and the tile's queries (most tiles of a
-      // long sequence) takes the path without a per-element test: the queries inside the sequence,
-      // the last key at or before the first query, the first key inside the last query's band.
+      // long sequence) takes the path without a per-element test. The test is all_allowed's
+      // (attention_tiles.h), written out: through the call ptxas allocates this kernel's registers
+      // differently (232 instead of 226 at width 64, over its budget in the kernel report).
       // The warp's first key: for the ordered kernel (whose key tile comes from its ticket) read
       // where used, as the register held across the loop spilled at D = 128.
       const int key0 = kOrdered ? warp_first[warp] : first;

@@ -180,14 +180,11 @@ __global__ void __launch_bounds__(MmaFwd<kWidth>::kThreads, 1)
       }
     }
 
-    // Tile classes, per m-tile: every pair allowed for all 16 rows (most tiles of a long
-    // sequence) takes the path without a per-element test; a tile across the diagonal or a band
-    // edge masks. Whole: the rows are inside the sequence, the tile's last key is at or before the
-    // first row, and its first key is inside the last row's band (bands slide right with the row).
+    // Tile classes, per m-tile: every pair allowed for all 16 rows (all_allowed) takes the path
+    // without a per-element test; a tile across the diagonal or a band edge masks.
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
-      const int top = first + 16 * mt;
-      const bool whole = top + 15 < seq_len && k0 + kBc - 1 <= top && k0 >= band_start(top + 15, w);
+      const bool whole = all_allowed(first + 16 * mt, 16, k0, kBc, w, seq_len);
       const RowState row{m[mt], l[mt], lo[mt]};
       const TilePlace at{rows[mt], k0, t, w, seq_len};
       if (whole)

@@ -113,16 +113,23 @@ struct FwdArgs {
 };
 
 // The online softmax of key tile kt's scores s for this warp, whose first row is `top` (tile
-// classes as in the mma kernel, per warp: every pair of its 16 rows allowed, or masked); alpha
-// is what O must be rescaled by.
+// classes as in the mma kernel, per warp: every pair of its 16 rows allowed, all_allowed, or
+// masked); alpha is what O must be rescaled by.
 template <bool kNoSoftcap, int kS>
 __device__ __forceinline__ void tile_softmax(float (&s)[kS][4], const RowState& row, float log2_scale,
                                              const SoftCap& cap, const TilePlace& at, int top, float (&alpha)[2]) {
-  const bool whole = top + 15 < at.seq_len && at.k0 + 8 * kS - 1 <= top && at.k0 >= band_start(top + 15, at.w);
-  if (whole)
+  if (all_allowed(top, 16, at.k0, 8 * kS, at.w, at.seq_len))
     softmax_update<false, kNoSoftcap>(s, row, log2_scale, cap, at, alpha);
   else
     softmax_update<true, kNoSoftcap>(s, row, log2_scale, cap, at, alpha);
+}
+
+// P (this warp's 16 x 8 kS probabilities, the C layout) as the A fragments of the P V product,
+// k-step kk from n-blocks 2 kk and 2 kk + 1.
+template <typename T, int kS>
+__device__ __forceinline__ void to_a_fragments(uint32_t (&p)[kS / 2][4], const float (&s)[kS][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kS / 2; ++kk) acc_to_a<T>(p[kk], s[2 * kk], s[2 * kk + 1]);
 }
 
 // out = O / l of this warp's rows, 2 elements a store (rows past the sequence end and padding
@@ -196,8 +203,7 @@ __device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char*
     ptx::wgmma_fence_operand(d_s);
     tile_softmax<kNoSoftcap>(sc, row, log2_scale, cap, TilePlace{rows, kt * F::kBc, t, w, seq_len}, top, alpha);
     release(bars.k.empty + i % kS, lane);  // O is 0: nothing to rescale
-#pragma unroll
-    for (int kk = 0; kk < F::kBc / 16; ++kk) acc_to_a<T>(p[kk], sc[2 * kk], sc[2 * kk + 1]);
+    to_a_fragments<T>(p, sc);
     for (++kt, ++i; kt < mine.end; ++kt, ++i) {  // the steady loop: S_i and P_{i-1} V_{i-1}
       const int s = i % kS, prev = (i - 1) % kS;
       ptx::mbarrier_wait_parity(bars.k.full + s, (i / kS) & 1);
@@ -214,8 +220,7 @@ __device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char*
       ptx::wgmma_fence_operand(d_o);
       release(bars.v.empty + prev, lane);
       rescale_rows(o, alpha);
-#pragma unroll
-      for (int kk = 0; kk < F::kBc / 16; ++kk) acc_to_a<T>(p[kk], sc[2 * kk], sc[2 * kk + 1]);
+      to_a_fragments<T>(p, sc);
     }
     const int prev = (i - 1) % kS;  // the last tile's P V, in the next turn: tile kt's, or the last
     last_taken = kt == args.tiles.end;

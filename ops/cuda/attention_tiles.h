@@ -28,6 +28,14 @@ inline int normalize_window(int64_t w, int64_t T) { return (w <= 0 || w >= T) ? 
 // Whether query i sees key j: both inside the sequence, no future key, inside the band.
 KEEL_HD inline bool allowed(int i, int j, int w, int T) { return i < T && j <= i && j >= band_start(i, w); }
 
+// Whether every pair of queries [q0, q0 + rows) and keys [k0, k0 + cols) is allowed: the queries
+// are inside the sequence, the last key is at or before the first query, and the first key is
+// inside the last query's band (bands slide right with the query). The flash kernels give such
+// tiles (most tiles of a long sequence) a path without a per-element test.
+KEEL_HD inline bool all_allowed(int q0, int rows, int k0, int cols, int w, int T) {
+  return q0 + (rows - 1) < T && k0 + (cols - 1) <= q0 && k0 >= band_start(q0 + (rows - 1), w);
+}
+
 struct TileRange {
   int begin, end;  // tile indices [begin, end)
 };

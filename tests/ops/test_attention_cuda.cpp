@@ -72,6 +72,28 @@ TEST_CASE("CUDA attention tile ranges visit exactly the tiles holding allowed pa
   CHECK(checked == 12 * 17 * 12);
 }
 
+TEST_CASE("CUDA attention's whole tiles: all_allowed holds exactly when every pair of the tile is allowed") {
+  using namespace keel::cuda::attn;
+  auto spec_allowed = [](int i, int j, int w, int T) { return i < T && j <= i && (w == 0 || j > i - w); };
+  int whole = 0, masked = 0;
+  for (int T : {1, 16, 37, 70})
+    for (int w_raw : {0, 1, 15, 16, 17, 40, 100}) {
+      const int w = normalize_window(w_raw, T);
+      for (auto [rows, cols] : {std::pair{16, 16}, {16, 128}, {64, 16}, {16, 64}, {3, 5}})
+        for (int q0 = 0; q0 < T + 2; ++q0)
+          for (int k0 = 0; k0 < T + 2; ++k0) {
+            bool every = true;
+            for (int i = q0; i < q0 + rows; ++i)
+              for (int j = k0; j < k0 + cols; ++j) every = every && spec_allowed(i, j, w_raw, T);
+            INFO("T " << T << " w " << w_raw << " tile " << rows << "x" << cols << " at " << q0 << ", " << k0);
+            REQUIRE(all_allowed(q0, rows, k0, cols, w, T) == every);
+            ++(every ? whole : masked);
+          }
+    }
+  CHECK(whole > 1000);  // both classes are exercised
+  CHECK(masked > 1000);
+}
+
 TEST_CASE("CUDA attention: a local head visits O(W) key tiles per query tile") {
   using namespace keel::cuda::attn;
   // The claim behind O(T * W): window 50 with 64-key tiles touches at most 2 tiles per 64 queries,
