@@ -176,28 +176,34 @@ void visit_index(DType t, const char* op, F&& f) {
   throw DTypeError(op, std::string("indices must be i32 or i64, got ") + dtype_name(t));
 }
 
-// Multiprocessor count of a device, looked up once.
-inline int sm_count(int device) {
-  static std::atomic<int> cache[64] = {};
-  if (device < 0 || device >= 64) return 132;
-  int n = cache[device].load(std::memory_order_relaxed);
-  if (n == 0) {
-    KEEL_CHECK_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    cache[device].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
-
-// DeviceInfo::runs_sm90a of a device, looked up once (a forward asks on every call).
-inline bool runs_sm90a(int device) {
-  static std::atomic<int> cache[64] = {};  // 0 unknown, 1 no, 2 yes
-  if (device < 0 || device >= 64) return device_info(device).runs_sm90a();
+// A fact of a device that stays fixed while the process runs, looked up once: the cache holds
+// lookup(device) + 1 (0 = not looked up yet), so any value that fits an int can be cached;
+// lookups race only to store the same value. Devices past the cache are looked up every time.
+template <typename Lookup>
+int once_per_device(std::atomic<int> (&cache)[64], int device, Lookup lookup) {
+  if (device < 0 || device >= 64) return lookup(device);
   int known = cache[device].load(std::memory_order_relaxed);
   if (known == 0) {
-    known = device_info(device).runs_sm90a() ? 2 : 1;
+    known = lookup(device) + 1;
     cache[device].store(known, std::memory_order_relaxed);
   }
-  return known == 2;
+  return known - 1;
+}
+
+// Multiprocessor count of a device.
+inline int sm_count(int device) {
+  static std::atomic<int> cache[64] = {};
+  return once_per_device(cache, device, [](int d) {
+    int n = 0;
+    KEEL_CHECK_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d));
+    return n;
+  });
+}
+
+// DeviceInfo::runs_sm90a of a device (a forward asks on every call).
+inline bool runs_sm90a(int device) {
+  static std::atomic<int> cache[64] = {};
+  return once_per_device(cache, device, [](int d) { return int(device_info(d).runs_sm90a()); }) != 0;
 }
 
 // Blocks for a grid-stride loop over `items` with `threads` per block: enough to fill the GPU
