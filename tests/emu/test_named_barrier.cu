@@ -3,7 +3,8 @@
 // see each other's writes in order; two warps hand a buffer back and forth with arrive on one
 // side and sync on the other; and each way of getting them wrong is an error that names it: a
 // missing first arrive (a deadlock naming the barrier and its count), counts that disagree
-// within a phase, barrier 0 (which is __syncthreads').
+// within a phase, barrier 0 (which is __syncthreads'), a warp that exits before its last arrive
+// (the deadlock names the exited threads).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -53,12 +54,12 @@ __global__ void turns_kernel(int* acc_out, int* log_out) {
 // Warp 0 fills a buffer, warp 1 sums it, round after round through two barriers of 64 threads
 // (the other two warps of the block take no part): `full` (warp 0 arrives, warp 1 syncs) and
 // `empty` (the other way round; its first phase opens with warp 1's arrival).
-__global__ void handover_kernel(int rounds, int* out) {
+__global__ void handover_kernel(int rounds, int* out, int filled) {
   KEEL_SHARED(int[32], buf);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   constexpr int kFull = 3, kEmpty = 4, kTwoWarps = 64;
   if (warp == 0) {
-    for (int r = 0; r < rounds; ++r) {
+    for (int r = 0; r < filled; ++r) {  // filled < rounds: a planted early exit
       if (r > 0) ptx::named_barrier_sync(kEmpty, kTwoWarps);
       buf[lane] = r * 100 + lane;
       ptx::named_barrier_arrive(kFull, kTwoWarps);
@@ -100,7 +101,7 @@ TEST_CASE("emulated PTX: a barrier of two warps hands a buffer back and forth, a
   for (int rounds : {1, 6}) {
     CAPTURE(rounds);
     int* out = device_array<int>(32);
-    REQUIRE(error_of([&] { launch_kernel(handover_kernel, 1, 128, 0, nullptr, rounds, out); }) == "(no error)");
+    REQUIRE(error_of([&] { launch_kernel(handover_kernel, 1, 128, 0, nullptr, rounds, out, rounds); }) == "(no error)");
     for (int lane = 0; lane < 32; ++lane) {
       int want = 0;
       for (int r = 0; r < rounds; ++r) want += r * 100 + 31 - lane;
@@ -122,4 +123,12 @@ TEST_CASE("emulated PTX: a missing arrive, counts that differ and barrier 0 are 
   e = run_turns<Bug::barrier_zero>(acc, log);
   CHECK(e.find("bar.sync 0 (") != std::string::npos);
   CHECK(e.find("named barriers are 1 to 15") != std::string::npos);
+}
+
+TEST_CASE("emulated PTX: a warp that exits before its last arrive is named in the deadlock") {
+  int* out = device_array<int>(32);
+  const std::string e = error_of([&] { launch_kernel(handover_kernel, 1, 128, 0, nullptr, 3, out, 2); });
+  cudaFree(out);
+  CHECK(e.find("named barrier 3 has its 64 threads; 32 have arrived") != std::string::npos);
+  CHECK(e.find("threads 0..31, 64..127 have exited") != std::string::npos);
 }

@@ -108,7 +108,8 @@ std::unique_ptr<Block> make_block() {
   using Spin = Thread::Spin;
   std::string waits;
   bool kinds[3] = {};
-  for (const Block* b : resident)
+  for (const Block* b : resident) {
+    bool named_here = false;
     for (int i = 0; b && i < b->n; ++i) {
       const Thread& t = b->threads[i];
       if (t.state != State::spinning) continue;
@@ -118,6 +119,7 @@ std::unique_ptr<Block> make_block() {
         until = fmt::format("the mbarrier at {} completes its phase of parity {}", static_cast<const void*>(t.spin_flag),
                             (t.spin_expected & 1) ^ 1);
       } else if (t.spin_kind == Spin::named) {
+        named_here = true;
         int id = 0;
         while (id + 1 < kNamedBarriers && &b->named[id].generation != t.spin_flag) ++id;
         until = fmt::format("named barrier {} has its {} threads; {} have arrived", id, b->named[id].count,
@@ -130,6 +132,11 @@ std::unique_ptr<Block> make_block() {
                            dim_str(b->idx), dim_str(t.idx), where_str(t.spin_where), t.spin_where.function_name(),
                            until);
     }
+    // An exited thread arrives at no barrier again: the usual cause of a phase that never fills.
+    if (named_here && b->finished > 0)
+      waits += fmt::format("; block {}'s threads {} have exited", dim_str(b->idx),
+                           thread_list(*b, [&](int i) { return b->threads[i].state == State::done; }));
+  }
   const bool named = kinds[static_cast<int>(Spin::named)], phases = kinds[static_cast<int>(Spin::phase)];
   throw CudaError("emulated CUDA",
                   fmt::format("deadlock {} grid {}: {}. No other block can run: {} blocks have not "
