@@ -12,6 +12,11 @@
 //                                         both addresses 16-byte aligned) that complete on bar
 //   tma_load<R>(dst, map, coords, bar)    cp.async.bulk.tensor: a box of a tensor (TMA), swizzled
 //                                         as its map says, that completes on bar
+//   tma_store<R>(map, coords, src)        cp.async.bulk.tensor, the other way: a box from shared
+//                                         memory (laid out as tma_load leaves it) into the tensor,
+//                                         in the thread's open bulk group
+//   bulk_commit_group()                   closes the thread's open bulk group
+//   bulk_wait_group_read<N>()             until at most N of its groups still read shared memory
 //   fence_proxy_async()                   shared memory written or read by threads, before a bulk
 //                                         copy or barrier operation of the async proxy uses it
 //
@@ -135,6 +140,54 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, cons
   if constexpr (Rank == 4) KEEL_TMA(4, "%3, %4, %5, %6", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
   if constexpr (Rank == 5) KEEL_TMA(5, "%3, %4, %5, %6, %7", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]));
 #undef KEEL_TMA
+#endif
+}
+
+// cp.async.bulk.tensor.{1..5}d, shared -> global: the box of the tensor map at coordinates c
+// from src (128-byte aligned, laid out and swizzled as a tma_load of the same map leaves it);
+// elements outside the tensor are not written. The copy reads src at some moment before the
+// bulk_wait_group_read that covers its group: src must hold the box when the store is issued
+// (each writer's fence_proxy_async, then a barrier) and stay unchanged until that wait.
+template <int Rank>
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, const int32_t (&c)[Rank],
+                                          const void* src KEEL_PTX_WHERE) {
+  static_assert(Rank >= 1 && Rank <= 5, "a tensor map has 1 to 5 dimensions");
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::tma_store(map, c, Rank, src, where);
+#else
+  const uint32_t s = shared_address(src);
+  const auto m = reinterpret_cast<uint64_t>(map);
+#define KEEL_TMA(n, coords, ...)                                                                          \
+  KEEL_SM90_ONLY(asm volatile("cp.async.bulk.tensor." #n "d.global.shared::cta.bulk_group [%0, {" coords \
+                              "}], [%1];\n" ::"l"(m),                                                    \
+                              "r"(s), __VA_ARGS__ : "memory"))
+  if constexpr (Rank == 1) KEEL_TMA(1, "%2", "r"(c[0]));
+  if constexpr (Rank == 2) KEEL_TMA(2, "%2, %3", "r"(c[0]), "r"(c[1]));
+  if constexpr (Rank == 3) KEEL_TMA(3, "%2, %3, %4", "r"(c[0]), "r"(c[1]), "r"(c[2]));
+  if constexpr (Rank == 4) KEEL_TMA(4, "%2, %3, %4, %5", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+  if constexpr (Rank == 5) KEEL_TMA(5, "%2, %3, %4, %5, %6", "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]));
+#undef KEEL_TMA
+#endif
+}
+
+// cp.async.bulk.commit_group: the bulk stores this thread issued since its last commit are one group.
+__device__ __forceinline__ void bulk_commit_group(KEEL_PTX_WHERE_ONLY) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::bulk_commit_group(where);
+#else
+  KEEL_SM90_ONLY(asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"));
+#endif
+}
+
+// cp.async.bulk.wait_group.read N: until every group of this thread's but the N most recently
+// committed has read its shared memory (which may then be written again; the global writes may
+// still be on their way, visible to the host once the kernel has finished).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read(KEEL_PTX_WHERE_ONLY) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::bulk_wait_group_read(N, where);
+#else
+  KEEL_SM90_ONLY(asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"));
 #endif
 }
 

@@ -2,8 +2,9 @@
 // lands in shared memory as the CUDA driver documents it (rows packed, 16-byte chunks swizzled
 // within each 128-byte span by the row index, zeros outside the tensor), tiles a TMA writes are
 // exactly what wgmma's descriptor of the same swizzle reads (the pipeline of Hopper's attention
-// kernels, end to end), and a map the driver would refuse, a map it never made and a misaligned
-// destination are errors.
+// kernels, end to end), a store writes a box from shared memory back (the same layout, nothing
+// outside the tensor), and a map the driver would refuse, a map it never made, a misaligned
+// destination, a store's buffer changed before its wait and a store never waited for are errors.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -87,7 +88,66 @@ __global__ void tma_wgmma_kernel(const __grid_constant__ CUtensorMap q, const __
       for (int j = 0; j < 2; ++j) out[(16 * w + g + 8 * h) * 64 + 8 * i + 2 * t + j] = d[4 * i + 2 * h + j];
 }
 
+enum class StoreBug { none, write_before_wait, no_wait, no_commit };
+
+// A 16 x 64 bf16 box written by the block's threads at the places the 128-byte swizzle gives
+// (element (r, j) = r * 64 + j; chunk j / 8 of row r at chunk (j / 8) XOR (r % 8)), then stored
+// by TMA at (c0, c1): one thread issues it after every writer's proxy fence and a barrier.
+template <StoreBug kBug>
+__global__ void store_kernel(const __grid_constant__ CUtensorMap map, int c0, int c1) {
+  KEEL_DYNAMIC_SHARED(unsigned char, smem, 1024);
+  auto* tile = reinterpret_cast<uint16_t*>(smem);
+  for (int i = static_cast<int>(threadIdx.x); i < 16 * 64; i += static_cast<int>(blockDim.x)) {
+    const int r = i / 64, j = i % 64;
+    tile[r * 64 + ((j / 8) ^ (r % 8)) * 8 + j % 8] = static_cast<uint16_t>(r * 64 + j);
+  }
+  ptx::fence_proxy_async();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int32_t c[2] = {c0, c1};
+    ptx::tma_store(&map, c, smem);
+    if (kBug != StoreBug::no_commit) ptx::bulk_commit_group();
+    if (kBug == StoreBug::write_before_wait) tile[5] = 7;
+    if (kBug != StoreBug::no_wait) ptx::bulk_wait_group_read<0>();
+  }
+}
+
 }  // namespace
+
+TEST_CASE("emulated TMA: a store writes the swizzled box into the tensor, nothing outside it") {
+  // A 40 x 104 bf16 matrix (208-byte rows); one box inside it, one past both edges.
+  constexpr int kRows = 40, kCols = 104;
+  constexpr uint16_t kUntouched = 0xbeef;
+  auto* m = device_array<uint16_t>(kRows * kCols);
+  for (int i = 0; i < kRows * kCols; ++i) m[i] = kUntouched;
+  const CUtensorMap map = tensor_map(m, DType::bf16, {kCols, kRows}, {kCols * 2}, {64, 16}, TmaSwizzle::b128);
+  for (auto [c0, c1] : {std::pair{0, 0}, {64, 32}})
+    CHECK(error_of([&] { launch_kernel(store_kernel<StoreBug::none>, 1, 64, 2048, nullptr, map, c0, c1); }) ==
+          "(no error)");
+  for (int row = 0; row < kRows; ++row)
+    for (int col = 0; col < kCols; ++col) {
+      CAPTURE(row);
+      CAPTURE(col);
+      const bool first = row < 16 && col < 64, second = row >= 32 && col >= 64;
+      const int want = first ? row * 64 + col : second ? (row - 32) * 64 + (col - 64) : kUntouched;
+      CHECK(m[row * kCols + col] == want);
+    }
+  cudaFree(m);
+}
+
+TEST_CASE("emulated TMA: a store's buffer written before its wait, and a store no wait covers, are errors") {
+  auto* m = device_array<uint16_t>(16 * 64);
+  const CUtensorMap map = tensor_map(m, DType::bf16, {64, 16}, {128}, {64, 16}, TmaSwizzle::b128);
+  std::string e = error_of(
+      [&] { launch_kernel(store_kernel<StoreBug::write_before_wait>, 1, 64, 2048, nullptr, map, 0, 0); });
+  CHECK(e.find("changed between the store and the cp.async.bulk.wait_group.read") != std::string::npos);
+  CHECK(e.find("test_tma.cu") != std::string::npos);
+  e = error_of([&] { launch_kernel(store_kernel<StoreBug::no_wait>, 1, 64, 2048, nullptr, map, 0, 0); });
+  CHECK(e.find("exited with 1 TMA store that no cp.async.bulk.wait_group.read covered") != std::string::npos);
+  e = error_of([&] { launch_kernel(store_kernel<StoreBug::no_commit>, 1, 64, 2048, nullptr, map, 0, 0); });
+  CHECK(e.find("(never committed)") != std::string::npos);
+  cudaFree(m);
+}
 
 TEST_CASE("emulated TMA: a box lands swizzled as the driver documents it, with zeros outside the tensor") {
   // A 100 x 200 bf16 matrix; the box of 16 rows x 64 columns at column 150, row 90 runs past both edges.

@@ -63,4 +63,16 @@ __global__ void hopper_copies(const __grid_constant__ CUtensorMap map, const flo
   }
   ptx::mbarrier_wait_parity(&bar, 0);
   out[threadIdx.x] = tile[threadIdx.x];
+  ptx::fence_proxy_async();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int32_t c1[1] = {1}, c2[2] = {1, 2}, c3[3] = {1, 2, 3}, c4[4] = {1, 2, 3, 4}, c5[5] = {1, 2, 3, 4, 5};
+    ptx::tma_store(&map, c1, tile);
+    ptx::tma_store(&map, c2, tile);
+    ptx::tma_store(&map, c3, tile);
+    ptx::tma_store(&map, c4, tile);
+    ptx::tma_store(&map, c5, tile);
+    ptx::bulk_commit_group();
+    ptx::bulk_wait_group_read<0>();
+  }
 }

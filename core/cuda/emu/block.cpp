@@ -112,6 +112,10 @@ void run_thread(Block& b, int i) {
         fail(b, fmt::format("thread {} (lane {}) exited while lanes of mask {:#010x} wait for it in {} ({})",
                             dim_str(t.idx), lane, p.mask, collective_name(p.kind), where_str(p.where)),
              "every lane named in a *_sync mask must call the same function");
+    if (const std::string stores = unwaited_stores(b, i); !stores.empty())
+      fail(b, fmt::format("thread {} exited with {}", dim_str(t.idx), stores),
+           "wait for every TMA store before the thread exits (ptx::bulk_commit_group, then "
+           "ptx::bulk_wait_group_read<0>): the block's shared memory is gone once its threads have");
     t.state = State::done;
     ++b.finished;
     KEEL_TSAN_RELEASE(&b.end_token);
@@ -255,6 +259,7 @@ void detail::run_block(Block& b) {
       Thread& t = b.threads[i];
       t.state = State::not_started;
       b.async[i].clear();  // copies a thread of the previous block left in flight went with it
+      b.bulk[i].clear();
       t.idx = {unsigned(i % blockDim.x), unsigned(i / blockDim.x % blockDim.y),
                unsigned(i / (blockDim.x * blockDim.y))};
       b.ready.push_back(i);

@@ -84,6 +84,23 @@ struct TmaBox {
   uint32_t dst_addr = 0;  // the destination's shared address: the swizzle acts on it
 };
 
+// The TMA stores one CUDA thread has issued and no wait_group.read has covered yet (tma.cpp),
+// oldest first: each with its box, a hash of the shared memory it read at issue, and its group.
+struct BulkStores {
+  struct Store {
+    const unsigned char* src;
+    TmaBox box;
+    uint32_t bytes, group;
+    uint64_t hash;
+    std::source_location where;
+  };
+  static constexpr int kCapacity = 8;
+  std::array<Store, kCapacity> stores{};
+  int count = 0;
+  uint32_t committed = 0;  // groups committed so far; the open group has this number
+  void clear() { count = 0, committed = 0; }
+};
+
 // The mbarrier objects a block has initialized (mbarrier.h): each one's counts and the bulk
 // copies that land when its arrivals are all in. Fixed arrays, as everything the scheduler and
 // the CUDA threads both touch.
@@ -162,6 +179,7 @@ struct Block {
   enum class Exit : uint8_t { finished, turn, blocked };
   std::unique_ptr<Thread[]> threads{new Thread[kMaxThreads]};
   std::unique_ptr<AsyncQueue[]> async{new AsyncQueue[kMaxThreads]};  // by thread index
+  std::unique_ptr<BulkStores[]> bulk{new BulkStores[kMaxThreads]};  // by thread index
   std::array<Warp, kMaxThreads / 32> warps;
   uint3 idx{};        // its blockIdx
   bool started = false;
@@ -273,9 +291,11 @@ void reset_shared(Block& b);
 // wgmma.cpp: no wgmma in flight, at a block's start.
 void reset_wgmma(Block& b);
 // tma.cpp: the box a tensor map describes (coordinates and destination still to fill in); a
-// CudaError for a map cuTensorMapEncodeTiled did not make. And the landing of a box in shared
+// CudaError for a map cuTensorMapEncodeTiled did not make. The landing of a box in shared
 // memory at dst (bytes long), swizzled as its map says.
 TmaBox decode_tensor_map(const Block& b, const void* map, const std::source_location& where);
 void land_box(void* dst, const TmaBox& box, uint32_t bytes);
+// The stores of thread i that no wait covered, as an error's words ("" when there are none).
+std::string unwaited_stores(const Block& b, int i);
 
 }  // namespace keel::emu::detail

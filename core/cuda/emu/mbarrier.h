@@ -28,6 +28,13 @@
 // TMA (cp.async.bulk.tensor) copies are bulk copies of a box that a tensor map describes
 // (tma.cpp): the same NaN from issue, the same landing, with the box's rows swizzled into place.
 //
+// TMA stores (cp.async.bulk.tensor shared -> global) take no mbarrier: a thread commits them in
+// bulk groups and waits with cp.async.bulk.wait_group.read until they have read their shared
+// memory (tma.cpp). The emulator reads it twice, when the store is issued and when a wait covers
+// it, and writes the box then: a GPU may read at any moment in between, so shared memory that
+// changed in between (a writer the store did not wait for, a buffer reused before the wait) is an
+// error naming both places, as is a thread that exits with a store no wait covered.
+//
 // fence.proxy.async orders the generic proxy's shared-memory accesses before the async proxy's
 // (a bulk copy into a buffer just read, a barrier just initialized). The emulator has one proxy
 // and nothing to order: the fence is checked to be called in a kernel, nothing else.
@@ -58,6 +65,12 @@ void bulk_copy_global_to_shared(void* dst, const void* src, uint32_t bytes, uint
 // completing its bytes on `bar`.
 void tma_load(void* dst, const void* map, const int32_t* coords, int rank, uint64_t* bar,
               const std::source_location& where);
+// cp.async.bulk.tensor shared -> global: the box of the map at coords from src (128-byte aligned),
+// in the thread's open bulk group; bulk.commit_group closes that group; bulk.wait_group.read keep
+// returns once every group but the `keep` most recently committed has read its shared memory.
+void tma_store(const void* map, const int32_t* coords, int rank, const void* src, const std::source_location& where);
+void bulk_commit_group(const std::source_location& where);
+void bulk_wait_group_read(int keep, const std::source_location& where);
 void fence_proxy_async();
 
 }  // namespace keel::emu::ptx

@@ -1,6 +1,7 @@
 // TMA on the emulated GPU: the driver's cuTensorMapEncodeTiled, which the emulated runtime hands
-// out through cudaGetDriverEntryPointByVersion, and the boxes cp.async.bulk.tensor brings into
-// shared memory (issued and completed on an mbarrier in mbarrier.cpp, landed here).
+// out through cudaGetDriverEntryPointByVersion, the boxes cp.async.bulk.tensor brings into
+// shared memory (issued and completed on an mbarrier in mbarrier.cpp, landed here), and the boxes
+// it stores from shared memory into the tensor, in bulk groups (mbarrier.h says how and when).
 //
 // The map: CUDA's 128-byte CUtensorMap is opaque; the emulated driver writes its own fields into
 // it behind a tag, and a kernel handed anything else fails at the copy. The encoder checks what
@@ -13,6 +14,7 @@
 // chunk at its shared address with the swizzle applied: bits 4.. of the address XOR bits 7.. (as
 // many as the width has chunks), the layout wgmma's descriptor of the same swizzle reads. A
 // swizzled box's rows are the swizzle's width (a narrower row would scatter chunks past the box).
+// A store reads the same layout back and writes only the elements inside the tensor.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -109,37 +111,124 @@ TmaBox decode_tensor_map(const Block& b, const void* map, const std::source_loca
   return box;
 }
 
+namespace {
+
+// Where row r of the box (its rows numbered across dimensions 1.., the innermost fastest) starts
+// in the tensor: the element at coordinate 0 of dimension 0; null when the row is outside it.
+const unsigned char* row_start(const TmaBox& box, uint32_t r) {
+  const unsigned char* at = box.base;
+  for (int d = 1; d < box.rank && at; ++d) {
+    const int64_t i = int64_t(box.coords[d]) + r % box.box[d];
+    r /= box.box[d];
+    at = i >= 0 && uint64_t(i) < box.dims[d] ? at + uint64_t(i) * box.strides[d] : nullptr;
+  }
+  return at;
+}
+
+// Calls f(offset in the box's shared-memory image, element's address in the tensor or null when
+// outside it) for every element of the box: rows packed, each 16-byte chunk at its swizzled address.
+template <typename F>
+void for_each_element(const TmaBox& box, uint32_t bytes, F f) {
+  const uint32_t row = box.box[0] * box.esize, rows = bytes / row;
+  for (uint32_t r = 0; r < rows; ++r) {
+    const unsigned char* src = row_start(box, r);
+    for (uint32_t c = 0; c < row / 16; ++c) {
+      uint32_t addr = box.dst_addr + r * row + 16 * c;
+      if (box.swizzle) addr ^= (addr >> 7 & (box.swizzle / 16 - 1)) << 4;
+      for (uint32_t k = 0; k < 16 / box.esize; ++k) {
+        const int64_t x = int64_t(box.coords[0]) + (16 * c) / box.esize + k;
+        const bool inside = src && x >= 0 && uint64_t(x) < box.dims[0];
+        f(addr - box.dst_addr + k * box.esize, inside ? src + uint64_t(x) * box.esize : nullptr);
+      }
+    }
+  }
+}
+
+uint64_t fnv1a(const unsigned char* p, uint32_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint32_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace
+
 void land_box(void* dst, const TmaBox& box, uint32_t bytes) {
   // Built whole, then written with one memcpy: ThreadSanitizer sees the landing as one write. The
   // image is this landing's own: a buffer kept between landings would be shared by the fibers
   // (CUDA threads) that land boxes, which ThreadSanitizer rightly reports as a race.
   std::vector<unsigned char> image(bytes, 0);
-  const uint32_t row = box.box[0] * box.esize, rows = bytes / row;
-  for (uint32_t r = 0; r < rows; ++r) {
-    const unsigned char* src = box.base;  // the row's first element; null when the row is outside
-    uint32_t rest = r;
-    for (int d = 1; d < box.rank && src; ++d) {
-      const int64_t i = int64_t(box.coords[d]) + rest % box.box[d];
-      rest /= box.box[d];
-      src = i >= 0 && uint64_t(i) < box.dims[d] ? src + uint64_t(i) * box.strides[d] : nullptr;
-    }
-    for (uint32_t c = 0; c < row / 16; ++c) {
-      uint32_t addr = box.dst_addr + r * row + 16 * c;
-      if (box.swizzle) addr ^= (addr >> 7 & (box.swizzle / 16 - 1)) << 4;
-      unsigned char* out = image.data() + (addr - box.dst_addr);
-      for (uint32_t k = 0; k < 16 / box.esize; ++k) {
-        const int64_t x = int64_t(box.coords[0]) + (16 * c) / box.esize + k;
-        if (src && x >= 0 && uint64_t(x) < box.dims[0])
-          std::memcpy(out + k * box.esize, src + uint64_t(x) * box.esize, box.esize);
-        else if (box.nan_fill)
-          std::memset(out + k * box.esize, 0xff, box.esize);
-      }
-    }
-  }
+  for_each_element(box, bytes, [&](uint32_t at, const unsigned char* src) {
+    if (src)
+      std::memcpy(image.data() + at, src, box.esize);
+    else if (box.nan_fill)
+      std::memset(image.data() + at, 0xff, box.esize);
+  });
   std::memcpy(dst, image.data(), bytes);
 }
 
+std::string unwaited_stores(const Block& b, int i) {
+  const BulkStores& q = b.bulk[i];
+  if (q.count == 0) return {};
+  const BulkStores::Store& s = q.stores[0];
+  return fmt::format("{} TMA store{} that no cp.async.bulk.wait_group.read covered{}, the first issued at {}", q.count,
+                     q.count > 1 ? "s" : "", s.group == q.committed ? " (never committed)" : "", where_str(s.where));
+}
+
 }  // namespace keel::emu::detail
+
+namespace keel::emu::ptx {
+
+using detail::Block;
+using detail::BulkStores;
+
+void tma_store(const void* map, const int32_t* coords, int rank, const void* src, const std::source_location& where) {
+  Block& b = detail::block();
+  BulkStores& q = b.bulk[detail::current_index(b)];
+  detail::TmaBox box = detail::decode_tensor_map(b, map, where);
+  if (box.rank != rank)
+    detail::fail(b, fmt::format("cp.async.bulk.tensor.{}d ({}) with a tensor map of rank {}", rank,
+                                detail::where_str(where), box.rank));
+  if (reinterpret_cast<uintptr_t>(src) % 128 != 0) fail_misaligned(src, 128, "cp.async.bulk.tensor's source", where);
+  if (q.count == BulkStores::kCapacity)
+    detail::fail(b, fmt::format("more than {} TMA stores of one thread in flight ({})", q.count,
+                                detail::where_str(where)),
+                 "the emulator holds that many per thread: wait for older ones (ptx::bulk_wait_group_read)");
+  uint32_t bytes = box.esize;
+  for (int i = 0; i < rank; ++i) box.coords[i] = coords[i], bytes *= box.box[i];
+  box.dst_addr = shared_address(src);
+  const auto* from = static_cast<const unsigned char*>(src);
+  q.stores[q.count++] = {from, box, bytes, q.committed, detail::fnv1a(from, bytes), where};
+}
+
+void bulk_commit_group(const std::source_location&) {
+  Block& b = detail::block();
+  BulkStores& q = b.bulk[detail::current_index(b)];
+  if (q.count > 0 && q.stores[q.count - 1].group == q.committed) ++q.committed;  // an empty group is no group
+}
+
+void bulk_wait_group_read(int keep, const std::source_location& where) {
+  Block& b = detail::block();
+  BulkStores& q = b.bulk[detail::current_index(b)];
+  int done = 0;
+  for (; done < q.count && q.stores[done].group + keep < q.committed; ++done) {
+    const BulkStores::Store& s = q.stores[done];
+    if (detail::fnv1a(s.src, s.bytes) != s.hash)
+      detail::fail(b, fmt::format("the shared memory at {} that the TMA store issued at {} reads changed between the "
+                                  "store and the cp.async.bulk.wait_group.read at {}",
+                                  static_cast<const void*>(s.src), detail::where_str(s.where),
+                                  detail::where_str(where)),
+                   "a GPU reads it at any moment in between: write it before the store (each writer's "
+                   "ptx::fence_proxy_async, then a barrier of the writers) and again only after a wait covers it");
+    // The map's tensor is the one the kernel writes through it (maps hold const addresses).
+    detail::for_each_element(s.box, s.bytes, [&](uint32_t at, const unsigned char* dst) {
+      if (dst) std::memcpy(const_cast<unsigned char*>(dst), s.src + at, s.box.esize);
+    });
+  }
+  for (int i = done; i < q.count; ++i) q.stores[i - done] = q.stores[i];
+  q.count -= done;
+}
+
+}  // namespace keel::emu::ptx
 
 // The runtime's door to the driver: the emulated driver has the one entry point keel asks for.
 cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int, unsigned long long,
