@@ -26,8 +26,9 @@
 // FlashAttention-3's two schedules of the products are here: the consumer warpgroups take turns
 // at the tensor cores (ping-pong, attention_sm90.cuh's Turns), so that one's softmax runs while the other's
 // products do, and inside a warpgroup tile i's softmax runs while tile i - 1's P V product does
-// (consume). Not yet FlashAttention-3's: the output is stored from registers, not through
-// shared memory and a TMA store.
+// (consume). The output leaves as FlashAttention-3's does: each warpgroup writes its rows of O
+// into its rows of the Q tile, which its last S product has finished reading, and one thread
+// stores them with TMA (the map clips the rows past the sequence and the padding columns).
 #include "core/cuda/tensor_map.h"
 #include "ops/cuda/attention_online_softmax.cuh"
 #include "ops/cuda/attention_sm90.cuh"
@@ -104,9 +105,8 @@ __device__ __forceinline__ void issue_pv(float (&o)[kWidth / 8][4], const uint32
 
 // The kernel's outputs and where this block works (dims stays the kernel's parameter: a copy of
 // its windows would go to local memory).
-template <typename T>
 struct FwdArgs {
-  T* out;
+  const CUtensorMap* out;  // O's map (box: 64 columns x 64 rows)
   float* lse;
   int bh, w, q0;
   TileRange tiles;  // the block's key tiles
@@ -132,29 +132,50 @@ __device__ __forceinline__ void to_a_fragments(uint32_t (&p)[kS / 2][4], const f
   for (int kk = 0; kk < kS / 2; ++kk) acc_to_a<T>(p[kk], s[2 * kk], s[2 * kk + 1]);
 }
 
-// out = O / l of this warp's rows, 2 elements a store (rows past the sequence end and padding
-// columns not written), lse = m + log l; a NaN l (a NaN logit) stays NaN, so the test is == 0.
-// Folds the rows' statistics into logit_bits and range_bits.
+// O / l of this warp's rows into the warpgroup's rows of the Q tile (q: its first row in panel 0;
+// Q's last reader, the last S product, has completed), where the TMA store reads them: row r,
+// column 8 d + 2 t of panel d / 8 at chunk (d % 8) XOR (r % 8) of the row's 128 bytes, r % 8 being
+// the lane's g (so a warp's 4-byte stores hit 32 different banks). lse = m + log l; a NaN l (a
+// NaN logit) stays NaN, so the test is == 0. Folds the rows' statistics into logit_bits and
+// range_bits.
 template <typename T, int kWidth, bool kNoSoftcap>
-__device__ void store_rows(const FwdArgs<T>& args, const Dims& dims, const int (&rows)[2], int t,
+__device__ void stage_rows(const FwdArgs& args, const Dims& dims, unsigned char* q, int warp, const int (&rows)[2],
                            const float (&o)[kWidth / 8][4], const RowState& row, unsigned& logit_bits,
                            unsigned& range_bits) {
-  T* out = args.out + dims.out.pair(args.bh, dims.H);
+  using F = Sm90Fwd<kWidth>;
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const float vs = kNoSoftcap ? dims.scale : 1.0f;  // score -> logit
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float sum = quad_sum(row.l[r]);
     const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    if (rows[r] >= dims.T) continue;
-    T* dst = out + static_cast<int64_t>(rows[r]) * dims.out.t;
+    unsigned char* dst = q + (16 * warp + g + 8 * r) * 128 + 4 * t;
 #pragma unroll
     for (int d = 0; d < kWidth / 8; ++d)
-      if (8 * d + 2 * t < dims.D)
-        *reinterpret_cast<uint32_t*>(dst + 8 * d + 2 * t) = pack2<T>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
+      *reinterpret_cast<uint32_t*>(dst + d / 8 * F::kBr * 128 + ((d % 8 ^ g) << 4)) =
+          pack2<T>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
+    if (rows[r] >= dims.T) continue;
     const float hi = row.m[r] * vs;
     if (t == 0) args.lse[static_cast<int64_t>(args.bh) * dims.T + rows[r]] = hi + logf(sum);
     add_row_stats(hi, row.lo[r], vs, logit_bits, range_bits);
   }
+}
+
+// The warpgroup's rows of O, staged in q by stage_rows, to global memory: every thread's writes
+// fenced for the async proxy, the warpgroup's own named barrier (3 + c; Turns has 1 and 2), then
+// one thread issues a TMA store per panel and waits until they have read shared memory.
+template <int kWidth>
+__device__ void store_rows(const FwdArgs& args, unsigned char* q, int c, int first, int h, int b) {
+  using F = Sm90Fwd<kWidth>;
+  ptx::fence_proxy_async();
+  ptx::named_barrier_sync(3 + c, 128);
+  if (threadIdx.x % 128 != 0) return;
+  for (int p = 0; p < F::kPanels; ++p) {
+    const int32_t at[4] = {64 * p, first, h, b};
+    ptx::tma_store(args.out, at, q + p * F::kBr * 128);
+  }
+  ptx::bulk_commit_group();
+  ptx::bulk_wait_group_read<0>();
 }
 
 // A consumer warpgroup c (0 or 1: query rows q0 + 64 c ..): every key tile of the block, then
@@ -165,7 +186,7 @@ __device__ void store_rows(const FwdArgs<T>& args, const Dims& dims, const int (
 // range of the block's) are a first tile (S only), the steady loop, and the last P V in the turn
 // after; the block's other tiles are skipped, one turn each; and one turn more, the last.
 template <typename T, int kWidth, bool kNoSoftcap>
-__device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char* smem, const Barriers& bars, int c,
+__device__ void consume(const FwdArgs& args, const Dims& dims, unsigned char* smem, const Barriers& bars, int c,
                         unsigned& logit_bits, unsigned& range_bits) {
   using F = Sm90Fwd<kWidth>;
   constexpr int kS = F::kStages;
@@ -238,17 +259,19 @@ __device__ void consume(const FwdArgs<T>& args, const Dims& dims, unsigned char*
   }
   for (; kt < args.tiles.end; ++kt, ++i) idle_tile<kS>(bars, i, lane, turns);
   if (!last_taken) turns.idle(true);
-  store_rows<T, kWidth, kNoSoftcap>(args, dims, rows, t, o, row, logit_bits, range_bits);
+  unsigned char* q_rows = smem + F::kQ + 64 * c * 128;
+  stage_rows<T, kWidth, kNoSoftcap>(args, dims, q_rows, warp, rows, o, row, logit_bits, range_bits);
+  if (first < seq_len) store_rows<kWidth>(args, q_rows, c, first, blockIdx.y, blockIdx.z);
 }
 
 // Shapes: q, k, v (B, H, T, D) through their tensor maps (dims {D, T, H, B}, boxes {64, 128, 1,
-// 1}, 128-byte swizzle); out (B, H, T, D) at dims.out; lse (B, H, T) f32; max_logit, max_range (H)
+// 1}, 128-byte swizzle); out (B, H, T, D) through its map (boxes {64, 64, 1, 1}); lse (B, H, T) f32; max_logit, max_range (H)
 // f32 as bits, zeroed before the launch. Grid (ceil(T / 128), H, B) as the mma kernel's, longest
 // query tiles first; 384 threads: warpgroup 0 produces, 1 and 2 consume.
 template <typename T, int kWidth, bool kNoSoftcap>
 __global__ void __launch_bounds__(Sm90Fwd<kWidth>::kThreads, 1)
     attention_sm90_forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                                  const __grid_constant__ CUtensorMap v_map, T* __restrict__ out,
+                                  const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                                   float* __restrict__ lse, unsigned* __restrict__ max_logit,
                                   unsigned* __restrict__ max_range, Dims dims) {
   using F = Sm90Fwd<kWidth>;
@@ -257,7 +280,7 @@ __global__ void __launch_bounds__(Sm90Fwd<kWidth>::kThreads, 1)
   KEEL_SHARED(unsigned, block_range);
   const Barriers bars(reinterpret_cast<uint64_t*>(smem + F::kBars), F::kStages);
   const int h = blockIdx.y, b = blockIdx.z, qt = gridDim.x - 1 - blockIdx.x;
-  const FwdArgs<T> args{out, lse, b * dims.H + h, dims.window[h], qt * F::kBr,
+  const FwdArgs args{&o_map, lse, b * dims.H + h, dims.window[h], qt * F::kBr,
                         key_tiles_for_query_tile(qt, F::kBr, F::kBc, dims.T, dims.window[h])};
   if (threadIdx.x == 0) {
     block_logit = block_range = 0;
@@ -294,8 +317,9 @@ CUtensorMap operand_map(const Tensor& x, const attn::Rows& r, int64_t B, int64_t
                     TmaSwizzle::b128);
 }
 
-// Whether TMA can read x's rows as attn::Rows r describes them: 16-byte aligned start and strides.
-bool tma_readable(const Tensor& x, const attn::Rows& r, int64_t B, int64_t H) {
+// Whether TMA can read or write x's rows as attn::Rows r describes them: 16-byte aligned start
+// and strides.
+bool tma_addressable(const Tensor& x, const attn::Rows& r, int64_t B, int64_t H) {
   auto ok = [](int64_t n, int64_t elems) { return n == 1 || elems * 2 % 16 == 0; };
   return reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0 && r.t * 2 % 16 == 0 && ok(H, r.h_) && ok(B, r.b_);
 }
@@ -308,10 +332,11 @@ bool attention_sm90_forward(const Tensor& q_in, const Tensor& k, const Tensor& v
   const int64_t B = q_in.size(0), H = q_in.size(1), T = q_in.size(2), D = q_in.size(3);
   const int width = attn::kernel_width(D, 16);
   if (width != 64 && width != 128) return false;
-  if (!tma_readable(q_in, dims_in.q, B, H) || !tma_readable(k, dims_in.k, B, H) || !tma_readable(v, dims_in.v, B, H))
+  if (!tma_addressable(q_in, dims_in.q, B, H) || !tma_addressable(k, dims_in.k, B, H) ||
+      !tma_addressable(v, dims_in.v, B, H) || !tma_addressable(out, dims_in.out, B, H))
     return false;
   attn::Dims dims = dims_in;
-  const Tensor q = with_positive_scale(q_in, dims);  // packed when negated: readable too
+  const Tensor q = with_positive_scale(q_in, dims);  // packed when negated: addressable too
   const int dev = q.device().index;
   visit_half(kOp, q.dtype(), [&]<typename E>() {
     with_width<16>(kOp, D, [&]<int kWidth>() {
@@ -320,11 +345,11 @@ bool attention_sm90_forward(const Tensor& q_in, const Tensor& k, const Tensor& v
         const CUtensorMap qm = operand_map(q, dims.q, B, H, T, D, F::kBr);
         const CUtensorMap km = operand_map(k, dims.k, B, H, T, D, F::kBc);
         const CUtensorMap vm = operand_map(v, dims.v, B, H, T, D, F::kBc);
+        const CUtensorMap om = operand_map(out, dims.out, B, H, T, D, 64);  // a consumer warpgroup's rows
         const dim3 grid(static_cast<unsigned>((T + F::kBr - 1) / F::kBr), static_cast<unsigned>(H),
                         static_cast<unsigned>(B));
         auto launch = [&](auto kernel) {
-          launch_threads(kernel, grid, F::kThreads, F::kBytes, dev, qm, km, vm, static_cast<E*>(out.raw_data()),
-                         static_cast<float*>(lse.raw_data()), static_cast<unsigned*>(max_logit.raw_data()),
+          launch_threads(kernel, grid, F::kThreads, F::kBytes, dev, qm, km, vm, om, static_cast<float*>(lse.raw_data()), static_cast<unsigned*>(max_logit.raw_data()),
                          static_cast<unsigned*>(max_range.raw_data()), dims);
         };
         if (dims.softcap == 0.0f)

@@ -2,7 +2,7 @@
 // (ops/cuda/attention.h: set_attention_kernel, KEEL_ATTENTION). Its parity grid is the mma
 // kernels' own, run again with KEEL_ATTENTION=sm90 (tests/ops/CMakeLists.txt); here: that the
 // choice reaches the kernel where it runs (a GPU of compute capability 9.0, which the emulated
-// H100 is) and nowhere else, counted by the tensor maps the forward encodes (3: q, k, v), and
+// H100 is) and nowhere else, counted by the tensor maps the forward encodes (4: q, k, v, out), and
 // that a KEEL_ATTENTION keel does not know is one clear error.
 #include <doctest/doctest.h>
 
@@ -35,7 +35,7 @@ uint64_t maps_of_forward(int64_t T, int64_t D, DType dt, const std::vector<int64
 
 TEST_CASE("CUDA attention, sm90 chosen: the warpgroup forward runs on Hopper at head dims 40 .. 128, mma elsewhere") {
   KEEL_REQUIRE_CUDA();
-  const uint64_t hopper = cuda::device_info(0).runs_sm90a() ? 3 : 0;  // the forward's tensor maps where the kernel runs
+  const uint64_t hopper = cuda::device_info(0).runs_sm90a() ? 4 : 0;  // the forward's tensor maps where the kernel runs
   {
     const cuda::AttentionKernelScope sm90(cuda::AttentionKernel::sm90);
     for (DType dt : {DType::bf16, DType::f16}) {
