@@ -1,6 +1,6 @@
 // The pieces of keel's Hopper attention kernels (sm_90a) around the algorithm: the matrix
 // descriptors of the swizzled tiles that TMA writes, the rings of mbarriers between the producer
-// warpgroup and the consumers, and the turns the two consumer warpgroups take at the tensor cores.
+// warpgroup and the consumers, and the turns the consumer warpgroups take at the tensor cores.
 // attention_sm90_forward.cu is built from them; docs/attention-kernels.md, section 6.1, walks it.
 #pragma once
 
@@ -79,23 +79,27 @@ __device__ __forceinline__ void skip_tile(const Barriers& bars, int s, int round
   release(bars.v.empty + s, lane);
 }
 
-// The two consumer warpgroups take turns at the tensor cores (FlashAttention-3's ping-pong): a
-// warpgroup issues its products only in its turn, and hands the turn over as soon as they are
-// issued, so that one warpgroup's softmax runs while the other's products do. Turn k of
-// warpgroup c is phase k of named barrier 1 + c: c's 128 threads sync on it, the other's arrive
-// on it when their turn ends; warpgroup 1 arrives once first (0 goes first) and leaves out its
-// last hand-over, so both barriers end with no phase open. Both warpgroups take the same turns
-// (the forward's consume: one a key tile of the block and one more), those they issue nothing
-// in included.
+// The kConsumers consumer warpgroups take turns at the tensor cores (FlashAttention-3's
+// ping-pong, round robin for three): a warpgroup issues its products only in its turn, and hands
+// the turn to the next as soon as they are issued, so that one warpgroup's softmax runs while
+// another's products do. Turn k of warpgroup c is phase k of named barrier 1 + c: c's 128 threads
+// sync on it, the warpgroup before it arrives on it when its own turn ends. The last warpgroup
+// arrives once first (warpgroup 0 goes first) and leaves out its last hand-over, so every
+// barrier ends with no phase open. All warpgroups take the same turns (the forward's consume:
+// one a key tile of the block and one more), those they issue nothing in included. Barriers 1
+// .. kConsumers are the turns'; kFree is the first id left for the kernel.
+template <int kConsumers>
 struct Turns {
-  static constexpr int kThreads = 256;  // the two consumer warpgroups
-  int own, other;
-  __device__ explicit Turns(int c) : own(1 + c), other(2 - c) {
-    if (c == 1) ptx::named_barrier_arrive(1, kThreads);
+  static_assert(kConsumers == 2 || kConsumers == 3, "turns for two or three consumer warpgroups");
+  static constexpr int kThreads = 256;  // the warpgroup whose turn it is, and the one handing it over
+  static constexpr int kFree = 1 + kConsumers;
+  int own, next;
+  __device__ explicit Turns(int c) : own(1 + c), next(1 + (c + 1) % kConsumers) {
+    if (c == kConsumers - 1) ptx::named_barrier_arrive(1, kThreads);
   }
   __device__ void take() const { ptx::named_barrier_sync(own, kThreads); }
   __device__ void pass(bool last) const {
-    if (!(last && own == 2)) ptx::named_barrier_arrive(other, kThreads);
+    if (!(last && own == kConsumers)) ptx::named_barrier_arrive(next, kThreads);
   }
   // A turn with nothing to issue.
   __device__ void idle(bool last) const {
@@ -106,8 +110,8 @@ struct Turns {
 
 // Key tile i of the block (slot i % kStages, round i / kStages) when the warpgroup computes
 // nothing in it: its slots released (skip_tile) and its turn taken and passed at once.
-template <int kStages>
-__device__ __forceinline__ void idle_tile(const Barriers& bars, int i, int lane, const Turns& turns) {
+template <int kStages, int kConsumers>
+__device__ __forceinline__ void idle_tile(const Barriers& bars, int i, int lane, const Turns<kConsumers>& turns) {
   skip_tile(bars, i % kStages, i / kStages, lane);
   turns.idle(false);
 }

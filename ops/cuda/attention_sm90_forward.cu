@@ -6,12 +6,12 @@
 //             slot is full (the copy's bytes landed) and when it is empty again (every consumer
 //             warp is done with it). No consumer thread computes an address or waits for a copy
 //             of its own.
-//   products  two consumer warpgroups of 64 query rows each compute S = Q K^T and O += P V with
-//             wgmma (core/cuda/wgmma.cuh): a warpgroup's 128 threads issue one 64 x N x 16
+//   products  consumer warpgroups of 64 query rows each (two, three at width 64) compute S = Q K^T
+//             and O += P V with wgmma (core/cuda/wgmma.cuh): a warpgroup's 128 threads issue one 64 x N x 16
 //             product together, its operands read straight from shared memory through matrix
 //             descriptors (P from registers), so no ldmatrix moves tiles into registers first.
 //   registers setmaxnreg moves registers from the producer (24 a thread: it holds a loop counter)
-//             to the consumers (240: S, the previous tile's P and O are 160 at width 128).
+//             to the consumers (Sm90Fwd: S, the previous tile's P and O are 160 at width 128).
 // Everything between the products is the mma kernel's, shared with it
 // (attention_online_softmax.cuh): wgmma's accumulator gives each warp 16 rows in mma.sync's C
 // layout, so the online softmax, the masks of causal and windowed heads, the soft cap and the
@@ -42,13 +42,25 @@ using namespace attn::mma;
 using namespace attn::sm90;
 
 // Tiles and shared memory (bytes; 1024-aligned offsets: the 128-byte swizzle's period) for
-// kernel width kWidth (64 or 128): Q (kBr x kWidth), then kStages slots of K and V (kBc x kWidth
-// each), then the barriers (attention_sm90.cuh, Barriers). A tile is kWidth / 64 panels of 64
-// columns, each panel rows x 128 bytes, as a TMA box of 64 columns writes it.
-template <int kWidth>
+// kernel width kWidth (64 or 128, kCols to the device functions, which take the struct):
+// Q (kBr x kWidth), then kStages slots of K and V (kBc x kWidth each), then the barriers
+// (attention_sm90.cuh, Barriers). A tile is kWidth / 64 panels of 64 columns, each panel rows x
+// 128 bytes, as a TMA box of 64 columns writes it.
+template <int kWidth, bool kNoSoftcap>
 struct Sm90Fwd {
-  static constexpr int kBr = 128, kBc = 128, kStages = 2, kConsumers = 2;
+  // FlashAttention-3's shapes: two consumer warpgroups at width 128; three at width 64, whose
+  // smaller products leave more of each tile's fixed work (softmax, waits) to hide. With 512
+  // threads ptxas gives each 128 registers; a soft cap's tanh needs more (it spilled), so a
+  // soft-capped kernel keeps two consumers at width 64 too.
+  static constexpr int kCols = kWidth;
+  static constexpr int kConsumers = kWidth == 64 && kNoSoftcap ? 3 : 2;
+  static constexpr int kBr = 64 * kConsumers, kBc = 128, kStages = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);  // warpgroup 0 produces
+  // setmaxnreg: the producer keeps 24 registers a thread, the consumers share the rest of the
+  // SM's 64K (O, S and the previous tile's P live across the loop: 160 at width 128, 128 at 64).
+  // ptxas allocates within the launch's share (65536 / kThreads), whatever setmaxnreg grants.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 3 ? 160 : 240;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the SM's register file");
   static constexpr int kPanels = kWidth / 64;
   static constexpr int kQBytes = kBr * kWidth * 2, kTileBytes = kBc * kWidth * 2;
   static constexpr int kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes, kBars = kV + kStages * kTileBytes;
@@ -58,10 +70,9 @@ struct Sm90Fwd {
 };
 
 // The producer (one thread): Q's panels once, then K and V of each key tile into slot i % kStages.
-template <int kWidth>
+template <typename F>
 __device__ void produce(const CUtensorMap* qm, const CUtensorMap* km, const CUtensorMap* vm, unsigned char* smem,
                         const Barriers& bars, int q0, int h, int b, TileRange tiles) {
-  using F = Sm90Fwd<kWidth>;
   ptx::mbarrier_arrive_expect_tx(bars.q_full, F::kQBytes);
   for (int p = 0; p < F::kPanels; ++p) {
     const int32_t at[4] = {64 * p, q0, h, b};
@@ -77,29 +88,27 @@ __device__ void produce(const CUtensorMap* qm, const CUtensorMap* km, const CUte
 // Issues s (this warp's 16 rows x kBc, the C layout) = the warpgroup's 64 query rows of the Q
 // tile (q: the descriptor of its first row) times the K tile (k), transposed: kWidth / 16 chained
 // wgmmas, one commit group. s reads as undefined until a wait covers the group.
-template <typename T, int kWidth>
-__device__ __forceinline__ void issue_scores(float (&s)[Sm90Fwd<kWidth>::kBc / 8][4], uint64_t q, uint64_t k) {
-  using F = Sm90Fwd<kWidth>;
+template <typename T, typename F>
+__device__ __forceinline__ void issue_scores(float (&s)[F::kBc / 8][4], uint64_t q, uint64_t k) {
   auto& d = reinterpret_cast<float(&)[F::kBc / 2]>(s);
   ptx::wgmma_fence_operand(d);
   ptx::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kWidth / 16; ++kk)
+  for (int kk = 0; kk < F::kCols / 16; ++kk)
     ptx::wgmma_m64k16<F::kBc, T>(d, k_major(q, F::kBr, kk), k_major(k, F::kBc, kk), kk > 0);
   ptx::wgmma_commit_group();
 }
 
 // Issues o (16 rows x kWidth) += P V, one commit group: P in registers as A fragments (p, which
 // must stay unchanged until a wait covers the group), V the tile whose descriptor is v.
-template <typename T, int kWidth>
-__device__ __forceinline__ void issue_pv(float (&o)[kWidth / 8][4], const uint32_t (&p)[Sm90Fwd<kWidth>::kBc / 16][4],
+template <typename T, typename F>
+__device__ __forceinline__ void issue_pv(float (&o)[F::kCols / 8][4], const uint32_t (&p)[F::kBc / 16][4],
                                          uint64_t v) {
-  using F = Sm90Fwd<kWidth>;
-  auto& d = reinterpret_cast<float(&)[kWidth / 2]>(o);
+  auto& d = reinterpret_cast<float(&)[F::kCols / 2]>(o);
   ptx::wgmma_fence_operand(d);
   ptx::wgmma_fence();  // orders the registers written since the last wait (p, and o rescaled) before the products
 #pragma unroll
-  for (int kk = 0; kk < F::kBc / 16; ++kk) ptx::wgmma_m64k16_rs<kWidth, T, true>(d, p[kk], mn_major(v, kk), true);
+  for (int kk = 0; kk < F::kBc / 16; ++kk) ptx::wgmma_m64k16_rs<F::kCols, T, true>(d, p[kk], mn_major(v, kk), true);
   ptx::wgmma_commit_group();
 }
 
@@ -138,11 +147,10 @@ __device__ __forceinline__ void to_a_fragments(uint32_t (&p)[kS / 2][4], const f
 // the lane's g (so a warp's 4-byte stores hit 32 different banks). lse = m + log l; a NaN l (a
 // NaN logit) stays NaN, so the test is == 0. Folds the rows' statistics into logit_bits and
 // range_bits.
-template <typename T, int kWidth, bool kNoSoftcap>
+template <typename T, typename F, bool kNoSoftcap>
 __device__ void stage_rows(const FwdArgs& args, const Dims& dims, unsigned char* q, int warp, const int (&rows)[2],
-                           const float (&o)[kWidth / 8][4], const RowState& row, unsigned& logit_bits,
+                           const float (&o)[F::kCols / 8][4], const RowState& row, unsigned& logit_bits,
                            unsigned& range_bits) {
-  using F = Sm90Fwd<kWidth>;
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   const float vs = kNoSoftcap ? dims.scale : 1.0f;  // score -> logit
 #pragma unroll
@@ -151,7 +159,7 @@ __device__ void stage_rows(const FwdArgs& args, const Dims& dims, unsigned char*
     const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
     unsigned char* dst = q + (16 * warp + g + 8 * r) * 128 + 4 * t;
 #pragma unroll
-    for (int d = 0; d < kWidth / 8; ++d)
+    for (int d = 0; d < F::kCols / 8; ++d)
       *reinterpret_cast<uint32_t*>(dst + d / 8 * F::kBr * 128 + ((d % 8 ^ g) << 4)) =
           pack2<T>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
     if (rows[r] >= dims.T) continue;
@@ -162,13 +170,12 @@ __device__ void stage_rows(const FwdArgs& args, const Dims& dims, unsigned char*
 }
 
 // The warpgroup's rows of O, staged in q by stage_rows, to global memory: every thread's writes
-// fenced for the async proxy, the warpgroup's own named barrier (3 + c; Turns has 1 and 2), then
+// fenced for the async proxy, the warpgroup's own named barrier (after the turns' ids), then
 // one thread issues a TMA store per panel and waits until they have read shared memory.
-template <int kWidth>
+template <typename F>
 __device__ void store_rows(const FwdArgs& args, unsigned char* q, int c, int first, int h, int b) {
-  using F = Sm90Fwd<kWidth>;
   ptx::fence_proxy_async();
-  ptx::named_barrier_sync(3 + c, 128);
+  ptx::named_barrier_sync(Turns<F::kConsumers>::kFree + c, 128);
   if (threadIdx.x % 128 != 0) return;
   for (int p = 0; p < F::kPanels; ++p) {
     const int32_t at[4] = {64 * p, first, h, b};
@@ -178,17 +185,16 @@ __device__ void store_rows(const FwdArgs& args, unsigned char* q, int c, int fir
   ptx::bulk_wait_group_read<0>();
 }
 
-// A consumer warpgroup c (0 or 1: query rows q0 + 64 c ..): every key tile of the block, then
+// A consumer warpgroup c (0 .. kConsumers - 1: query rows q0 + 64 c ..): every key tile of the block, then
 // out and lse of its rows; returns its statistics' bits through logit_bits and range_bits.
 // FlashAttention-3's overlap inside a warpgroup: in the turn of its tile i it issues S_i and then
 // P V of tile i - 1 (P kept as A fragments in p), waits for S_i alone and runs S_i's softmax
 // while its own P V runs; O is rescaled once that product has completed. Its tiles (mine, a
 // range of the block's) are a first tile (S only), the steady loop, and the last P V in the turn
 // after; the block's other tiles are skipped, one turn each; and one turn more, the last.
-template <typename T, int kWidth, bool kNoSoftcap>
+template <typename T, typename F, bool kNoSoftcap>
 __device__ void consume(const FwdArgs& args, const Dims& dims, unsigned char* smem, const Barriers& bars, int c,
                         unsigned& logit_bits, unsigned& range_bits) {
-  using F = Sm90Fwd<kWidth>;
   constexpr int kS = F::kStages;
   const int seq_len = dims.T, w = args.w;
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -202,15 +208,15 @@ __device__ void consume(const FwdArgs& args, const Dims& dims, unsigned char* sm
   const uint64_t q_desc = tile_descriptor(base + F::kQ + 64 * c * 128, 0);
   const uint64_t k_desc = tile_descriptor(base + F::kK, 0), v_desc = tile_descriptor(base + F::kV, F::kBc * 128);
   auto slot = [](uint64_t desc, int s) { return advanced(desc, s * F::kTileBytes); };
-  float o[kWidth / 8][4] = {}, sc[F::kBc / 8][4], alpha[2];
+  float o[F::kCols / 8][4] = {}, sc[F::kBc / 8][4], alpha[2];
   uint32_t p[F::kBc / 16][4];  // P of the tile whose P V is issued next
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {}, lo[2] = {INFINITY, INFINITY};
   const RowState row{m, l, lo};
   const float log2_scale = (kNoSoftcap ? dims.scale : 1.0f) * kLog2e;
   const SoftCap cap(dims);
   auto& d_s = reinterpret_cast<float(&)[F::kBc / 2]>(sc);
-  auto& d_o = reinterpret_cast<float(&)[kWidth / 2]>(o);
-  const Turns turns(c);
+  auto& d_o = reinterpret_cast<float(&)[F::kCols / 2]>(o);
+  const Turns<F::kConsumers> turns(c);
   ptx::mbarrier_wait_parity(bars.q_full, 0);
   int kt = args.tiles.begin, i = 0;  // the block's key tile, its index (slot i % kS, round i / kS)
   bool last_taken = false;           // the turn after the block's last tile
@@ -218,7 +224,7 @@ __device__ void consume(const FwdArgs& args, const Dims& dims, unsigned char* sm
   if (mine.begin < mine.end) {
     ptx::mbarrier_wait_parity(bars.k.full + i % kS, (i / kS) & 1);
     turns.take();
-    issue_scores<T, kWidth>(sc, q_desc, slot(k_desc, i % kS));
+    issue_scores<T, F>(sc, q_desc, slot(k_desc, i % kS));
     turns.pass(false);
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operand(d_s);
@@ -230,8 +236,8 @@ __device__ void consume(const FwdArgs& args, const Dims& dims, unsigned char* sm
       ptx::mbarrier_wait_parity(bars.k.full + s, (i / kS) & 1);
       ptx::mbarrier_wait_parity(bars.v.full + prev, ((i - 1) / kS) & 1);
       turns.take();
-      issue_scores<T, kWidth>(sc, q_desc, slot(k_desc, s));
-      issue_pv<T, kWidth>(o, p, slot(v_desc, prev));
+      issue_scores<T, F>(sc, q_desc, slot(k_desc, s));
+      issue_pv<T, F>(o, p, slot(v_desc, prev));
       turns.pass(false);
       ptx::wgmma_wait_group<1>();  // S_i; the P V issued after it may still run
       ptx::wgmma_fence_operand(d_s);
@@ -247,7 +253,7 @@ __device__ void consume(const FwdArgs& args, const Dims& dims, unsigned char* sm
     last_taken = kt == args.tiles.end;
     ptx::mbarrier_wait_parity(bars.v.full + prev, ((i - 1) / kS) & 1);
     turns.take();
-    issue_pv<T, kWidth>(o, p, slot(v_desc, prev));
+    issue_pv<T, F>(o, p, slot(v_desc, prev));
     turns.pass(last_taken);
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operand(d_o);
@@ -260,21 +266,22 @@ __device__ void consume(const FwdArgs& args, const Dims& dims, unsigned char* sm
   for (; kt < args.tiles.end; ++kt, ++i) idle_tile<kS>(bars, i, lane, turns);
   if (!last_taken) turns.idle(true);
   unsigned char* q_rows = smem + F::kQ + 64 * c * 128;
-  stage_rows<T, kWidth, kNoSoftcap>(args, dims, q_rows, warp, rows, o, row, logit_bits, range_bits);
-  if (first < seq_len) store_rows<kWidth>(args, q_rows, c, first, blockIdx.y, blockIdx.z);
+  stage_rows<T, F, kNoSoftcap>(args, dims, q_rows, warp, rows, o, row, logit_bits, range_bits);
+  if (first < seq_len) store_rows<F>(args, q_rows, c, first, blockIdx.y, blockIdx.z);
 }
 
-// Shapes: q, k, v (B, H, T, D) through their tensor maps (dims {D, T, H, B}, boxes {64, 128, 1,
-// 1}, 128-byte swizzle); out (B, H, T, D) through its map (boxes {64, 64, 1, 1}); lse (B, H, T) f32; max_logit, max_range (H)
-// f32 as bits, zeroed before the launch. Grid (ceil(T / 128), H, B) as the mma kernel's, longest
-// query tiles first; 384 threads: warpgroup 0 produces, 1 and 2 consume.
+// Shapes: q, k, v (B, H, T, D) through their tensor maps (dims {D, T, H, B}, boxes of 64 columns
+// and kBr (q) or kBc rows, 128-byte swizzle); out (B, H, T, D) through its map (boxes {64, 64, 1,
+// 1}); lse (B, H, T) f32; max_logit, max_range (H) f32 as bits, zeroed before the launch. Grid
+// (ceil(T / kBr), H, B) as the mma kernel's, longest query tiles first; Sm90Fwd::kThreads
+// threads: warpgroup 0 produces, the others consume.
 template <typename T, int kWidth, bool kNoSoftcap>
-__global__ void __launch_bounds__(Sm90Fwd<kWidth>::kThreads, 1)
+__global__ void __launch_bounds__(Sm90Fwd<kWidth, kNoSoftcap>::kThreads, 1)
     attention_sm90_forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                                   const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                                   float* __restrict__ lse, unsigned* __restrict__ max_logit,
                                   unsigned* __restrict__ max_range, Dims dims) {
-  using F = Sm90Fwd<kWidth>;
+  using F = Sm90Fwd<kWidth, kNoSoftcap>;
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 1024);
   KEEL_SHARED(unsigned, block_logit);
   KEEL_SHARED(unsigned, block_range);
@@ -296,14 +303,14 @@ __global__ void __launch_bounds__(Sm90Fwd<kWidth>::kThreads, 1)
   __syncthreads();
   unsigned logit_bits = 0, range_bits = 0;
   if (threadIdx.x < 128) {
-    ptx::setmaxnreg_dec<24>();
-    if (threadIdx.x == 0) produce<kWidth>(&q_map, &k_map, &v_map, smem, bars, args.q0, h, b, args.tiles);
+    ptx::setmaxnreg_dec<F::kProducerRegs>();
+    if (threadIdx.x == 0) produce<F>(&q_map, &k_map, &v_map, smem, bars, args.q0, h, b, args.tiles);
   } else {
-    ptx::setmaxnreg_inc<240>();
+    ptx::setmaxnreg_inc<F::kConsumerRegs>();
     // The warpgroup, as lane 0's: a value the compiler knows is the same in the whole warp, so
     // the descriptors built from it live in uniform registers, where wgmma reads them.
     const int c = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0) - 1;
-    consume<T, kWidth, kNoSoftcap>(args, dims, smem, bars, c, logit_bits, range_bits);
+    consume<T, F, kNoSoftcap>(args, dims, smem, bars, c, logit_bits, range_bits);
   }
   publish_head_stats(logit_bits, range_bits, &block_logit, &block_range, max_logit + h, max_range + h);
 }
@@ -341,21 +348,23 @@ bool attention_sm90_forward(const Tensor& q_in, const Tensor& k, const Tensor& v
   visit_half(kOp, q.dtype(), [&]<typename E>() {
     with_width<16>(kOp, D, [&]<int kWidth>() {
       if constexpr (kWidth == 64 || kWidth == 128) {
-        using F = Sm90Fwd<kWidth>;
-        const CUtensorMap qm = operand_map(q, dims.q, B, H, T, D, F::kBr);
-        const CUtensorMap km = operand_map(k, dims.k, B, H, T, D, F::kBc);
-        const CUtensorMap vm = operand_map(v, dims.v, B, H, T, D, F::kBc);
-        const CUtensorMap om = operand_map(out, dims.out, B, H, T, D, 64);  // a consumer warpgroup's rows
-        const dim3 grid(static_cast<unsigned>((T + F::kBr - 1) / F::kBr), static_cast<unsigned>(H),
-                        static_cast<unsigned>(B));
-        auto launch = [&](auto kernel) {
-          launch_threads(kernel, grid, F::kThreads, F::kBytes, dev, qm, km, vm, om, static_cast<float*>(lse.raw_data()), static_cast<unsigned*>(max_logit.raw_data()),
-                         static_cast<unsigned*>(max_range.raw_data()), dims);
+        auto launch = [&]<bool kNoSoftcap>() {
+          using F = Sm90Fwd<kWidth, kNoSoftcap>;
+          const CUtensorMap qm = operand_map(q, dims.q, B, H, T, D, F::kBr);
+          const CUtensorMap km = operand_map(k, dims.k, B, H, T, D, F::kBc);
+          const CUtensorMap vm = operand_map(v, dims.v, B, H, T, D, F::kBc);
+          const CUtensorMap om = operand_map(out, dims.out, B, H, T, D, 64);  // a consumer warpgroup's rows
+          const dim3 grid(static_cast<unsigned>((T + F::kBr - 1) / F::kBr), static_cast<unsigned>(H),
+                          static_cast<unsigned>(B));
+          launch_threads(attention_sm90_forward_kernel<E, kWidth, kNoSoftcap>, grid, F::kThreads, F::kBytes, dev, qm,
+                         km, vm, om, static_cast<float*>(lse.raw_data()),
+                         static_cast<unsigned*>(max_logit.raw_data()), static_cast<unsigned*>(max_range.raw_data()),
+                         dims);
         };
         if (dims.softcap == 0.0f)
-          launch(attention_sm90_forward_kernel<E, kWidth, true>);
+          launch.template operator()<true>();
         else
-          launch(attention_sm90_forward_kernel<E, kWidth, false>);
+          launch.template operator()<false>();
       }
     });
   });
