@@ -77,8 +77,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for arch in ("sm_90a", "sm_90", "sm_80"):
             instrs = sass(nvcc, nvdisasm, arch, tmp)
-            found = sorted({op for op, _ in instrs
-                            if op.split(".")[0] in ("HGMMA", "UTMALDG", "UTMASTG", "UTMACMDFLUSH", "UBLKCP", "SYNCS", "USETMAXREG", "WARPGROUP", "BPT")})
+            kinds = ("HGMMA", "UTMALDG", "UTMASTG", "UTMACMDFLUSH", "UBLKCP", "SYNCS", "USETMAXREG", "WARPGROUP", "BPT")
+            found = sorted({op for op, _ in instrs if op.split(".")[0] in kinds})
             print(f"hopper_sass: {arch}: {', '.join(found)}")
             bad += check(arch, instrs)
     for b in bad:

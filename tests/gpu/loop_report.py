@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The kernel report's main-loop measurement (tests/gpu/kernel_report.py) applied to any cubin:
+"""The kernel report's main-loop measurement (tests/gpu/sass.py) applied to any cubin:
 
     python3 tests/gpu/loop_report.py CUBIN [--ptxas LOG] [--expect MEASURED_JSON]
 
@@ -21,13 +21,14 @@ import argparse, json, os, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernel_report as kr  # noqa: E402
+import sass  # noqa: E402
 
 
 def inner_loops(blocks):
     """The loops holding HMMA-equivalents but no other loop that holds some: the key loops (a
     kernel may have several, such as FlashAttention-3's masked and unmasked ones)."""
-    loops = kr.natural_loops(blocks)
-    hmma = {h: sum(kr.mma_weight(x) for k in b for x in blocks[k]["ins"]) for h, b in loops.items()}
+    loops = sass.natural_loops(blocks)
+    hmma = {h: sum(sass.mma_weight(x) for k in b for x in blocks[k]["ins"]) for h, b in loops.items()}
     return [(h, loops[h]) for h, b in loops.items()
             if hmma[h] and not any(o != h and hmma[o] and loops[o] < b for o in loops)]
 
@@ -36,8 +37,8 @@ def main_loop_metrics(ins, source):
     """Of the inner loops with the most HMMA-equivalents, the one with the cheapest path (the
     unmasked loop where a kernel keeps a masked one apart): the report's loop columns."""
     best = None
-    for loop in inner_loops(kr.basic_blocks(ins)):
-        m = kr.loop_metrics(ins, source, 0, 1 << 30, pick=lambda blocks, loop=loop: loop)
+    for loop in inner_loops(sass.basic_blocks(ins)):
+        m = sass.loop_metrics(ins, source, 0, 1 << 30, pick=lambda blocks, loop=loop: loop)
         if best is None or (m["hmma"], -m["instr"]) > (best["hmma"], -best["instr"]):
             best = m
     return best
@@ -55,13 +56,13 @@ def main():
     r = kr.run([nvdisasm, "-c", "-gi", args.cubin])
     if r.returncode != 0:
         sys.exit("loop report: nvdisasm could not read %s: %s" % (args.cubin, r.stderr.strip()))
-    sass = kr.parse_sass(r.stdout)
+    funcs = sass.parse_sass(r.stdout)
     ptxas = kr.parse_ptxas(open(args.ptxas).read()) if args.ptxas else {}
-    names = kr.demangle(list(sass))
+    names = sass.demangle(list(funcs))
     expected = json.load(open(args.expect))["kernels"] if args.expect else {}
     rows, legend, differ = [], [], []
-    for i, mangled in enumerate(sorted(sass)):
-        loop = main_loop_metrics(sass[mangled], args.cubin)
+    for i, mangled in enumerate(sorted(funcs)):
+        loop = main_loop_metrics(funcs[mangled], args.cubin)
         if loop is None:
             continue
         want = expected.get(mangled, {}).get("loop")
@@ -77,7 +78,7 @@ def main():
     print(kr.table(rows, ["kernel", "regs", "spill B", "static smem B", "path instr/HMMA-equiv.", "instr/HMMA",
                           "HMMA %", "INT %", "control", "sync", "tests"]))
     print("\n".join(legend))
-    if args.expect and not any(expected.get(m, {}).get("loop") for m in sass):
+    if args.expect and not any(expected.get(m, {}).get("loop") for m in funcs):
         sys.exit("loop report: %s measured no loop of this cubin's kernels" % args.expect)
     if differ:
         sys.exit("loop report: FAIL: the loops differ from kernel_report.py's:\n" + "\n".join(differ))
