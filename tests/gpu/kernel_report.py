@@ -11,26 +11,26 @@ memory, block size and resident blocks (CTAs) per SM on an H100/H200 (Hopper's o
 tile (the tensor-core attention kernels; 0 for Hopper's, whose copies are the producer's TMA) it
 also disassembles the SASS (nvdisasm) and measures the main loop: the cheapest path through it
 that runs every HMMA and issues the next tile's copies, and the loop's whole code. An
-HGMMA.64xNx16 counts as N / 8 HMMA (a warp's share, in m16n8k16 products: mma_weight).
+HGMMA.64xNx16 counts as N / 8 HMMA (a warp's share, in m16n8k16 products: mma_weight). For
+kernels with setmaxnreg, the registers of each warp role and the copy pipeline's stages; a
+block whose roles ask for more registers than the SM has fails (a GPU would hang in setmaxnreg).
 docs/gpu-benchmarks.md ("Static kernel report") explains every column. The budgets
 (tests/gpu/kernel_budgets.json) are a ratchet: exit status 1 names each kernel that got worse
 than its budget; --update rewrites them from today's values.
---self-test checks, on the last measurement, that a budget tightened below today's value fails.
+--self-test checks, on the last measurement, that a budget tightened below today's value fails,
+and so does a measurement made worse.
 Without nvcc the report says so and exits 0; nvdisasm comes from PyPI (bash .ci/setup --test).
 """
 import argparse, concurrent.futures, glob, itertools, json, math, os, re, shutil, struct, subprocess, sys, tempfile
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# Reading what nvcc made (kernel names, the SASS and its main loop) is sass.py.
-from sass import (ROOT, SHORT_TYPES, demangle, split_name, group_of, parse_sass, loop_metrics)  # noqa: E402
+# Reading what nvcc made (kernel names, the SASS and its main loop, what an SM makes of it) is sass.py.
+from sass import (ROOT, SHORT_TYPES, demangle, split_name, group_of, parse_sass, loop_metrics,  # noqa: E402
+                  register_roles, occupancy, register_file)
 SOURCE_DIRS = ("core/cuda", "ops/cuda", "optim/cuda")
 NVCC_FLAGS = ["-std=c++20", "--expt-relaxed-constexpr", "-O3", "-DNDEBUG", "-DKEEL_WITH_CUDA=1", "-I" + ROOT,
               "-arch=sm_90", "-lineinfo", "-cubin", "-Xptxas", "-v"]
-# sm_90 (H100, H200), as CUDA's cuda_occupancy.h computes it: 64K registers in 4 sub-partitions,
-# allocated per warp in units of 256; 228 KB of shared memory, 1 KB reserved per block, 128-byte units.
-SM90 = dict(regs_per_partition=16384, partitions=4, reg_unit=256, smem=228 * 1024, smem_reserved=1024,
-            smem_unit=128, max_threads=2048, max_ctas=32)
 # Budgets: metric -> (larger is worse, tolerance added by --update). Ratios get a relative one.
 METRICS = {"regs": (True, 4), "spill": (True, 0), "ctas": (False, 0), "ipm": (True, 0.03),
            "static_ipm": (True, 0.03), "int_pct": (True, 1.0), "control": (True, 0.05), "sync": (True, 0),
@@ -134,18 +134,6 @@ def launch_bounds(cubin):
     return bounds
 
 
-def occupancy(regs, smem_bytes, threads):
-    """Resident blocks per SM and what limits them (cuda_occupancy.h's arithmetic for sm_90)."""
-    warps = -(-threads // 32)
-    per_warp = -(-regs * 32 // SM90["reg_unit"]) * SM90["reg_unit"]
-    by_regs = (SM90["regs_per_partition"] // per_warp * SM90["partitions"]) // warps if per_warp else 10 ** 9
-    alloc = -(-(smem_bytes + SM90["smem_reserved"]) // SM90["smem_unit"]) * SM90["smem_unit"]
-    by_smem = SM90["smem"] // alloc
-    limits = {"regs": by_regs, "smem": by_smem, "threads": SM90["max_threads"] // threads, "blocks": SM90["max_ctas"]}
-    n = min(limits.values())
-    return n, "+".join(k for k in limits if limits[k] == n)
-
-
 # ---------------------------------------------------------------- measure, check, print
 
 def measure(args, budgets):
@@ -192,6 +180,8 @@ def measure(args, budgets):
                     k["loop"] = loop_metrics(sass[mangled], u["source"], fact["copies"], fact["scores"])
                 except ValueError as e:
                     sys.exit("kernel report: %s: %s (the copies fact in %s)" % (label, e, args.budgets))
+                k["roles"] = register_roles(sass[mangled])
+                k.update({key: fact[key] for key in ("stage", "stages") if key in fact})
             kernels[mangled] = k
     version = lambda tool: next((l.split(", ")[-1] for l in run([tool, "--version"]).stdout.splitlines()
                                  if "release" in l), "?")
@@ -204,7 +194,8 @@ def groups(measured):
     out = {}
     for k in measured["kernels"].values():
         g = out.setdefault(k["group"], dict(n=0, regs=0, spill=0, stack=0, smem=0, threads=k["threads"],
-                                            ctas=10 ** 9, limit="", loop=None, source=k["source"]))
+                                            ctas=10 ** 9, limit="", loop=None, source=k["source"],
+                                            roles=k.get("roles"), stage=k.get("stage"), stages=k.get("stages")))
         g["n"] += 1
         for m in ("regs", "spill", "stack", "smem"):
             g[m] = max(g[m], k[m])
@@ -240,6 +231,10 @@ def with_tolerance(metric, value):
 def check(measured, budgets):
     failures, hints, gs = [], [], groups(measured)
     for name, g in sorted(gs.items()):
+        asked = register_file(g)
+        if asked and asked[0] * g["ctas"] > asked[1]:
+            failures.append("%s: setmaxnreg asks for %d registers of the SM's %d (%d CTAs)"
+                            % (name, asked[0] * g["ctas"], asked[1], g["ctas"]))
         budget = budgets["budgets"].get(name)
         if budget is None:
             print("kernel report: note: %s has no budget (run with --update to record one)" % name)
@@ -281,6 +276,13 @@ def report(measured, budgets):
                   l["local"], l["tests"], "yes" if l["mask_free"] else "no") for n, l in loops],
                 ["kernel", "loop", "static instr/HMMA", "path instr", "HMMA", "instr/HMMA", "HMMA %",
                  "INT %", "BRA+BSSY+BSYNC", "WARPSYNC+BAR", "LDGSTS", "LDL+STL", "tests", "mask-free"]))
+    hopper = [(n, g["threads"], "1 + %d" % (g["threads"] // 128 - 1), g["regs"], g["roles"][0], g["roles"][1],
+               "%d / %d" % register_file(g), g.get("stage") or "-", g.get("stages") or "-", g["smem"], g["ctas"])
+              for n, g in sorted(gs.items()) if register_file(g)]
+    if hopper:
+        print("\nWarp roles and the copy pipeline (kernels with setmaxnreg; registers a thread):\n")
+        print(table(hopper, ["kernel", "threads", "warpgroups", "regs at launch", "producer", "consumers",
+                             "register file", "smem per stage B", "stages", "smem B", "CTAs/SM"]))
     rows = []
     shown = lambda v: {True: "yes", False: "no"}.get(v, v) if isinstance(v, bool) else v
     for pattern, target in budgets.get("targets", {}).items():
@@ -297,7 +299,9 @@ def report(measured, budgets):
 
 def self_test(args, budgets):
     """The ratchet must fail: rerun the check (no compiling) with one budget at a time made tighter
-    than today's value, expecting exit status 1 and the kernel and metric named."""
+    than today's value, expecting exit status 1 and the kernel and metric named; and with a
+    measurement made worse (a loop that lost its mask-free path, consumers asking setmaxnreg for
+    more registers than the SM has)."""
     gs = groups(json.load(open(os.path.join(args.out, "measured.json"))))
     g = next(n for n in sorted(gs) if gs[n]["loop"])
     cases = [(g, "regs", gs[g]["regs"] - 1), (g, "ipm", round(gs[g]["loop"]["ipm"] * 0.9, 2)),
@@ -314,14 +318,23 @@ def self_test(args, budgets):
             if k["group"] == g and k.get("loop"):
                 k["loop"]["mask_free"] = False
         cases.insert(3, (g, "mask_free", "measured no"))
+    # A setmaxnreg kernel whose consumers ask 64 registers more than the SM has left must fail.
+    hopper = next((n for n in sorted(gs) if register_file(gs[n])), None)
+    greedy = json.load(open(os.path.join(args.out, "measured.json")))
+    if hopper:
+        for k in greedy["kernels"].values():
+            if k["group"] == hopper:
+                k["roles"][1] += 64
+        cases.insert(-1, (hopper, "register file", "measured +64"))
     passed = 0
     for group, metric, value in cases:
         tight = json.loads(json.dumps(budgets))
         out = args.out
         with tempfile.TemporaryDirectory() as scratch:
-            if value == "measured no":  # the real budgets against the regressed measurement
+            if value in ("measured no", "measured +64"):  # the real budgets against a regressed measurement
                 out = scratch
-                json.dump(regressed, open(os.path.join(scratch, "measured.json"), "w"))
+                json.dump(regressed if value == "measured no" else greedy,
+                          open(os.path.join(scratch, "measured.json"), "w"))
             elif group:
                 tight["budgets"].setdefault(group, {})[metric] = value
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
@@ -329,7 +342,8 @@ def self_test(args, budgets):
             r = run([sys.executable, os.path.abspath(__file__), "--reuse", "--out", out, "--budgets", f.name])
             os.unlink(f.name)
         want = 1 if group else 0
-        ok = r.returncode == want and (not group or re.search(re.escape("%s: %s is" % (group, metric)), r.stdout))
+        named = "%s: setmaxnreg asks for" % group if metric == "register file" else "%s: %s is" % (group, metric)
+        ok = r.returncode == want and (not group or re.search(re.escape(named), r.stdout))
         print("self-test: %s %s budget %s -> exit %d: %s" % (group or "every", metric or "", value, r.returncode,
                                                                   "ok" if ok else "WRONG"))
         passed += bool(ok)

@@ -6,7 +6,8 @@ with their outermost source line, cut into basic blocks, the natural loops found
 a block that dominates it), the main loop chosen (the innermost with the most tensor-core work:
 an HGMMA.64xNx16 counts as N / 8 m16n8k16 HMMAs, mma_weight), and the cheapest path through it
 that runs every HMMA and issues the next tile's copies, counted by kind of instruction
-(loop_metrics).
+(loop_metrics). And an SM's arithmetic: resident blocks (occupancy), and the register file that
+setmaxnreg's grants ask of it (register_file).
 """
 import os, re, subprocess
 
@@ -56,6 +57,10 @@ def group_of(name, args):
     return name + ("<%s>" % ", ".join(values) if values else "")
 
 
+# sm_90 (H100, H200), as CUDA's cuda_occupancy.h computes it: 64K registers in 4 sub-partitions,
+# allocated per warp in units of 256; 228 KB of shared memory, 1 KB reserved per block, 128-byte units.
+SM90 = dict(regs_per_partition=16384, partitions=4, reg_unit=256, smem=228 * 1024, smem_reserved=1024,
+            smem_unit=128, max_threads=2048, max_ctas=32)
 INT_OPS = {"IADD3", "IADD", "IADD32I", "IMAD", "IMUL", "IMNMX", "IABS", "ISETP", "LEA", "LOP", "LOP3", "LOP32I",
            "SHF", "SHL", "SHR", "SEL", "PRMT", "MOV", "MOV32I", "VIADD", "VIADDMNMX", "VIMNMX", "BMSK", "BREV",
            "FLO", "POPC", "PLOP3", "SGXT", "BFE", "BFI"}  # a leading U (uniform datapath) counts too
@@ -145,6 +150,19 @@ def main_loop(blocks):
     return head, loops[head]
 
 
+def register_roles(ins):
+    """setmaxnreg's registers a thread, as a kernel's SASS asks for them: (the fewest a DEALLOC leaves
+    (the producer's), the most a TRY_ALLOC grows to (the consumers')), or None without setmaxnreg."""
+    asks = {"DEALLOC": [], "TRY_ALLOC": []}
+    for x in ins:
+        if x["base"] == "USETMAXREG":
+            kind = "DEALLOC" if ".DEALLOC" in x["op"] else "TRY_ALLOC"
+            asks[kind].append(int(re.search(r"0x[0-9a-f]+|\d+$", x["args"].strip()).group(0), 0))
+    if not asks["DEALLOC"] and not asks["TRY_ALLOC"]:
+        return None
+    return (min(asks["DEALLOC"], default=None), max(asks["TRY_ALLOC"], default=None))
+
+
 def mma_weight(x):
     """A tensor-core instruction in m16n8k16 products of one warp: HMMA.16816 is 1; a warp's share
     of HGMMA.64xNx16 (16 rows of the warpgroup's 64) is N / 8. So the loops of the mma.sync and
@@ -215,3 +233,25 @@ def loop_metrics(ins, source, copies, scores, pick=main_loop):
                 sync=count(on_path, SYNC_OPS), copies=count(on_path, {"LDGSTS"}),
                 local=count(on_path, {"LDL", "STL"}), tests=tests, mask_free=tests < scores,
                 static_instr=len(static), static_hmma=static_hmma, static_ipm=round(len(static) / static_hmma, 2))
+
+
+def occupancy(regs, smem_bytes, threads):
+    """Resident blocks per SM and what limits them (cuda_occupancy.h's arithmetic for sm_90)."""
+    warps = -(-threads // 32)
+    per_warp = -(-regs * 32 // SM90["reg_unit"]) * SM90["reg_unit"]
+    by_regs = (SM90["regs_per_partition"] // per_warp * SM90["partitions"]) // warps if per_warp else 10 ** 9
+    alloc = -(-(smem_bytes + SM90["smem_reserved"]) // SM90["smem_unit"]) * SM90["smem_unit"]
+    by_smem = SM90["smem"] // alloc
+    limits = {"regs": by_regs, "smem": by_smem, "threads": SM90["max_threads"] // threads, "blocks": SM90["max_ctas"]}
+    n = min(limits.values())
+    return n, "+".join(k for k in limits if limits[k] == n)
+
+
+def register_file(g):
+    """(registers setmaxnreg asks of the SM for one block: 128 threads at the producer's count, the
+    rest at the consumers', 65536), or None for a kernel without setmaxnreg. A TRY_ALLOC the SM
+    cannot grant waits forever: a hang on a GPU that no emulator shows."""
+    if not g.get("roles") or None in g["roles"]:
+        return None
+    producer, consumer = g["roles"]
+    return 128 * producer + (g["threads"] - 128) * consumer, 65536
