@@ -19,14 +19,14 @@
 // descriptors read it back with theirs: rows of 64 elements, so a tile of width 128 is two
 // panels of 64 columns (docs/attention-kernels.md, section 6.1, walks the kernel step by step).
 //
-// The block's key tiles are those of its 128 rows (attn::key_tiles_for_query_tile); a warpgroup
+// The block's key tiles are those of its kBr rows (attn::key_tiles_for_query_tile); a warpgroup
 // computes only the tiles its own 64 rows see (a local head's warpgroup skips most of them) but
 // waits for each tile and marks it consumed, so that no warpgroup runs a round ahead of the ring.
 //
 // FlashAttention-3's two schedules of the products are here: the consumer warpgroups take turns
-// at the tensor cores (ping-pong, attention_sm90.cuh's Turns), so that one's softmax runs while the other's
-// products do, and inside a warpgroup tile i's softmax runs while tile i - 1's P V product does
-// (consume). The output leaves as FlashAttention-3's does: each warpgroup writes its rows of O
+// at the tensor cores (ping-pong, attention_sm90.cuh's Turns), so that one's softmax runs while
+// another's products do, and inside a warpgroup tile i's softmax runs while tile i - 1's P V
+// product does (consume). The output leaves as FlashAttention-3's does: each warpgroup writes its rows of O
 // into its rows of the Q tile, which its last S product has finished reading, and one thread
 // stores them with TMA (the map clips the rows past the sequence and the padding columns).
 #include "core/cuda/tensor_map.h"
