@@ -47,6 +47,18 @@ struct Barriers {
       : q_full(at), k{at + 1, at + 1 + stages}, v{at + 1 + 2 * stages, at + 1 + 3 * stages} {}
 };
 
+// Where a consumer is in the rings: the slot of its current key tile and the parity that tile's
+// round waits on (round r: parity r & 1), stepped tile by tile instead of recomputed from the
+// tile's index (a division, a remainder and their shifts at every wait and release).
+template <int kStages>
+struct RingPos {
+  int slot = 0;
+  uint32_t parity = 0;
+  __device__ RingPos next() const {
+    return slot + 1 == kStages ? RingPos{0, parity ^ 1u} : RingPos{slot + 1, parity};
+  }
+};
+
 // The producer's copy of key tile kt's operand into slot s of its ring, once the consumers
 // emptied it (round r waits on empty with parity (r & 1) ^ 1, so the first round passes at once:
 // ptx_sm90.cuh). Coordinates (column, row, head, batch): rows past the sequence end arrive as zeros.
@@ -72,11 +84,12 @@ __device__ __forceinline__ void release(uint64_t* empty, int lane) {
 // A key tile the warpgroup computes nothing in (a local head's warpgroup outside its band): its
 // K and V slots are released as soon as their copies have landed (a slot released earlier
 // could be refilled while its copy is still in flight).
-__device__ __forceinline__ void skip_tile(const Barriers& bars, int s, int round, int lane) {
-  ptx::mbarrier_wait_parity(bars.k.full + s, round & 1);
-  release(bars.k.empty + s, lane);
-  ptx::mbarrier_wait_parity(bars.v.full + s, round & 1);
-  release(bars.v.empty + s, lane);
+template <int kStages>
+__device__ __forceinline__ void skip_tile(const Barriers& bars, RingPos<kStages> at, int lane) {
+  ptx::mbarrier_wait_parity(bars.k.full + at.slot, at.parity);
+  release(bars.k.empty + at.slot, lane);
+  ptx::mbarrier_wait_parity(bars.v.full + at.slot, at.parity);
+  release(bars.v.empty + at.slot, lane);
 }
 
 // The kConsumers consumer warpgroups take turns at the tensor cores (FlashAttention-3's
@@ -108,11 +121,12 @@ struct Turns {
   }
 };
 
-// Key tile i of the block (slot i % kStages, round i / kStages) when the warpgroup computes
-// nothing in it: its slots released (skip_tile) and its turn taken and passed at once.
+// A key tile of the block (in the rings at `at`) when the warpgroup computes nothing in it: its
+// slots released (skip_tile) and its turn taken and passed at once.
 template <int kStages, int kConsumers>
-__device__ __forceinline__ void idle_tile(const Barriers& bars, int i, int lane, const Turns<kConsumers>& turns) {
-  skip_tile(bars, i % kStages, i / kStages, lane);
+__device__ __forceinline__ void idle_tile(const Barriers& bars, RingPos<kStages> at, int lane,
+                                          const Turns<kConsumers>& turns) {
+  skip_tile(bars, at, lane);
   turns.idle(false);
 }
 

@@ -121,13 +121,13 @@ struct FwdArgs {
   TileRange tiles;  // the block's key tiles
 };
 
-// The online softmax of key tile kt's scores s for this warp, whose first row is `top` (tile
-// classes as in the mma kernel, per warp: every pair of its 16 rows allowed, all_allowed, or
-// masked); alpha is what O must be rescaled by.
+// The online softmax of a key tile's scores s for this warp (tile classes as in the mma kernel,
+// per warp: `whole` when every pair of its 16 rows is allowed, else masked); alpha is what O
+// must be rescaled by.
 template <bool kNoSoftcap, int kS>
 __device__ __forceinline__ void tile_softmax(float (&s)[kS][4], const RowState& row, float log2_scale,
-                                             const SoftCap& cap, const TilePlace& at, int top, float (&alpha)[2]) {
-  if (all_allowed(top, 16, at.k0, 8 * kS, at.w, at.seq_len))
+                                             const SoftCap& cap, const TilePlace& at, bool whole, float (&alpha)[2]) {
+  if (whole)
     softmax_update<false, kNoSoftcap>(s, row, log2_scale, cap, at, alpha);
   else
     softmax_update<true, kNoSoftcap>(s, row, log2_scale, cap, at, alpha);
@@ -202,6 +202,8 @@ __device__ void consume(const FwdArgs& args, const Dims& dims, unsigned char* sm
   const int rows[2] = {top + g, top + g + 8};
   const TileRange mine =
       first < seq_len ? key_tiles_for_query_tile(first / 64, 64, F::kBc, seq_len, w) : TileRange{0, 0};
+  const TileRange whole = whole_key_tiles(top, 16, F::kBc, w, seq_len);  // the warp's tiles without a mask
+  auto is_whole = [&](int kt) { return kt >= whole.begin && kt < whole.end; };
   // Descriptors of this warpgroup's rows of Q and of the first K and V slots; a slot is a constant
   // number of 16-byte units further.
   const uint32_t base = ptx::shared_address(smem);
@@ -218,52 +220,54 @@ __device__ void consume(const FwdArgs& args, const Dims& dims, unsigned char* sm
   auto& d_o = reinterpret_cast<float(&)[F::kCols / 2]>(o);
   const Turns<F::kConsumers> turns(c);
   ptx::mbarrier_wait_parity(bars.q_full, 0);
-  int kt = args.tiles.begin, i = 0;  // the block's key tile, its index (slot i % kS, round i / kS)
-  bool last_taken = false;           // the turn after the block's last tile
-  for (; kt < mine.begin; ++kt, ++i) idle_tile<kS>(bars, i, lane, turns);
+  int kt = args.tiles.begin;  // the block's key tile
+  RingPos<kS> at, prev;       // its place in the rings, and the previous tile's
+  bool last_taken = false;    // the turn after the block's last tile
+  for (; kt < mine.begin; ++kt, at = at.next()) idle_tile(bars, at, lane, turns);
   if (mine.begin < mine.end) {
-    ptx::mbarrier_wait_parity(bars.k.full + i % kS, (i / kS) & 1);
+    ptx::mbarrier_wait_parity(bars.k.full + at.slot, at.parity);
     turns.take();
-    issue_scores<T, F>(sc, q_desc, slot(k_desc, i % kS));
+    issue_scores<T, F>(sc, q_desc, slot(k_desc, at.slot));
     turns.pass(false);
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operand(d_s);
-    tile_softmax<kNoSoftcap>(sc, row, log2_scale, cap, TilePlace{rows, kt * F::kBc, t, w, seq_len}, top, alpha);
-    release(bars.k.empty + i % kS, lane);  // O is 0: nothing to rescale
+    tile_softmax<kNoSoftcap>(sc, row, log2_scale, cap, TilePlace{rows, kt * F::kBc, t, w, seq_len}, is_whole(kt),
+                             alpha);
+    release(bars.k.empty + at.slot, lane);  // O is 0: nothing to rescale
     to_a_fragments<T>(p, sc);
-    for (++kt, ++i; kt < mine.end; ++kt, ++i) {  // the steady loop: S_i and P_{i-1} V_{i-1}
-      const int s = i % kS, prev = (i - 1) % kS;
-      ptx::mbarrier_wait_parity(bars.k.full + s, (i / kS) & 1);
-      ptx::mbarrier_wait_parity(bars.v.full + prev, ((i - 1) / kS) & 1);
+    for (++kt, prev = at, at = at.next(); kt < mine.end; ++kt, prev = at, at = at.next()) {
+      // the steady loop: S of this tile and P V of the previous
+      ptx::mbarrier_wait_parity(bars.k.full + at.slot, at.parity);
+      ptx::mbarrier_wait_parity(bars.v.full + prev.slot, prev.parity);
       turns.take();
-      issue_scores<T, F>(sc, q_desc, slot(k_desc, s));
-      issue_pv<T, F>(o, p, slot(v_desc, prev));
+      issue_scores<T, F>(sc, q_desc, slot(k_desc, at.slot));
+      issue_pv<T, F>(o, p, slot(v_desc, prev.slot));
       turns.pass(false);
-      ptx::wgmma_wait_group<1>();  // S_i; the P V issued after it may still run
+      ptx::wgmma_wait_group<1>();  // S; the P V issued after it may still run
       ptx::wgmma_fence_operand(d_s);
-      tile_softmax<kNoSoftcap>(sc, row, log2_scale, cap, TilePlace{rows, kt * F::kBc, t, w, seq_len}, top, alpha);
-      release(bars.k.empty + s, lane);
+      tile_softmax<kNoSoftcap>(sc, row, log2_scale, cap, TilePlace{rows, kt * F::kBc, t, w, seq_len}, is_whole(kt),
+                               alpha);
+      release(bars.k.empty + at.slot, lane);
       ptx::wgmma_wait_group<0>();
       ptx::wgmma_fence_operand(d_o);
-      release(bars.v.empty + prev, lane);
+      release(bars.v.empty + prev.slot, lane);
       rescale_rows(o, alpha);
       to_a_fragments<T>(p, sc);
     }
-    const int prev = (i - 1) % kS;  // the last tile's P V, in the next turn: tile kt's, or the last
-    last_taken = kt == args.tiles.end;
-    ptx::mbarrier_wait_parity(bars.v.full + prev, ((i - 1) / kS) & 1);
+    last_taken = kt == args.tiles.end;  // the last tile's P V, in the next turn: tile kt's, or the last
+    ptx::mbarrier_wait_parity(bars.v.full + prev.slot, prev.parity);
     turns.take();
-    issue_pv<T, F>(o, p, slot(v_desc, prev));
+    issue_pv<T, F>(o, p, slot(v_desc, prev.slot));
     turns.pass(last_taken);
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operand(d_o);
-    release(bars.v.empty + prev, lane);
+    release(bars.v.empty + prev.slot, lane);
     if (!last_taken) {  // that turn was tile kt's, a tile without products of this warpgroup's
-      skip_tile(bars, i % kS, i / kS, lane);
-      ++kt, ++i;
+      skip_tile(bars, at, lane);
+      ++kt, at = at.next();
     }
   }
-  for (; kt < args.tiles.end; ++kt, ++i) idle_tile<kS>(bars, i, lane, turns);
+  for (; kt < args.tiles.end; ++kt, at = at.next()) idle_tile(bars, at, lane, turns);
   if (!last_taken) turns.idle(true);
   unsigned char* q_rows = smem + F::kQ + 64 * c * 128;
   stage_rows<T, F, kNoSoftcap>(args, dims, q_rows, warp, rows, o, row, logit_bits, range_bits);

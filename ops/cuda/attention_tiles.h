@@ -28,6 +28,10 @@ inline int normalize_window(int64_t w, int64_t T) { return (w <= 0 || w >= T) ? 
 // Whether query i sees key j: both inside the sequence, no future key, inside the band.
 KEEL_HD inline bool allowed(int i, int j, int w, int T) { return i < T && j <= i && j >= band_start(i, w); }
 
+struct TileRange {
+  int begin, end;  // tile indices [begin, end)
+};
+
 // Whether every pair of queries [q0, q0 + rows) and keys [k0, k0 + cols) is allowed: the queries
 // are inside the sequence, the last key is at or before the first query, and the first key is
 // inside the last query's band (bands slide right with the query). The flash kernels give such
@@ -36,9 +40,15 @@ KEEL_HD inline bool all_allowed(int q0, int rows, int k0, int cols, int w, int T
   return q0 + (rows - 1) < T && k0 + (cols - 1) <= q0 && k0 >= band_start(q0 + (rows - 1), w);
 }
 
-struct TileRange {
-  int begin, end;  // tile indices [begin, end)
-};
+// The key tiles (of bc keys) where all_allowed holds for queries [q0, q0 + rows): one range,
+// from the first tile inside the last query's band to the last tile at or before the first
+// query; empty when the queries run past the sequence. A kernel compares a tile's index with it
+// instead of testing the tile's corners each time.
+KEEL_HD inline TileRange whole_key_tiles(int q0, int rows, int bc, int w, int T) {
+  if (q0 + (rows - 1) >= T) return {0, 0};
+  return {(band_start(q0 + (rows - 1), w) + bc - 1) / bc, (q0 + 1) / bc};
+}
+
 
 // Key tiles (of bc keys) that query tile qt (rows [qt*br, qt*br + br) ∩ [0, T)) visits: from the
 // tile holding the first row's band start to the tile holding the last row itself.

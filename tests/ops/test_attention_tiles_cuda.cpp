@@ -1,7 +1,8 @@
 // The tile arithmetic of the CUDA flash-attention kernels (ops/cuda/attention_tiles.h) against
 // the definition of which keys a query sees, pair by pair: the key tiles a query tile visits and
 // the query tiles a key tile is seen by (no tile without an allowed pair, none missed), the whole
-// tiles that take the kernels' path without a mask, and a local head's O(W) tiles. Host code
+// tiles that take the kernels' path without a mask (all_allowed, whole_key_tiles), and a local
+// head's O(W) tiles. Host code
 // only: it runs in every build, with or without a GPU.
 #include <doctest/doctest.h>
 
@@ -52,7 +53,7 @@ TEST_CASE("CUDA attention tile ranges visit exactly the tiles holding allowed pa
   CHECK(checked == 12 * 17 * 12);
 }
 
-TEST_CASE("CUDA attention's whole tiles: all_allowed holds exactly when every pair of the tile is allowed") {
+TEST_CASE("CUDA attention's whole tiles: all_allowed and whole_key_tiles hold exactly when every pair is allowed") {
   using namespace keel::cuda::attn;
   auto spec_allowed = [](int i, int j, int w, int T) { return i < T && j <= i && (w == 0 || j > i - w); };
   int whole = 0, masked = 0;
@@ -68,6 +69,10 @@ TEST_CASE("CUDA attention's whole tiles: all_allowed holds exactly when every pa
             INFO("T " << T << " w " << w_raw << " tile " << rows << "x" << cols << " at " << q0 << ", " << k0);
             REQUIRE(all_allowed(q0, rows, k0, cols, w, T) == every);
             ++(every ? whole : masked);
+            if (k0 % cols == 0) {  // a tile of the kernels' grid: whole_key_tiles says the same
+              const TileRange r = whole_key_tiles(q0, rows, cols, w, T);
+              REQUIRE((k0 / cols >= r.begin && k0 / cols < r.end) == every);
+            }
           }
     }
   CHECK(whole > 1000);  // both classes are exercised
