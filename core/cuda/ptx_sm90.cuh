@@ -15,8 +15,11 @@
 //   tma_store<R>(map, coords, src)        cp.async.bulk.tensor, the other way: a box from shared
 //                                         memory (laid out as tma_load leaves it) into the tensor,
 //                                         in the thread's open bulk group
+//   bulk_reduce_add_f32(dst, src, bytes)  cp.reduce.async.bulk .add.f32: global dst += shared
+//                                         src, float by float, in the thread's open bulk group
 //   bulk_commit_group()                   closes the thread's open bulk group
 //   bulk_wait_group_read<N>()             until at most N of its groups still read shared memory
+//   bulk_wait_group<N>()                  until at most N of its groups are still writing
 //   fence_proxy_async()                   shared memory written or read by threads, before a bulk
 //                                         copy or barrier operation of the async proxy uses it
 //
@@ -170,7 +173,21 @@ __device__ __forceinline__ void tma_store(const CUtensorMap* map, const int32_t 
 #endif
 }
 
-// cp.async.bulk.commit_group: the bulk stores this thread issued since its last commit are one group.
+// cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32: dst[i] += src[i] for bytes / 4
+// floats (bytes a multiple of 16; src in shared memory, both 16-byte aligned), each add atomic,
+// in the thread's open bulk group; src is read as a tma_store's is (until a wait covers it).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes KEEL_PTX_WHERE) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::bulk_reduce_add_f32(dst, src, bytes, where);
+#else
+  KEEL_SM90_ONLY(asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                                  dst),
+                              "r"(shared_address(src)), "r"(bytes)
+                              : "memory"));
+#endif
+}
+
+// cp.async.bulk.commit_group: the bulk copies this thread issued since its last commit are one group.
 __device__ __forceinline__ void bulk_commit_group(KEEL_PTX_WHERE_ONLY) {
 #ifdef KEEL_CUDA_EMULATED
   ::keel::emu::ptx::bulk_commit_group(where);
@@ -185,9 +202,20 @@ __device__ __forceinline__ void bulk_commit_group(KEEL_PTX_WHERE_ONLY) {
 template <int N>
 __device__ __forceinline__ void bulk_wait_group_read(KEEL_PTX_WHERE_ONLY) {
 #ifdef KEEL_CUDA_EMULATED
-  ::keel::emu::ptx::bulk_wait_group_read(N, where);
+  ::keel::emu::ptx::bulk_wait_group(N, true, where);
 #else
   KEEL_SM90_ONLY(asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"));
+#endif
+}
+
+// cp.async.bulk.wait_group N: as bulk_wait_group_read, and the older groups' writes are done
+// (visible to this thread, which may then hand them on, e.g. with a release).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group(KEEL_PTX_WHERE_ONLY) {
+#ifdef KEEL_CUDA_EMULATED
+  ::keel::emu::ptx::bulk_wait_group(N, false, where);
+#else
+  KEEL_SM90_ONLY(asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"));
 #endif
 }
 

@@ -140,10 +140,11 @@ TEST_CASE("emulated TMA: a store's buffer written before its wait, and a store n
   const CUtensorMap map = tensor_map(m, DType::bf16, {64, 16}, {128}, {64, 16}, TmaSwizzle::b128);
   std::string e = error_of(
       [&] { launch_kernel(store_kernel<StoreBug::write_before_wait>, 1, 64, 2048, nullptr, map, 0, 0); });
-  CHECK(e.find("changed between the store and the cp.async.bulk.wait_group.read") != std::string::npos);
+  CHECK(e.find("that the TMA store issued at") != std::string::npos);
+  CHECK(e.find("changed between the copy and the cp.async.bulk.wait_group.read") != std::string::npos);
   CHECK(e.find("test_tma.cu") != std::string::npos);
   e = error_of([&] { launch_kernel(store_kernel<StoreBug::no_wait>, 1, 64, 2048, nullptr, map, 0, 0); });
-  CHECK(e.find("exited with 1 TMA store that no cp.async.bulk.wait_group.read covered") != std::string::npos);
+  CHECK(e.find("exited with 1 bulk copy that no cp.async.bulk.wait_group covered") != std::string::npos);
   e = error_of([&] { launch_kernel(store_kernel<StoreBug::no_commit>, 1, 64, 2048, nullptr, map, 0, 0); });
   CHECK(e.find("(never committed)") != std::string::npos);
   cudaFree(m);

@@ -74,5 +74,8 @@ __global__ void hopper_copies(const __grid_constant__ CUtensorMap map, const flo
     ptx::tma_store(&map, c5, tile);
     ptx::bulk_commit_group();
     ptx::bulk_wait_group_read<0>();
+    ptx::bulk_reduce_add_f32(out, reinterpret_cast<const float*>(tile), 1024);
+    ptx::bulk_commit_group();
+    ptx::bulk_wait_group<0>();
   }
 }

@@ -8,7 +8,7 @@ core/cuda/wgmma.cuh once) for three targets and checks the SASS (nvdisasm) of ea
   sm_90a  every wgmma form is an HGMMA of its shape and type (descriptor A, both transposed,
           register A, register A with B transposed), TMA copies of rank 1 to 5 both ways
           (UTMALDG, UTMASTG) and the bulk group's commit (UTMACMDFLUSH), the bulk copy
-          (UBLKCP), the mbarrier's init, arrivals and phase test (SYNCS), the proxy fence,
+          (UBLKCP) and reduction (UBLKRED), the mbarrier's init, arrivals and phase test (SYNCS), the proxy fence,
           setmaxnreg's both ways (USETMAXREG), wgmma's fence and wait (WARPGROUP)
   sm_90   the copies and barriers as on sm_90a; no HGMMA or USETMAXREG (sm_90a only): a trap
   sm_80   none of them: both kernels trap
@@ -24,8 +24,8 @@ from kernel_report import ROOT, find_tool  # noqa: E402
 SOURCE = os.path.join(ROOT, "tests/gpu/hopper_instructions.cu")
 WGMMA = [f"HGMMA.64x{n}x16.F32{t}" for n in (64, 128) for t in (".BF16", "")]
 COPIES = ["UTMALDG.1D", "UTMALDG.2D", "UTMALDG.3D", "UTMALDG.4D", "UTMALDG.5D", "UTMASTG.1D", "UTMASTG.2D",
-          "UTMASTG.3D", "UTMASTG.4D", "UTMASTG.5D", "UTMACMDFLUSH", "UBLKCP.S.G", "SYNCS.EXCH.64",
-          "SYNCS.ARRIVE.TRANS64", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "FENCE.VIEW.ASYNC.S"]
+          "UTMASTG.3D", "UTMASTG.4D", "UTMASTG.5D", "UTMACMDFLUSH", "UBLKCP.S.G", "UBLKRED.G.S.ADD.F32",
+          "SYNCS.EXCH.64", "SYNCS.ARRIVE.TRANS64", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "FENCE.VIEW.ASYNC.S"]
 WARPGROUP = ["WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR.LE", "USETMAXREG.DEALLOC", "USETMAXREG.TRY_ALLOC"]
 
 
@@ -77,7 +77,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for arch in ("sm_90a", "sm_90", "sm_80"):
             instrs = sass(nvcc, nvdisasm, arch, tmp)
-            kinds = ("HGMMA", "UTMALDG", "UTMASTG", "UTMACMDFLUSH", "UBLKCP", "SYNCS", "USETMAXREG", "WARPGROUP", "BPT")
+            kinds = ("HGMMA", "UTMALDG", "UTMASTG", "UTMACMDFLUSH", "UBLKCP", "UBLKRED", "SYNCS", "USETMAXREG",
+                     "WARPGROUP", "BPT")
             found = sorted({op for op, _ in instrs if op.split(".")[0] in kinds})
             print(f"hopper_sass: {arch}: {', '.join(found)}")
             bad += check(arch, instrs)

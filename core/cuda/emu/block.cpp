@@ -114,7 +114,7 @@ void run_thread(Block& b, int i) {
              "every lane named in a *_sync mask must call the same function");
     if (const std::string stores = unwaited_stores(b, i); !stores.empty())
       fail(b, fmt::format("thread {} exited with {}", dim_str(t.idx), stores),
-           "wait for every TMA store before the thread exits (ptx::bulk_commit_group, then "
+           "wait for every bulk copy before the thread exits (ptx::bulk_commit_group, then "
            "ptx::bulk_wait_group_read<0>): the block's shared memory is gone once its threads have");
     t.state = State::done;
     ++b.finished;

@@ -84,12 +84,14 @@ struct TmaBox {
   uint32_t dst_addr = 0;  // the destination's shared address: the swizzle acts on it
 };
 
-// The TMA stores one CUDA thread has issued and no wait_group.read has covered yet (tma.cpp),
-// oldest first: each with its box, a hash of the shared memory it read at issue, and its group.
+// The bulk copies out of shared memory one CUDA thread has issued and no wait_group has covered
+// yet (bulk_group.cpp), oldest first: a TMA store's box, or a bulk reduction's f32 destination;
+// a hash of the shared memory at issue, and the copy's group.
 struct BulkStores {
   struct Store {
     const unsigned char* src;
-    TmaBox box;
+    TmaBox box;          // a TMA store's
+    float* reduce_to;    // a cp.reduce.async.bulk .add.f32's destination, else null
     uint32_t bytes, group;
     uint64_t hash;
     std::source_location where;
@@ -295,7 +297,11 @@ void reset_wgmma(Block& b);
 // memory at dst (bytes long), swizzled as its map says.
 TmaBox decode_tensor_map(const Block& b, const void* map, const std::source_location& where);
 void land_box(void* dst, const TmaBox& box, uint32_t bytes);
-// The stores of thread i that no wait covered, as an error's words ("" when there are none).
+// A TMA store's writes: the box from shared memory at src (bytes long, laid out as land_box
+// leaves it) into the tensor, the elements outside it skipped.
+void store_box(const void* src, const TmaBox& box, uint32_t bytes);
+// bulk_group.cpp: the bulk copies of thread i that no wait covered, as an error's words ("" when
+// there are none).
 std::string unwaited_stores(const Block& b, int i);
 
 }  // namespace keel::emu::detail

@@ -28,12 +28,14 @@
 // TMA (cp.async.bulk.tensor) copies are bulk copies of a box that a tensor map describes
 // (tma.cpp): the same NaN from issue, the same landing, with the box's rows swizzled into place.
 //
-// TMA stores (cp.async.bulk.tensor shared -> global) take no mbarrier: a thread commits them in
-// bulk groups and waits with cp.async.bulk.wait_group.read until they have read their shared
-// memory (tma.cpp). The emulator reads it twice, when the store is issued and when a wait covers
-// it, and writes the box then: a GPU may read at any moment in between, so shared memory that
-// changed in between (a writer the store did not wait for, a buffer reused before the wait) is an
-// error naming both places, as is a thread that exits with a store no wait covered.
+// TMA stores (cp.async.bulk.tensor shared -> global) and bulk reductions (cp.reduce.async.bulk
+// .add.f32) take no mbarrier: a thread commits them in bulk groups and waits with
+// cp.async.bulk.wait_group.read until they have read their shared memory, or with
+// cp.async.bulk.wait_group until their writes are done (bulk_group.cpp). The emulator reads the
+// shared memory twice, when the copy is issued and when a wait covers it, and writes the global
+// side then: a GPU may read at any moment in between, so shared memory that changed in between (a
+// writer the copy did not wait for, a buffer reused before the wait) is an error naming both
+// places, as is a thread that exits with a copy no wait covered.
 //
 // fence.proxy.async orders the generic proxy's shared-memory accesses before the async proxy's
 // (a bulk copy into a buffer just read, a barrier just initialized). The emulator has one proxy
@@ -69,8 +71,13 @@ void tma_load(void* dst, const void* map, const int32_t* coords, int rank, uint6
 // in the thread's open bulk group; bulk.commit_group closes that group; bulk.wait_group.read keep
 // returns once every group but the `keep` most recently committed has read its shared memory.
 void tma_store(const void* map, const int32_t* coords, int rank, const void* src, const std::source_location& where);
+// cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32: dst[i] += src[i] for bytes / 4
+// floats (bytes a multiple of 16, both 16-byte aligned), in the thread's open bulk group.
+void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes, const std::source_location& where);
 void bulk_commit_group(const std::source_location& where);
-void bulk_wait_group_read(int keep, const std::source_location& where);
+// cp.async.bulk.wait_group[.read] keep: both write the copies' global side here (read_only: the
+// .read form, which a GPU may return from before those writes are visible).
+void bulk_wait_group(int keep, bool read_only, const std::source_location& where);
 void fence_proxy_async();
 
 }  // namespace keel::emu::ptx

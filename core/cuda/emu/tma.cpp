@@ -1,7 +1,8 @@
 // TMA on the emulated GPU: the driver's cuTensorMapEncodeTiled, which the emulated runtime hands
 // out through cudaGetDriverEntryPointByVersion, the boxes cp.async.bulk.tensor brings into
 // shared memory (issued and completed on an mbarrier in mbarrier.cpp, landed here), and the boxes
-// it stores from shared memory into the tensor, in bulk groups (mbarrier.h says how and when).
+// it stores from shared memory into the tensor (issued in bulk groups in bulk_group.cpp, written
+// here).
 //
 // The map: CUDA's 128-byte CUtensorMap is opaque; the emulated driver writes its own fields into
 // it behind a tag, and a kernel handed anything else fails at the copy. The encoder checks what
@@ -144,12 +145,6 @@ void for_each_element(const TmaBox& box, uint32_t bytes, F f) {
   }
 }
 
-uint64_t fnv1a(const unsigned char* p, uint32_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (uint32_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
 }  // namespace
 
 void land_box(void* dst, const TmaBox& box, uint32_t bytes) {
@@ -166,69 +161,16 @@ void land_box(void* dst, const TmaBox& box, uint32_t bytes) {
   std::memcpy(dst, image.data(), bytes);
 }
 
-std::string unwaited_stores(const Block& b, int i) {
-  const BulkStores& q = b.bulk[i];
-  if (q.count == 0) return {};
-  const BulkStores::Store& s = q.stores[0];
-  return fmt::format("{} TMA store{} that no cp.async.bulk.wait_group.read covered{}, the first issued at {}", q.count,
-                     q.count > 1 ? "s" : "", s.group == q.committed ? " (never committed)" : "", where_str(s.where));
+void store_box(const void* src, const TmaBox& box, uint32_t bytes) {
+  const auto* from = static_cast<const unsigned char*>(src);
+  // The map's tensor is the one the kernel writes through it (maps hold const addresses).
+  for_each_element(box, bytes, [&](uint32_t at, const unsigned char* dst) {
+    if (dst) std::memcpy(const_cast<unsigned char*>(dst), from + at, box.esize);
+  });
 }
 
 }  // namespace keel::emu::detail
 
-namespace keel::emu::ptx {
-
-using detail::Block;
-using detail::BulkStores;
-
-void tma_store(const void* map, const int32_t* coords, int rank, const void* src, const std::source_location& where) {
-  Block& b = detail::block();
-  BulkStores& q = b.bulk[detail::current_index(b)];
-  detail::TmaBox box = detail::decode_tensor_map(b, map, where);
-  if (box.rank != rank)
-    detail::fail(b, fmt::format("cp.async.bulk.tensor.{}d ({}) with a tensor map of rank {}", rank,
-                                detail::where_str(where), box.rank));
-  if (reinterpret_cast<uintptr_t>(src) % 128 != 0) fail_misaligned(src, 128, "cp.async.bulk.tensor's source", where);
-  if (q.count == BulkStores::kCapacity)
-    detail::fail(b, fmt::format("more than {} TMA stores of one thread in flight ({})", q.count,
-                                detail::where_str(where)),
-                 "the emulator holds that many per thread: wait for older ones (ptx::bulk_wait_group_read)");
-  uint32_t bytes = box.esize;
-  for (int i = 0; i < rank; ++i) box.coords[i] = coords[i], bytes *= box.box[i];
-  box.dst_addr = shared_address(src);
-  const auto* from = static_cast<const unsigned char*>(src);
-  q.stores[q.count++] = {from, box, bytes, q.committed, detail::fnv1a(from, bytes), where};
-}
-
-void bulk_commit_group(const std::source_location&) {
-  Block& b = detail::block();
-  BulkStores& q = b.bulk[detail::current_index(b)];
-  if (q.count > 0 && q.stores[q.count - 1].group == q.committed) ++q.committed;  // an empty group is no group
-}
-
-void bulk_wait_group_read(int keep, const std::source_location& where) {
-  Block& b = detail::block();
-  BulkStores& q = b.bulk[detail::current_index(b)];
-  int done = 0;
-  for (; done < q.count && q.stores[done].group + keep < q.committed; ++done) {
-    const BulkStores::Store& s = q.stores[done];
-    if (detail::fnv1a(s.src, s.bytes) != s.hash)
-      detail::fail(b, fmt::format("the shared memory at {} that the TMA store issued at {} reads changed between the "
-                                  "store and the cp.async.bulk.wait_group.read at {}",
-                                  static_cast<const void*>(s.src), detail::where_str(s.where),
-                                  detail::where_str(where)),
-                   "a GPU reads it at any moment in between: write it before the store (each writer's "
-                   "ptx::fence_proxy_async, then a barrier of the writers) and again only after a wait covers it");
-    // The map's tensor is the one the kernel writes through it (maps hold const addresses).
-    detail::for_each_element(s.box, s.bytes, [&](uint32_t at, const unsigned char* dst) {
-      if (dst) std::memcpy(const_cast<unsigned char*>(dst), s.src + at, s.box.esize);
-    });
-  }
-  for (int i = done; i < q.count; ++i) q.stores[i - done] = q.stores[i];
-  q.count -= done;
-}
-
-}  // namespace keel::emu::ptx
 
 // The runtime's door to the driver: the emulated driver has the one entry point keel asks for.
 cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int, unsigned long long,
