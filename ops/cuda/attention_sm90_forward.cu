@@ -203,7 +203,6 @@ __device__ void consume(const FwdArgs& args, const Dims& dims, unsigned char* sm
   const TileRange mine =
       first < seq_len ? key_tiles_for_query_tile(first / 64, 64, F::kBc, seq_len, w) : TileRange{0, 0};
   const TileRange whole = whole_key_tiles(top, 16, F::kBc, w, seq_len);  // the warp's tiles without a mask
-  auto is_whole = [&](int kt) { return kt >= whole.begin && kt < whole.end; };
   // Descriptors of this warpgroup's rows of Q and of the first K and V slots; a slot is a constant
   // number of 16-byte units further.
   const uint32_t base = ptx::shared_address(smem);
@@ -231,12 +230,11 @@ __device__ void consume(const FwdArgs& args, const Dims& dims, unsigned char* sm
     turns.pass(false);
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operand(d_s);
-    tile_softmax<kNoSoftcap>(sc, row, log2_scale, cap, TilePlace{rows, kt * F::kBc, t, w, seq_len}, is_whole(kt),
-                             alpha);
+    tile_softmax<kNoSoftcap>(sc, row, log2_scale, cap, TilePlace{rows, kt * F::kBc, t, w, seq_len},
+                             whole.contains(kt), alpha);
     release(bars.k.empty + at.slot, lane);  // O is 0: nothing to rescale
     to_a_fragments<T>(p, sc);
-    for (++kt, prev = at, at = at.next(); kt < mine.end; ++kt, prev = at, at = at.next()) {
-      // the steady loop: S of this tile and P V of the previous
+    for (++kt, prev = at, at = at.next(); kt < mine.end; ++kt, prev = at, at = at.next()) {  // S, previous P V
       ptx::mbarrier_wait_parity(bars.k.full + at.slot, at.parity);
       ptx::mbarrier_wait_parity(bars.v.full + prev.slot, prev.parity);
       turns.take();
@@ -245,8 +243,8 @@ __device__ void consume(const FwdArgs& args, const Dims& dims, unsigned char* sm
       turns.pass(false);
       ptx::wgmma_wait_group<1>();  // S; the P V issued after it may still run
       ptx::wgmma_fence_operand(d_s);
-      tile_softmax<kNoSoftcap>(sc, row, log2_scale, cap, TilePlace{rows, kt * F::kBc, t, w, seq_len}, is_whole(kt),
-                               alpha);
+      tile_softmax<kNoSoftcap>(sc, row, log2_scale, cap, TilePlace{rows, kt * F::kBc, t, w, seq_len},
+                               whole.contains(kt), alpha);
       release(bars.k.empty + at.slot, lane);
       ptx::wgmma_wait_group<0>();
       ptx::wgmma_fence_operand(d_o);

@@ -30,6 +30,7 @@ KEEL_HD inline bool allowed(int i, int j, int w, int T) { return i < T && j <= i
 
 struct TileRange {
   int begin, end;  // tile indices [begin, end)
+  KEEL_HD bool contains(int i) const { return i >= begin && i < end; }
 };
 
 // Whether every pair of queries [q0, q0 + rows) and keys [k0, k0 + cols) is allowed: the queries
