@@ -130,18 +130,18 @@ __device__ __forceinline__ void wgmma_fence_operand(float (&d)[R]) {
 }
 
 #ifndef KEEL_CUDA_EMULATED
-// The accumulator lists of the two widths keel issues (N 64: 32 registers, N 128: 64).
-#define KEEL_WGMMA_D32                                                                                       \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
-  "%23, %24, %25, %26, %27, %28, %29, %30, %31"
+// The accumulator lists of the widths keel issues (N 32: 16 registers, N 64: 32, N 128: 64).
+#define KEEL_WGMMA_D16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define KEEL_WGMMA_D32 \
+  KEEL_WGMMA_D16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define KEEL_WGMMA_D64                                                                                         \
   KEEL_WGMMA_D32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
                  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define KEEL_WGMMA_F8(d, i)                                                                                  \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
       "+f"(d[i + 7])
-#define KEEL_WGMMA_D32_OPS(d) \
-  KEEL_WGMMA_F8(d, 0), KEEL_WGMMA_F8(d, 8), KEEL_WGMMA_F8(d, 16), KEEL_WGMMA_F8(d, 24)
+#define KEEL_WGMMA_D16_OPS(d) KEEL_WGMMA_F8(d, 0), KEEL_WGMMA_F8(d, 8)
+#define KEEL_WGMMA_D32_OPS(d) KEEL_WGMMA_D16_OPS(d), KEEL_WGMMA_F8(d, 16), KEEL_WGMMA_F8(d, 24)
 #define KEEL_WGMMA_D64_OPS(d) \
   KEEL_WGMMA_D32_OPS(d), KEEL_WGMMA_F8(d, 32), KEEL_WGMMA_F8(d, 40), KEEL_WGMMA_F8(d, 48), KEEL_WGMMA_F8(d, 56)
 // A and B from shared memory. Operands after the accumulators: desc_a, desc_b, accumulate,
@@ -163,17 +163,22 @@ __device__ __forceinline__ void wgmma_fence_operand(float (&d)[R]) {
 template <typename T>
 constexpr bool kWgmmaInput = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
 
-// d = A B (+ d when accumulate): A 64 x 16 and B 16 x N from shared memory, N 64 or 128.
+// d = A B (+ d when accumulate): A 64 x 16 and B 16 x N from shared memory, N 32, 64 or 128
+// (32: the Hopper backward's dQ slices at head width 64).
 template <int N, typename T, bool TransA = false, bool TransB = false>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                              bool accumulate KEEL_PTX_WHERE) {
   static_assert(kWgmmaInput<T>, "wgmma takes bf16 or f16 here");
-  static_assert(N == 64 || N == 128, "keel issues wgmma with N 64 or 128");
+  static_assert(N == 32 || N == 64 || N == 128, "keel issues wgmma from shared memory with N 32, 64 or 128");
 #ifdef KEEL_CUDA_EMULATED
   ::keel::emu::ptx::wgmma_issue({N, ::keel::emu::ptx::mma_input<T>(), TransA, TransB, accumulate, desc_a, desc_b}, d,
                                 nullptr, where);
 #else
   constexpr bool kHalf = std::is_same_v<T, __half>;
+  if constexpr (N == 32 && kHalf)
+    KEEL_SM90A_ONLY(KEEL_WGMMA_SS(32, "f16", KEEL_WGMMA_D16, KEEL_WGMMA_D16_OPS, "16", "17", "18", "19", "20"));
+  if constexpr (N == 32 && !kHalf)
+    KEEL_SM90A_ONLY(KEEL_WGMMA_SS(32, "bf16", KEEL_WGMMA_D16, KEEL_WGMMA_D16_OPS, "16", "17", "18", "19", "20"));
   if constexpr (N == 64 && kHalf)
     KEEL_SM90A_ONLY(KEEL_WGMMA_SS(64, "f16", KEEL_WGMMA_D32, KEEL_WGMMA_D32_OPS, "32", "33", "34", "35", "36"));
   if constexpr (N == 64 && !kHalf)

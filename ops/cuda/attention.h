@@ -15,8 +15,8 @@ namespace keel::cuda {
 
 // The kernels that run attention in bf16 and f16. mma: the mma.sync kernels (FlashAttention-2's
 // way; every GPU from sm_80). sm90: on a GPU of compute capability 9.0 (H100, H200), the forward
-// runs the warpgroup kernel (attention_sm90_forward.cu, FlashAttention-3's way) where it takes the
-// shape; other GPUs, shapes and the backward keep mma. The choice is the process's:
+// and backward run the warpgroup kernels (attention_sm90_forward.cu, _backward.cu,
+// FlashAttention-3's way) where they take the shape; other GPUs and shapes keep mma. The choice is the process's:
 // set_attention_kernel's, else the environment's KEEL_ATTENTION (mma or sm90; any other value is
 // a ConfigError when attention first runs), else mma, the default until a GPU has run the sm90
 // kernels' parity grid (docs/attention-kernels.md, section 6).

@@ -17,8 +17,10 @@
 // dQ recomputes S and dP, which the dK/dV kernel also computes: two more products than an atomic
 // dQ, bought with readability and run-to-run identical gradients.
 #include "core/factory.h"
+#include "ops/cuda/attention.h"
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/attention_mma.cuh"
+#include "ops/cuda/common.cuh"
 
 namespace keel::cuda {
 
@@ -287,7 +289,9 @@ void attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
            static_cast<const E*>(out.raw_data()), static_cast<const E*>(dout.raw_data()), dp, rows, dims);
   });
   if (q.dtype() != DType::f32) {
-    attention_mma_backward(q, k, v, lse, dout, dvec, dims, dq, dk, dv);
+    const bool sm90 = attention_kernel() == AttentionKernel::sm90 && dev::runs_sm90a(dev) &&
+                      attention_sm90_backward(q, k, v, lse, dout, dvec, dims, dq, dk, dv);
+    if (!sm90) attention_mma_backward(q, k, v, lse, dout, dvec, dims, dq, dk, dv);  // DTypeError but bf16, f16
     return;
   }
   with_width<32>(kOp, D, [&]<int HD>() {

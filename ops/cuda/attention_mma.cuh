@@ -192,6 +192,14 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4],
   a[2] = pack2<T>(hi[0], hi[1]), a[3] = pack2<T>(hi[2], hi[3]);
 }
 
+// A warp's 16 x 8 kS accumulators (the C layout, k as columns: P or dS^T) as the A fragments of
+// the next product, k-step kk from n-blocks 2 kk and 2 kk + 1 (the wgmma kernels' register-A form).
+template <typename T, int kS>
+__device__ __forceinline__ void to_a_fragments(uint32_t (&a)[kS / 2][4], const float (&s)[kS][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kS / 2; ++kk) acc_to_a<T>(a[kk], s[2 * kk], s[2 * kk + 1]);
+}
+
 // The soft-capped logit, cap tanh(scale dot / cap), for the half kernels' capped variant (kNoSoftcap
 // false). tanhf is an accurate software routine that branches on |x| (about 20 instructions and a
 // test per element, which would cost every tile the mask-free path); here tanh y = 1 - 2 / (1 +
@@ -237,6 +245,10 @@ void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, c
 // not a multiple of 16 bytes); the mma kernel runs those.
 bool attention_sm90_forward(const Tensor& q, const Tensor& k, const Tensor& v, const attn::Dims& dims, Tensor& out,
                             Tensor& lse, Tensor& max_logit, Tensor& max_range);
+// The Hopper backward (attention_sm90_backward.cu), the same way: false, launching nothing, for
+// the shapes the forward does not take (TMA reads q, k, v and dout).
+bool attention_sm90_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const Tensor& dout,
+                             const Tensor& dvec, const attn::Dims& dims, Tensor& dq, Tensor& dk, Tensor& dv);
 // The kNoSoftcap kernels (no soft cap) take the running max of raw dot products, so they need scale >
 // 0. A negative scale runs them on -q instead: scale q.k = |scale| (-q).k bit for bit (negation
 // is exact), so the logits, outputs and statistics are those of q, and dK = |scale| dS^T (-q) =

@@ -44,6 +44,7 @@
 // finish, FlashAttention-2's way, and dQ's rounding depends on the order the blocks ran in.
 #include "core/determinism.h"
 #include "core/factory.h"
+#include "ops/cuda/attention_dlogits.cuh"
 #include "ops/cuda/attention_mma.cuh"
 
 namespace keel::cuda {
@@ -77,34 +78,6 @@ struct MmaBwd {
   static constexpr int kStaticBytes = 5 * 8 + 4 + kWarps * (2 * 4 + 4);
   static_assert(kBytes + kStaticBytes <= 163 * 1024, "must fit an A100's shared memory");
 };
-
-// One query tile's P^T and dS^T for the warp's 16 keys (lane (g, t): keys[0], keys[1]; queries
-// q0 + 8n + 2t + (e & 1)), in registers: s holds S^T = K Q^T and leaves as P^T; dp holds dP^T and
-// leaves as dS^T. lse2 and dvec are the tile's rows in shared memory, lse2 already times log2 e,
-// so P = 2^(log2_scale v - lse2) is one FFMA and an ex2: v the raw dot product and log2_scale =
-// scale log2 e when kNoSoftcap (scale > 0: with_positive_scale), else v the soft-capped logit
-// cap th (th = tanh(scale dot / cap), SoftCap) and log2_scale = log2 e, whose dS takes the cap's
-// derivative 1 - th^2
-// (dlogit in attention_common.cuh). kMasked gives the pairs outside the band P = 0 (a select,
-// never a NaN); a tile where every pair is allowed skips the test.
-template <bool kMasked, bool kNoSoftcap, int kS>
-__device__ __forceinline__ void probs_and_dlogits(float (&s)[kS][4], float (&dp)[kS][4], const float* lse2,
-                                                  const float* dvec, float log2_scale, const SoftCap& cap,
-                                                  const int (&keys)[2], int q0, int t, int w, int seq_len) {
-#pragma unroll
-  for (int n = 0; n < kS; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int j = 8 * n + 2 * t + (e & 1);  // the query, in the tile
-      const float th = kNoSoftcap ? 0.0f : cap.tanh_of(s[n][e]);
-      const float x = kNoSoftcap ? s[n][e] : cap.cap * th;
-      float p = ptx::ex2(fmaf(log2_scale, x, -lse2[j]));
-      if constexpr (kMasked) p = allowed(q0 + j, keys[e >> 1], w, seq_len) ? p : 0.0f;
-      s[n][e] = p;
-      const float ds = p * (dp[n][e] - dvec[j]);
-      dp[n][e] = kNoSoftcap ? ds : ds * fmaf(-th, th, 1.0f);
-    }
-}
 
 // The warp's dS^T for queries 16kk..16kk+15 (an A fragment: rows g, g + 8, columns 2t, 2t + 1
 // and those + 8) into the block's swizzled kBc x kBr tile, at constant offsets from the lane's.

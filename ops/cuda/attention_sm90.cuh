@@ -1,12 +1,15 @@
 // The pieces of keel's Hopper attention kernels (sm_90a) around the algorithm: the matrix
 // descriptors of the swizzled tiles that TMA writes, the rings of mbarriers between the producer
-// warpgroup and the consumers, and the turns the consumer warpgroups take at the tensor cores.
-// attention_sm90_forward.cu is built from them; docs/attention-kernels.md, section 6.1, walks it.
+// warpgroup and the consumers, the turns the consumer warpgroups take at the tensor cores, and
+// the tensor maps. attention_sm90_forward.cu and attention_sm90_backward.cu are built from them;
+// docs/attention-kernels.md, section 6.1, walks the forward.
 #pragma once
 
 #include "core/cuda/ptx.cuh"
+#include "core/cuda/tensor_map.h"
 #include "core/cuda/ptx_sm90.cuh"
 #include "core/cuda/wgmma.cuh"
+#include "ops/cuda/attention_common.cuh"
 
 namespace keel::cuda::attn::sm90 {
 
@@ -59,18 +62,18 @@ struct RingPos {
   }
 };
 
-// The producer's copy of key tile kt's operand into slot s of its ring, once the consumers
-// emptied it (round r waits on empty with parity (r & 1) ^ 1, so the first round passes at once:
-// ptx_sm90.cuh). Coordinates (column, row, head, batch): rows past the sequence end arrive as zeros.
-// A tile is kRows keys of kPanels panels (64 columns, kRows x 128 bytes each).
-template <int kRows, int kPanels>
-__device__ void load_tile(unsigned char* slot, const CUtensorMap* map, const Ring& ring, int s, int round, int kt,
+// The producer's copy of tile kt of an operand into its ring's slot at.slot (`dst`), once the
+// consumers emptied it (the slot's previous round: parity at.parity ^ 1, so the first round
+// passes at once: ptx_sm90.cuh). Coordinates (column, row, head, batch): rows past the sequence
+// end arrive as zeros. A tile is kRows rows of kPanels panels (64 columns, kRows x 128 bytes each).
+template <int kRows, int kPanels, int kStages>
+__device__ void load_tile(unsigned char* dst, const CUtensorMap* map, const Ring& ring, RingPos<kStages> at, int kt,
                           int h, int b) {
-  ptx::mbarrier_wait_parity(ring.empty + s, (round & 1) ^ 1);
-  ptx::mbarrier_arrive_expect_tx(ring.full + s, kRows * kPanels * 128);
+  ptx::mbarrier_wait_parity(ring.empty + at.slot, at.parity ^ 1);
+  ptx::mbarrier_arrive_expect_tx(ring.full + at.slot, kRows * kPanels * 128);
   for (int p = 0; p < kPanels; ++p) {
-    const int32_t at[4] = {64 * p, kt * kRows, h, b};
-    ptx::tma_load(slot + p * kRows * 128, map, at, ring.full + s);
+    const int32_t c[4] = {64 * p, kt * kRows, h, b};
+    ptx::tma_load(dst + p * kRows * 128, map, c, ring.full + at.slot);
   }
 }
 
@@ -128,6 +131,24 @@ __device__ __forceinline__ void idle_tile(const Barriers& bars, RingPos<kStages>
                                           const Turns<kConsumers>& turns) {
   skip_tile(bars, at, lane);
   turns.idle(false);
+}
+
+// Host side: the tensor maps through which the kernels read their tiles (q, k, v, dO) and write
+// the forward's (out).
+// A tensor map of one (B, H, T, D) operand: boxes of 64 columns x `rows` rows of one head.
+// Dimensions of one element ignore their stride, which TMA still wants a multiple of 16.
+inline CUtensorMap operand_map(const Tensor& x, const attn::Rows& r, int64_t B, int64_t H, int64_t T, int64_t D, int rows) {
+  auto stride = [](int64_t n, int64_t elems) { return n == 1 ? uint64_t(16) : uint64_t(elems) * 2; };
+  return tensor_map(x.raw_data(), x.dtype(), {uint64_t(D), uint64_t(T), uint64_t(H), uint64_t(B)},
+                    {uint64_t(r.t) * 2, stride(H, r.h_), stride(B, r.b_)}, {64, uint32_t(rows), 1, 1},
+                    TmaSwizzle::b128);
+}
+
+// Whether TMA can read or write x's rows as attn::Rows r describes them: 16-byte aligned start
+// and strides.
+inline bool tma_addressable(const Tensor& x, const attn::Rows& r, int64_t B, int64_t H) {
+  auto ok = [](int64_t n, int64_t elems) { return n == 1 || elems * 2 % 16 == 0; };
+  return reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0 && r.t * 2 % 16 == 0 && ok(H, r.h_) && ok(B, r.b_);
 }
 
 }  // namespace keel::cuda::attn::sm90

@@ -29,7 +29,6 @@
 // product does (consume). The output leaves as FlashAttention-3's does: each warpgroup writes its rows of O
 // into its rows of the Q tile, which its last S product has finished reading, and one thread
 // stores them with TMA (the map clips the rows past the sequence and the padding columns).
-#include "core/cuda/tensor_map.h"
 #include "ops/cuda/attention_online_softmax.cuh"
 #include "ops/cuda/attention_sm90.cuh"
 
@@ -69,7 +68,8 @@ struct Sm90Fwd {
   static_assert(kBytes <= 227 * 1024, "must fit an H100's shared memory");
 };
 
-// The producer (one thread): Q's panels once, then K and V of each key tile into slot i % kStages.
+// The producer (one thread): Q's panels once, then K and V of each key tile into the next slot
+// of their rings.
 template <typename F>
 __device__ void produce(const CUtensorMap* qm, const CUtensorMap* km, const CUtensorMap* vm, unsigned char* smem,
                         const Barriers& bars, int q0, int h, int b, TileRange tiles) {
@@ -78,10 +78,10 @@ __device__ void produce(const CUtensorMap* qm, const CUtensorMap* km, const CUte
     const int32_t at[4] = {64 * p, q0, h, b};
     ptx::tma_load(smem + F::kQ + p * F::kBr * 128, qm, at, bars.q_full);
   }
-  for (int kt = tiles.begin, i = 0; kt < tiles.end; ++kt, ++i) {
-    const int s = i % F::kStages, round = i / F::kStages;
-    load_tile<F::kBc, F::kPanels>(smem + F::kK + s * F::kTileBytes, km, bars.k, s, round, kt, h, b);
-    load_tile<F::kBc, F::kPanels>(smem + F::kV + s * F::kTileBytes, vm, bars.v, s, round, kt, h, b);
+  RingPos<F::kStages> at;
+  for (int kt = tiles.begin; kt < tiles.end; ++kt, at = at.next()) {
+    load_tile<F::kBc, F::kPanels>(smem + F::kK + at.slot * F::kTileBytes, km, bars.k, at, kt, h, b);
+    load_tile<F::kBc, F::kPanels>(smem + F::kV + at.slot * F::kTileBytes, vm, bars.v, at, kt, h, b);
   }
 }
 
@@ -131,14 +131,6 @@ __device__ __forceinline__ void tile_softmax(float (&s)[kS][4], const RowState& 
     softmax_update<false, kNoSoftcap>(s, row, log2_scale, cap, at, alpha);
   else
     softmax_update<true, kNoSoftcap>(s, row, log2_scale, cap, at, alpha);
-}
-
-// P (this warp's 16 x 8 kS probabilities, the C layout) as the A fragments of the P V product,
-// k-step kk from n-blocks 2 kk and 2 kk + 1.
-template <typename T, int kS>
-__device__ __forceinline__ void to_a_fragments(uint32_t (&p)[kS / 2][4], const float (&s)[kS][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kS / 2; ++kk) acc_to_a<T>(p[kk], s[2 * kk], s[2 * kk + 1]);
 }
 
 // O / l of this warp's rows into the warpgroup's rows of the Q tile (q: its first row in panel 0;
@@ -315,22 +307,6 @@ __global__ void __launch_bounds__(Sm90Fwd<kWidth, kNoSoftcap>::kThreads, 1)
     consume<T, F, kNoSoftcap>(args, dims, smem, bars, c, logit_bits, range_bits);
   }
   publish_head_stats(logit_bits, range_bits, &block_logit, &block_range, max_logit + h, max_range + h);
-}
-
-// A tensor map of one (B, H, T, D) operand: boxes of 64 columns x `rows` rows of one head.
-// Dimensions of one element ignore their stride, which TMA still wants a multiple of 16.
-CUtensorMap operand_map(const Tensor& x, const attn::Rows& r, int64_t B, int64_t H, int64_t T, int64_t D, int rows) {
-  auto stride = [](int64_t n, int64_t elems) { return n == 1 ? uint64_t(16) : uint64_t(elems) * 2; };
-  return tensor_map(x.raw_data(), x.dtype(), {uint64_t(D), uint64_t(T), uint64_t(H), uint64_t(B)},
-                    {uint64_t(r.t) * 2, stride(H, r.h_), stride(B, r.b_)}, {64, uint32_t(rows), 1, 1},
-                    TmaSwizzle::b128);
-}
-
-// Whether TMA can read or write x's rows as attn::Rows r describes them: 16-byte aligned start
-// and strides.
-bool tma_addressable(const Tensor& x, const attn::Rows& r, int64_t B, int64_t H) {
-  auto ok = [](int64_t n, int64_t elems) { return n == 1 || elems * 2 % 16 == 0; };
-  return reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0 && r.t * 2 % 16 == 0 && ok(H, r.h_) && ok(B, r.b_);
 }
 
 }  // namespace

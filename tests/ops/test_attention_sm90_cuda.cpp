@@ -1,11 +1,13 @@
-// Hopper's warpgroup attention forward (ops/cuda/attention_sm90_forward.cu) and how it is chosen
-// (ops/cuda/attention.h: set_attention_kernel, KEEL_ATTENTION). Its parity grid is the mma
-// kernels' own, run again with KEEL_ATTENTION=sm90 (tests/ops/CMakeLists.txt); here: that the
-// choice reaches the kernel where it runs (a GPU of compute capability 9.0, which the emulated
-// H100 is) and nowhere else, counted by the tensor maps the forward encodes (4: q, k, v, out), and
-// that a KEEL_ATTENTION keel does not know is one clear error.
+// Hopper's warpgroup attention kernels (ops/cuda/attention_sm90_forward.cu, _backward.cu) and how
+// they are chosen (ops/cuda/attention.h: set_attention_kernel, KEEL_ATTENTION). Their parity grid
+// is the mma kernels' own, run again with KEEL_ATTENTION=sm90 (tests/ops/CMakeLists.txt); here:
+// that the choice reaches the kernels where they run (a GPU of compute capability 9.0, which the
+// emulated H100 is) and nowhere else, counted by the tensor maps each encodes (4: the forward's q,
+// k, v, out; the backward's q, k, v, dO), and that a KEEL_ATTENTION keel does not know is one
+// clear error.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -31,6 +33,24 @@ uint64_t maps_of_forward(int64_t T, int64_t D, DType dt, const std::vector<int64
   return cuda::counters().tensor_maps - before;
 }
 
+// Tensor maps one backward of (B, H, T, D) in dt encodes (after its forward).
+uint64_t maps_of_backward(int64_t T, int64_t D, DType dt, const std::vector<int64_t>& window) {
+  Generator gen(8);
+  const Device dev = Device::cuda(0);
+  const int64_t H = static_cast<int64_t>(window.size());
+  const Shape shape{1, H, T, D};
+  const Tensor q = randn(shape, gen).to(dt).to(dev), k = randn(shape, gen).to(dt).to(dev),
+               v = randn(shape, gen).to(dt).to(dev), g = randn(shape, gen).to(dt).to(dev);
+  Tensor out = empty(shape, {dt, dev}), lse = empty({1, H, T}, {DType::f32, dev});
+  Tensor max_logit = empty({H}, {DType::f32, dev}), max_range = empty({H}, {DType::f32, dev});
+  const double scale = 1 / std::sqrt(static_cast<double>(D));
+  cuda::attention_forward(q, k, v, window, scale, 0, out, lse, max_logit, max_range);
+  Tensor dq = empty(shape, {dt, dev}), dk = empty(shape, {dt, dev}), dv = empty(shape, {dt, dev});
+  const uint64_t before = cuda::counters().tensor_maps;
+  cuda::attention_backward(q, k, v, out, lse, g, window, scale, 0, dq, dk, dv);
+  return cuda::counters().tensor_maps - before;
+}
+
 }  // namespace
 
 TEST_CASE("CUDA attention, sm90 chosen: the warpgroup forward runs on Hopper at head dims 40 .. 128, mma elsewhere") {
@@ -50,6 +70,25 @@ TEST_CASE("CUDA attention, sm90 chosen: the warpgroup forward runs on Hopper at 
   }
   const cuda::AttentionKernelScope mma(cuda::AttentionKernel::mma);
   CHECK(maps_of_forward(70, 64, DType::bf16, {0}) == 0);
+}
+
+TEST_CASE("CUDA attention, sm90 chosen: the warpgroup backward runs where the forward does") {
+  KEEL_REQUIRE_CUDA();
+  const uint64_t hopper = cuda::device_info(0).runs_sm90a() ? 4 : 0;  // q, k, v and dO
+  {
+    const cuda::AttentionKernelScope sm90(cuda::AttentionKernel::sm90);
+    for (DType dt : {DType::bf16, DType::f16}) {
+      INFO(dtype_name(dt));
+      CHECK(maps_of_backward(70, 64, dt, {0, 5}) == hopper);
+      CHECK(maps_of_backward(70, 128, dt, {0}) == hopper);
+      CHECK(maps_of_backward(70, 40, dt, {3}) == hopper);
+      CHECK(maps_of_backward(70, 32, dt, {0}) == 0);
+      CHECK(maps_of_backward(70, 256, dt, {0}) == 0);
+    }
+    CHECK(maps_of_backward(70, 64, DType::f32, {0}) == 0);
+  }
+  const cuda::AttentionKernelScope mma(cuda::AttentionKernel::mma);
+  CHECK(maps_of_backward(70, 64, DType::bf16, {0}) == 0);
 }
 
 TEST_CASE("CUDA attention, sm90 chosen: matches the CPU on every head pattern, soft cap and scale sign") {

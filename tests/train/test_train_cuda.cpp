@@ -2,7 +2,7 @@
 // in f32 (AdamW's f32 gradient buffers), so grad-accum 8 is one 8x batch up to the bf16
 // rounding of each micro-batch's own gradient, not of the running sum; and f16 training takes
 // its first step (the loss is scaled in f32); --attention-kernel sm90 trains on Hopper's
-// attention forward. Skipped without a GPU.
+// attention kernels. Skipped without a GPU.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -117,7 +117,7 @@ TEST_CASE("CUDA f16 training: the first step is taken at scale 2^16, logged and 
   CHECK(found);
 }
 
-TEST_CASE("CUDA train --attention-kernel sm90: Hopper's forward runs (on compute capability 9.0), mma's losses") {
+TEST_CASE("CUDA train --attention-kernel sm90: Hopper's kernels run (on compute capability 9.0), mma's losses") {
   KEEL_REQUIRE_CUDA();
   auto run = [](const std::string& kernel) {
     app::TrainConfig c = testing::tiny_config("cuda_kernel_" + kernel);

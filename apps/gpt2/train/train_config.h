@@ -76,7 +76,7 @@ struct TrainConfig {
   // one GPU, no dropout, no profile). Changes no result, only the launch cost.
   int64_t cuda_graph = 0;
   // The bf16/f16 attention kernels on a GPU (ops/cuda/attention.h): mma, the mma.sync kernels of
-  // every GPU; sm90, Hopper's warpgroup forward on an H100 or H200 (other GPUs keep mma); "" leaves
+  // every GPU; sm90, Hopper's warpgroup kernels on an H100 or H200 (other GPUs keep mma); "" leaves
   // KEEL_ATTENTION's choice, else mma. The two agree to rounding, not bit for bit.
   std::string attention_kernel;
 

@@ -81,8 +81,8 @@ void for_each_field(TrainConfig& c, F&& f) {
     "1: replay each step's forwards and backwards as one CUDA graph (one GPU, --dropout 0; "
     "the same results, far fewer launches)");
   f("attention_kernel", c.attention_kernel,
-    "bf16/f16 attention on a GPU: mma (every GPU) | sm90 (an H100 or H200 runs the forward on its warpgroup "
-    "kernel, FlashAttention-3's way; other GPUs keep mma); not given: KEEL_ATTENTION, else mma");
+    "bf16/f16 attention on a GPU: mma (every GPU) | sm90 (an H100 or H200 runs the forward and backward on its "
+    "warpgroup kernels, FlashAttention-3's way; other GPUs keep mma); not given: KEEL_ATTENTION, else mma");
   f("deterministic", c.deterministic,
     "0: the attention backward on a GPU adds dQ in any order (faster; runs and resumes are no longer "
     "bit-exact); 1: the same bits on every run");

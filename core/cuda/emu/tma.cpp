@@ -171,7 +171,6 @@ void store_box(const void* src, const TmaBox& box, uint32_t bytes) {
 
 }  // namespace keel::emu::detail
 
-
 // The runtime's door to the driver: the emulated driver has the one entry point keel asks for.
 cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int, unsigned long long,
                                              cudaDriverEntryPointQueryResult* status) {
