@@ -30,8 +30,8 @@
 // [--min-reps, --max-reps]), each rep timed with CUDA events on keel's stream; the median is
 // reported (min and mean in the JSON).
 //
-// --kernel sm90 runs the forward on Hopper's warpgroup kernel (ops/cuda/attention.h; on a GPU of
-// compute capability 9.0, head dims 40 to 128; the backward stays mma): impl "keel-sm90".
+// --kernel sm90 runs the forward and backward on Hopper's warpgroup kernels (ops/cuda/attention.h;
+// on a GPU of compute capability 9.0, head dims 40 to 128): impl "keel-sm90".
 //
 // Not a test: on a machine without a GPU it says so and exits 0. Output: a table on stdout and,
 // with --json PATH, one JSON object per (config, pass) in the schema attention_baseline.py also
@@ -334,8 +334,9 @@ int main(int argc, char** argv) {
     if (o.nondeterministic) std::printf("backward: dQ added in any order (--nondeterministic)\n");
     const bool hopper = info.major == 9 && info.minor == 0;
     if (o.kernel == "sm90")
-      std::printf("forward: %s\n", hopper ? "Hopper's warpgroup kernel (--kernel sm90) at D 40..128, else mma"
-                                          : "mma: --kernel sm90 needs compute capability 9.0");
+      std::printf("forward and backward: %s\n",
+                  hopper ? "Hopper's warpgroup kernels (--kernel sm90) at D 40..128, else mma"
+                         : "mma: --kernel sm90 needs compute capability 9.0");
     const cuda::AttentionKernelScope kernel(o.kernel == "sm90" ? cuda::AttentionKernel::sm90
                                                                : cuda::AttentionKernel::mma);
     const DeterministicGuard mode(!o.nondeterministic);

@@ -137,7 +137,8 @@ __device__ __forceinline__ void idle_tile(const Barriers& bars, RingPos<kStages>
 // the forward's (out).
 // A tensor map of one (B, H, T, D) operand: boxes of 64 columns x `rows` rows of one head.
 // Dimensions of one element ignore their stride, which TMA still wants a multiple of 16.
-inline CUtensorMap operand_map(const Tensor& x, const attn::Rows& r, int64_t B, int64_t H, int64_t T, int64_t D, int rows) {
+inline CUtensorMap operand_map(const Tensor& x, const attn::Rows& r, int64_t B, int64_t H, int64_t T, int64_t D,
+                               int rows) {
   auto stride = [](int64_t n, int64_t elems) { return n == 1 ? uint64_t(16) : uint64_t(elems) * 2; };
   return tensor_map(x.raw_data(), x.dtype(), {uint64_t(D), uint64_t(T), uint64_t(H), uint64_t(B)},
                     {uint64_t(r.t) * 2, stride(H, r.h_), stride(B, r.b_)}, {64, uint32_t(rows), 1, 1},

@@ -2,18 +2,18 @@
 // mma.sync backward (attention_mma_backward.cu, whose header derives the five products and names
 // the variables) with its work moved onto sm_90's asynchronous units, as the forward does
 // (attention_sm90_forward.cu):
-//   copies    a producer warpgroup loads the block's 128 keys of K and V once, then, query tile by
-//             query tile, Q, dO (TMA) and the tile's lse log2 e and D_i (one bulk copy) into a ring
-//             of kStages slots; mbarriers say when a slot is full and when it is empty again.
-//   products  two consumer warpgroups own 64 keys each and compute, per query tile of 64 rows,
-//             S^T = K Q^T and dP^T = V dO^T (keys as rows: a warp's 16 keys in the C layout, so P^T
-//             and dS^T are attention_dlogits.cuh's, register for register), then dV += P^T dO and
-//             dK += dS^T Q with P^T and dS^T from registers, all with wgmma.
-//   dQ        = dS K needs every key of the block: each warpgroup writes its dS^T into shared
-//             memory (a 128 x 64 tile, double-buffered), and after a barrier of the two computes
-//             half of dQ's columns from the whole tile. Its 64 x kWidth / 2 f32 slice goes into
-//             shared memory in the accumulator's own order and is added to global memory by one
-//             bulk reduction (cp.reduce.async.bulk .add.f32); dq_convert puts it back in place.
+//   copies    a producer thread loads the block's 128 keys of K and V once, then, query tile by
+//             query tile (kBr queries: Sm90Bwd), Q, dO (TMA) and the tile's lse log2 e and D_i
+//             (one bulk copy) into a ring of kStages slots; mbarriers say when a slot is full and
+//             when it is empty again.
+//   products  two consumer warpgroups own 64 keys each and compute per query tile S^T = K Q^T and
+//             dP^T = V dO^T (keys as rows: a warp's 16 keys in the C layout, so P^T and dS^T are
+//             attention_dlogits.cuh's, register for register), then dV += P^T dO and dK += dS^T Q
+//             with P^T and dS^T from registers, all with wgmma.
+//   dQ        = dS K needs every key of the block: both warpgroups write their dS^T into one
+//             shared tile, and each computes a slice of the tile's dQ from it; the producer
+//             warpgroup's second warp adds the slices to global memory with bulk reductions
+//             (attention_sm90_dq.cuh), and sm90_dq_convert_kernel puts the sums in place.
 //
 // dQ, deterministically by default, as the mma kernel does it: blocks take key tiles from a
 // ticket, highest first, and each slice of a query tile's dQ waits for a flag counting the key
@@ -21,8 +21,8 @@
 // the same order on every run; keel::set_deterministic(false) skips the wait.
 //
 // Its preprocessing (sm90_stats_kernel) lays lse log2 e and D_i out by query tile, padded with
-// zeros to whole tiles, so that one 512-byte bulk copy brings a tile's: FlashAttention-3's
-// preprocess does the same.
+// zeros to whole tiles, so that one bulk copy brings a tile's: FlashAttention-3's preprocess
+// does the same. docs/attention-kernels.md, section 6.2, walks the kernel.
 #include "core/determinism.h"
 #include "core/factory.h"
 #include "ops/cuda/attention_dlogits.cuh"
@@ -38,25 +38,31 @@ using namespace attn::mma;
 using namespace attn::sm90;
 
 // Tiles and shared memory (bytes; 1024-aligned tiles, the 128-byte swizzle's period): K and V
-// (kBc x kWidth), kStages slots of Q and dO (kBr x kWidth each), two dS^T tiles (kBc x kBr), each
-// consumer's dQ slice (kBr x kDqCols f32), kStages slots of a tile's lse log2 e and D_i, then the
-// barriers. Tiles are panels of 64 columns as TMA writes them (attention_sm90_forward.cu, Sm90Fwd).
-// At width 128: 193 KB; at 64: 113 KB.
-template <int kWidth>
+// (kBc x kWidth), kStages slots of Q and dO (kBr x kWidth each), two dS^T tiles (kBc x kBr),
+// kDqBuffers staging buffers of each consumer's dQ slice (64 x kDqCols f32), kStages slots of a
+// tile's lse log2 e and D_i, then the barriers. Tiles are panels of 64 columns as TMA writes them
+// (attention_sm90_forward.cu, Sm90Fwd). At width 128: 225 KB; at 64: 194 KB (129 with a soft cap).
+template <int kWidth, bool kNoSoftcap>
 struct Sm90Bwd {
   static constexpr int kCols = kWidth;
-  static constexpr int kConsumers = 2, kBc = 64 * kConsumers, kBr = 64, kStages = 2;
+  // FlashAttention-3's shapes: 64 queries a step at width 128, 128 at width 64, whose products
+  // are twice as long for the same fixed work a tile. Either way a consumer holds S^T and dP^T
+  // of 64 keys x kBr queries and dK, dV of 64 keys x kWidth: 192 f32 registers. A soft cap's
+  // tanh does not fit beside them with 128 queries (ptxas spilled 112 bytes): 64 at width 64.
+  static constexpr int kConsumers = 2, kBc = 64 * kConsumers, kStages = 2;
+  static constexpr int kBr = kWidth == 64 && kNoSoftcap ? 128 : 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);  // warpgroup 0 produces
-  // dK and dV (a warpgroup's 64 keys x kWidth, f32) live across the loop: 128 registers at width
-  // 128, with S^T, dP^T and the dQ slice beside them. FlashAttention-3 gives them 240.
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // FlashAttention-3's
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the SM's register file");
-  static constexpr int kPanels = kWidth / 64, kDqCols = kWidth / kConsumers;
+  // dQ of a tile (kBr x kWidth) in slices of 64 rows x kDqCols, one a consumer: the two halves of
+  // the rows at 128 queries (kRowSlices of them), else of the columns.
+  static constexpr int kPanels = kWidth / 64, kRowSlices = kBr / 64, kDqCols = kWidth * kRowSlices / kConsumers;
   static constexpr int kKVBytes = kBc * kWidth * 2, kStageBytes = kBr * kWidth * 2, kDSBytes = kBc * kBr * 2;
-  static constexpr int kDQBytes = kBr * kDqCols * 4, kStatBytes = 2 * kBr * 4;
+  static constexpr int kDQBytes = 64 * kDqCols * 4, kStatBytes = 2 * kBr * 4;
+  static constexpr int kDqBuffers = kBr == 64 ? 2 : 1;  // two fit beside the 64-query tiles only
   static constexpr int kK = 0, kV = kKVBytes, kQ = 2 * kKVBytes, kDO = kQ + kStages * kStageBytes;
   static constexpr int kDS = kDO + kStages * kStageBytes, kDQ = kDS + 2 * kDSBytes;
-  static constexpr int kStats = kDQ + 2 * kConsumers * kDQBytes, kBars = kStats + kStages * kStatBytes;
+  static constexpr int kStats = kDQ + kDqBuffers * kConsumers * kDQBytes, kBars = kStats + kStages * kStatBytes;
   static constexpr int kBytes = kBars + 8 * (1 + 2 * kStages);  // K and V's barrier, then the ring's
   static_assert(kWidth == 64 || kWidth == 128, "panels of 64 columns, wgmma N of 64 or 128");
   // and the 1 KB that aligning the dynamic shared memory to 1024 bytes may cost
@@ -90,7 +96,7 @@ __device__ void produce(const CUtensorMap* qm, const CUtensorMap* km, const CUte
   }
 }
 
-// Issues S^T (this warp's 16 keys x the tile's 64 queries) = K Q^T and dP^T = V dO^T, one commit
+// Issues S^T (this warp's 16 keys x the tile's kBr queries) = K Q^T and dP^T = V dO^T, one commit
 // group: k and v describe the warpgroup's 64 keys, q and d_o the slot's tiles (all K-major).
 template <typename T, typename F>
 __device__ __forceinline__ void issue_sdp(float (&s)[F::kBr / 8][4], float (&dp)[F::kBr / 8][4], uint64_t k,
@@ -165,8 +171,10 @@ __device__ void consume(const BwdArgs& args, const Dims& dims, unsigned char* sm
   const uint64_t v_desc = tile_descriptor(base + F::kV + 64 * c * 128, 0);
   const uint64_t q_desc = tile_descriptor(base + F::kQ, F::kBr * 128);
   const uint64_t do_desc = tile_descriptor(base + F::kDO, F::kBr * 128);
-  const uint64_t ds_desc = tile_descriptor(base + F::kDS, 0);
-  const int col0 = c * F::kDqCols;  // the slice's first column: panel col0 / 64, 2 bytes a column into it
+  // The warpgroup's dQ slice: rows 64 (c % kRowSlices) of the tile (a panel of dS^T), columns
+  // col0 = kDqCols (c / kRowSlices) (in K's panel col0 / 64, 2 bytes a column into it).
+  const int col0 = c / F::kRowSlices * F::kDqCols;
+  const uint64_t ds_desc = tile_descriptor(base + F::kDS + c % F::kRowSlices * F::kBc * 128, 0);
   const uint64_t kq_desc = tile_descriptor(base + F::kK + col0 / 64 * F::kBc * 128 + col0 % 64 * 2, F::kBc * 128);
   auto slot = [](uint64_t desc, int s) { return advanced(desc, s * F::kStageBytes); };
   float dk_acc[F::kCols / 8][4] = {}, dv_acc[F::kCols / 8][4] = {};
@@ -193,7 +201,7 @@ __device__ void consume(const BwdArgs& args, const Dims& dims, unsigned char* sm
       to_a_fragments<T>(da, dp);
       issue_dkdv<T, F>(dv_acc, dk_acc, pa, da, slot(q_desc, at.slot), slot(do_desc, at.slot));
     }
-    store_ds(smem + F::kDS + buf * F::kDSBytes + (64 * c + 16 * warp) * 128, da, g, t);
+    store_ds<F>(smem + F::kDS + buf * F::kDSBytes + (64 * c + 16 * warp) * 128, da, g, t);
     ptx::fence_proxy_async();  // the stores, before wgmma reads them
     ptx::named_barrier_sync(kDsReady, 128 * F::kConsumers);
     float dq[F::kDqCols / 8][4];
@@ -203,7 +211,7 @@ __device__ void consume(const BwdArgs& args, const Dims& dims, unsigned char* sm
     ptx::wgmma_fence_operand(reinterpret_cast<float(&)[F::kCols / 2]>(dk_acc));
     ptx::wgmma_fence_operand(reinterpret_cast<float(&)[F::kCols / 2]>(dv_acc));
     release(ring.empty + at.slot, lane);
-    stage_dq<F>(dq, smem, c, buf);
+    stage_dq<F>(dq, smem, c, buf % F::kDqBuffers);  // buf: the tile's parity
   }
   store_dkdv<T, F>(dk_acc, dv_acc, dims, args.pair, key0, dk, dv);
 }
@@ -216,12 +224,14 @@ __device__ void consume(const BwdArgs& args, const Dims& dims, unsigned char* sm
 // gridDim.x - 1 - its ticket (i in the unordered kernel). kThreads threads: warpgroup 0 produces,
 // the others consume.
 template <typename T, int kWidth, bool kNoSoftcap, bool kOrdered>
-__global__ void __launch_bounds__(Sm90Bwd<kWidth>::kThreads, 1)
-    attention_sm90_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                                   const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
-                                   const float* __restrict__ stats, float* __restrict__ dq_accum, int* __restrict__ flags,
-                                   T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
-  using F = Sm90Bwd<kWidth>;
+__global__ void __launch_bounds__(Sm90Bwd<kWidth, kNoSoftcap>::kThreads, 1)
+    attention_sm90_backward_kernel(const __grid_constant__ CUtensorMap q_map,
+                                   const __grid_constant__ CUtensorMap k_map,
+                                   const __grid_constant__ CUtensorMap v_map,
+                                   const __grid_constant__ CUtensorMap do_map, const float* __restrict__ stats,
+                                   float* __restrict__ dq_accum, int* __restrict__ flags, T* __restrict__ dk,
+                                   T* __restrict__ dv, Dims dims) {
+  using F = Sm90Bwd<kWidth, kNoSoftcap>;
   KEEL_DYNAMIC_SHARED(unsigned char, smem, 1024);
   // The block's arguments wait in shared memory, read where used: held in registers across the
   // loop, beside dK, dV, S^T and dP^T, they made the soft-capped kernel spill at width 128.
@@ -263,9 +273,9 @@ __global__ void __launch_bounds__(Sm90Bwd<kWidth>::kThreads, 1)
 
 // Shapes: lse, dvec (B, H, T) f32 -> stats (B H, nq, 2, kBr) f32: per query tile, lse log2 e of
 // its rows, then D_i, zeros past the sequence. A thread per padded row, n = B H nq kBr.
+template <int kBr>
 __global__ void sm90_stats_kernel(const float* __restrict__ lse, const float* __restrict__ dvec,
                                   float* __restrict__ stats, int T, int nq, int64_t n) {
-  constexpr int kBr = 64;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t pair = i / (static_cast<int64_t>(nq) * kBr);
@@ -276,13 +286,54 @@ __global__ void sm90_stats_kernel(const float* __restrict__ lse, const float* __
   tile[kBr + r] = inside ? dvec[pair * T + row] : 0.0f;
 }
 
+// One backward on Sm90Bwd<kWidth, kNoSoftcap>'s tiles: the statistics laid out by query tile, the
+// kernel (the ordered dQ or not), dQ's final pass (times dq_scale, the scale's sign restored).
+template <typename E, int kWidth, bool kNoSoftcap>
+void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const Tensor& dout,
+                  const Tensor& dvec, const Dims& dims, float dq_scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+  using F = Sm90Bwd<kWidth, kNoSoftcap>;
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const int dev = q.device().index;
+  const cudaStream_t stream = detail::stream(dev);
+  const int64_t nq = (T + F::kBr - 1) / F::kBr, pairs = B * H;
+  Tensor stats = empty({pairs * nq * 2 * F::kBr}, {DType::f32, q.device()});
+  const int64_t n = pairs * nq * F::kBr;
+  launch_threads(sm90_stats_kernel<F::kBr>, dim3(static_cast<unsigned>((n + 255) / 256)), 256, 0, dev,
+                 static_cast<const float*>(lse.raw_data()), static_cast<const float*>(dvec.raw_data()),
+                 static_cast<float*>(stats.raw_data()), static_cast<int>(T), static_cast<int>(nq), n);
+  Tensor dq_accum = empty({pairs * nq * F::kBr * kWidth}, {DType::f32, q.device()});
+  detail::count_copy();
+  KEEL_CHECK_CUDA(cudaMemsetAsync(dq_accum.raw_data(), 0, dq_accum.numel() * sizeof(float), stream));
+  const bool ordered = deterministic();
+  Tensor flags;  // tickets, one per (b, h), then a hand-over flag per dQ slice
+  if (ordered) {
+    flags = empty({pairs * (1 + nq * F::kConsumers)}, {DType::i32, q.device()});
+    detail::count_copy();
+    KEEL_CHECK_CUDA(cudaMemsetAsync(flags.raw_data(), 0, flags.numel() * sizeof(int), stream));
+  }
+  const CUtensorMap qm = operand_map(q, dims.q, B, H, T, D, F::kBr);
+  const CUtensorMap km = operand_map(k, dims.k, B, H, T, D, F::kBc);
+  const CUtensorMap vm = operand_map(v, dims.v, B, H, T, D, F::kBc);
+  const CUtensorMap dom = operand_map(dout, dims.dout, B, H, T, D, F::kBr);
+  const dim3 grid(static_cast<unsigned>((T + F::kBc - 1) / F::kBc), static_cast<unsigned>(H),
+                  static_cast<unsigned>(B));
+  launch_threads(ordered ? attention_sm90_backward_kernel<E, kWidth, kNoSoftcap, true>
+                         : attention_sm90_backward_kernel<E, kWidth, kNoSoftcap, false>,
+                 grid, F::kThreads, F::kBytes, dev, qm, km, vm, dom, static_cast<const float*>(stats.raw_data()),
+                 static_cast<float*>(dq_accum.raw_data()), ordered ? static_cast<int*>(flags.raw_data()) : nullptr,
+                 static_cast<E*>(dk.raw_data()), static_cast<E*>(dv.raw_data()), dims);
+  const int64_t n8 = dq.numel() / 8;
+  launch_threads(sm90_dq_convert_kernel<E, F>, dim3(static_cast<unsigned>((n8 + 255) / 256)), 256, 0, dev,
+                 static_cast<const float*>(dq_accum.raw_data()), static_cast<E*>(dq.raw_data()), n8, dq_scale, dims);
+}
+
 }  // namespace
 
 bool attention_sm90_backward(const Tensor& q_in, const Tensor& k, const Tensor& v, const Tensor& lse,
                              const Tensor& dout, const Tensor& dvec, const attn::Dims& dims_in, Tensor& dq, Tensor& dk,
                              Tensor& dv) {
   constexpr const char* kOp = "attention (CUDA backward, sm90)";
-  const int64_t B = q_in.size(0), H = q_in.size(1), T = q_in.size(2), D = q_in.size(3);
+  const int64_t B = q_in.size(0), H = q_in.size(1), D = q_in.size(3);
   const int width = attn::kernel_width(D, 16);
   if (width != 64 && width != 128) return false;
   if (!tma_addressable(q_in, dims_in.q, B, H) || !tma_addressable(k, dims_in.k, B, H) ||
@@ -290,50 +341,13 @@ bool attention_sm90_backward(const Tensor& q_in, const Tensor& k, const Tensor& 
     return false;
   attn::Dims dims = dims_in;
   const Tensor q = with_positive_scale(q_in, dims);  // dq's sign: dims_in.scale in the final pass
-  const int dev = q.device().index;
-  const cudaStream_t stream = detail::stream(dev);
   visit_half(kOp, q.dtype(), [&]<typename E>() {
     with_width<16>(kOp, D, [&]<int kWidth>() {
       if constexpr (kWidth == 64 || kWidth == 128) {
-        using F = Sm90Bwd<kWidth>;
-        const int64_t nq = (T + F::kBr - 1) / F::kBr, pairs = B * H;
-        Tensor stats = empty({pairs * nq * 2 * F::kBr}, {DType::f32, q.device()});
-        const int64_t n = pairs * nq * F::kBr;
-        launch_threads(sm90_stats_kernel, dim3(static_cast<unsigned>((n + 255) / 256)), 256, 0, dev,
-                       static_cast<const float*>(lse.raw_data()), static_cast<const float*>(dvec.raw_data()),
-                       static_cast<float*>(stats.raw_data()), static_cast<int>(T), static_cast<int>(nq), n);
-        Tensor dq_accum = empty({pairs * nq * F::kBr * kWidth}, {DType::f32, q.device()});
-        detail::count_copy();
-        KEEL_CHECK_CUDA(cudaMemsetAsync(dq_accum.raw_data(), 0, dq_accum.numel() * sizeof(float), stream));
-        const bool ordered = deterministic();
-        Tensor flags;  // tickets, one per (b, h), then a hand-over flag per dQ slice
-        if (ordered) {
-          flags = empty({pairs * (1 + nq * F::kConsumers)}, {DType::i32, q.device()});
-          detail::count_copy();
-          KEEL_CHECK_CUDA(cudaMemsetAsync(flags.raw_data(), 0, flags.numel() * sizeof(int), stream));
-        }
-        const CUtensorMap qm = operand_map(q, dims.q, B, H, T, D, F::kBr);
-        const CUtensorMap km = operand_map(k, dims.k, B, H, T, D, F::kBc);
-        const CUtensorMap vm = operand_map(v, dims.v, B, H, T, D, F::kBc);
-        const CUtensorMap dom = operand_map(dout, dims.dout, B, H, T, D, F::kBr);
-        const dim3 grid(static_cast<unsigned>((T + F::kBc - 1) / F::kBc), static_cast<unsigned>(H),
-                        static_cast<unsigned>(B));
-        auto launch = [&](auto kernel) {
-          launch_threads(kernel, grid, F::kThreads, F::kBytes, dev, qm, km, vm, dom,
-                         static_cast<const float*>(stats.raw_data()), static_cast<float*>(dq_accum.raw_data()),
-                         ordered ? static_cast<int*>(flags.raw_data()) : nullptr, static_cast<E*>(dk.raw_data()),
-                         static_cast<E*>(dv.raw_data()), dims);
-        };
         if (dims.softcap == 0.0f)
-          launch(ordered ? attention_sm90_backward_kernel<E, kWidth, true, true>
-                         : attention_sm90_backward_kernel<E, kWidth, true, false>);
+          run_backward<E, kWidth, true>(q, k, v, lse, dout, dvec, dims, dims_in.scale, dq, dk, dv);
         else
-          launch(ordered ? attention_sm90_backward_kernel<E, kWidth, false, true>
-                         : attention_sm90_backward_kernel<E, kWidth, false, false>);
-        const int64_t n8 = dq.numel() / 8;
-        launch_threads(sm90_dq_convert_kernel<E, F>, dim3(static_cast<unsigned>((n8 + 255) / 256)), 256, 0, dev,
-                       static_cast<const float*>(dq_accum.raw_data()), static_cast<E*>(dq.raw_data()), n8,
-                       dims_in.scale, dims);
+          run_backward<E, kWidth, false>(q, k, v, lse, dout, dvec, dims, dims_in.scale, dq, dk, dv);
       }
     });
   });

@@ -1,10 +1,10 @@
 // The Hopper backward's dQ (attention_sm90_backward.cu): dQ = dS K sums over all 128 keys of a
 // block, but each consumer warpgroup holds the dS^T of its own 64. So both write their dS^T into
-// one shared tile (store_ds), meet at a named barrier, and each computes half of dQ's columns from
-// the whole tile (issue_dq). A warpgroup's slice, 64 queries x kDqCols f32, leaves through shared
-// memory (stage_dq) and is added to global memory by the producer warpgroup's second warp with one
-// bulk reduction (add_dq), FlashAttention-3's way; sm90_dq_convert_kernel puts the sums in place.
-// F is the kernel's Sm90Bwd.
+// one shared tile (store_ds), meet at a named barrier, and each computes a slice of the tile's dQ
+// from the whole tile (issue_dq: half the rows with 128-query tiles, else half the columns). A
+// slice leaves through shared memory (stage_dq) and is added to global memory by the producer
+// warpgroup's second warp with one bulk reduction (add_dq), FlashAttention-3's way;
+// sm90_dq_convert_kernel puts the sums in place. F is the kernel's Sm90Bwd.
 #pragma once
 
 #include "ops/cuda/attention_mma.cuh"
@@ -19,7 +19,7 @@ constexpr int kDsReady = 1, kDqFull = 2, kDqFree = 4, kDqThreads = 128 + 32;
 
 // Where a block works and what its dQ slices are added to.
 struct BwdArgs {
-  float* dq_accum;  // (B H, nq, kConsumers, kBr x kDqCols) f32, zeroed
+  float* dq_accum;  // (B H, nq, kConsumers, 64 x kDqCols) f32, zeroed
   int* flags;       // the ordered kernel's hand-over flags, one per slice; null: unordered
   int pair, nq, w;
   int kt, k0;        // the block's key tile and first key
@@ -27,8 +27,9 @@ struct BwdArgs {
   TileRange mine[2];  // those that see consumer c's 64 keys
 };
 
-// Issues the warpgroup's dQ slice (the tile's 64 queries x kDqCols columns) = dS K over the
-// block's 128 keys, one commit group: ds the dS^T tile (read MN-major: dS), k K's columns of the slice.
+// Issues the warpgroup's dQ slice (64 queries x kDqCols columns) = dS K over the block's 128 keys,
+// one commit group: ds the slice's panel of the dS^T tile (its 64 queries; read MN-major, as
+// dS), k the slice's panel of K (MN-major).
 template <typename T, typename F>
 __device__ __forceinline__ void issue_dq(float (&dq)[F::kDqCols / 8][4], uint64_t ds, uint64_t k) {
   auto& d = reinterpret_cast<float(&)[F::kDqCols / 2]>(dq);
@@ -40,25 +41,27 @@ __device__ __forceinline__ void issue_dq(float (&dq)[F::kDqCols / 8][4], uint64_
 }
 
 // The warp's dS^T (A fragments da: keys g, g + 8 of its 16 rows, queries 16 kk + 2t, + 1, + 8,
-// + 9) into its rows of the swizzled dS^T tile (row: the warp's first, 128 bytes a row of 64
-// queries; chunk (q / 8) XOR (row % 8), and row % 8 is the lane's g), zeros where it computed none.
-__device__ __forceinline__ void store_ds(unsigned char* row, const uint32_t (&da)[4][4], int g, int t) {
+// + 9) into its rows of the swizzled dS^T tile (row: the warp's first in panel 0; a panel a 64
+// queries, 128 bytes a row; chunk (q / 8) XOR (row % 8), and row % 8 is the lane's g).
+template <typename F>
+__device__ __forceinline__ void store_ds(unsigned char* row, const uint32_t (&da)[F::kBr / 16][4], int g, int t) {
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
+  for (int kk = 0; kk < F::kBr / 16; ++kk)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = g + 8 * (e & 1), chunk = 2 * kk + (e >> 1);
-      *reinterpret_cast<uint32_t*>(row + r * 128 + ((chunk ^ g) << 4) + 4 * t) = da[kk][e];
+      const int r = g + 8 * (e & 1), chunk = 2 * kk + (e >> 1);  // of 8 queries
+      *reinterpret_cast<uint32_t*>(row + chunk / 8 * F::kBc * 128 + r * 128 + ((chunk % 8 ^ g) << 4) + 4 * t) =
+          da[kk][e];
     }
 }
 
 // The warpgroup's dQ slice of a query tile into its staging buffer `buf`, once the producer's dQ
-// warp has added what it held two tiles ago: thread i's accumulators, 4 at a time, at float4
+// warp has added what it held there kDqBuffers tiles ago: thread i's accumulators, 4 at a time, at float4
 // m * 128 + i (conflict-free), fenced for the async proxy and handed to that warp (add_dq).
 template <typename F>
 __device__ void stage_dq(const float (&dq)[F::kDqCols / 8][4], unsigned char* smem, int c, int buf) {
   const int i = threadIdx.x % 128;
-  float* stage = reinterpret_cast<float*>(smem + F::kDQ + (2 * c + buf) * F::kDQBytes);
+  float* stage = reinterpret_cast<float*>(smem + F::kDQ + (F::kDqBuffers * c + buf) * F::kDQBytes);
   ptx::named_barrier_sync(kDqFree + 2 * c + buf, kDqThreads);
 #pragma unroll
   for (int m = 0; m < F::kDqCols / 8; ++m)
@@ -71,20 +74,22 @@ __device__ void stage_dq(const float (&dq)[F::kDqCols / 8][4], unsigned char* sm
 // does, so that no consumer waits for an add: per query tile and consumer, once the slice is
 // staged, lane 0 waits for the key tiles above this one (ordered), adds the whole slice with one
 // bulk reduction, and waits until it is done (ordered: then hands the flag on) or has read shared
-// memory; then the buffer is free for the consumer's tile after next. Its first two turns are free
-// at once; a turn no consumer will take is left out, so every barrier ends with no phase open.
+// memory; then the buffer is free for the consumer's kDqBuffers-th tile from this one. Each
+// buffer's first turn is free at once; a turn no consumer will take is left out, so every barrier
+// ends with no phase open.
 template <typename F>
 __device__ void add_dq(const BwdArgs& args, unsigned char* smem, int seq_len) {
   const int lane = threadIdx.x % 32, n = args.tiles.end - args.tiles.begin;
   for (int c = 0; c < F::kConsumers; ++c)
-    for (int b = 0; b < 2 && b < n; ++b) ptx::named_barrier_arrive(kDqFree + 2 * c + b, kDqThreads);
+    for (int b = 0; b < F::kDqBuffers && b < n; ++b) ptx::named_barrier_arrive(kDqFree + 2 * c + b, kDqThreads);
   for (int i = 0; i < n; ++i) {
     const int qt = args.tiles.begin + i;
     for (int c = 0; c < F::kConsumers; ++c) {
       ptx::named_barrier_sync(kDqFull + c, kDqThreads);
       if (lane == 0) {
         const int64_t slice = (static_cast<int64_t>(args.pair) * args.nq + qt) * F::kConsumers + c;
-        const float* stage = reinterpret_cast<const float*>(smem + F::kDQ + (2 * c + i % 2) * F::kDQBytes);
+        const int buf = F::kDqBuffers * c + i % F::kDqBuffers;
+        const float* stage = reinterpret_cast<const float*>(smem + F::kDQ + buf * F::kDQBytes);
         int* flag = args.flags ? args.flags + slice : nullptr;
         if (flag)
           ptx::spin_wait_equal(flag, key_tiles_for_query_tile(qt, F::kBr, F::kBc, seq_len, args.w).end - 1 - args.kt);
@@ -99,15 +104,16 @@ __device__ void add_dq(const BwdArgs& args, unsigned char* smem, int seq_len) {
         }
       }
       __syncwarp();
-      if (i + 2 < n) ptx::named_barrier_arrive(kDqFree + 2 * c + i % 2, kDqThreads);
+      if (i + F::kDqBuffers < n) ptx::named_barrier_arrive(kDqFree + 2 * c + i % F::kDqBuffers, kDqThreads);
     }
   }
 }
 
 // Shapes: dq_accum as the kernel leaves it -> dq (B, H, T, D) in T at dims.dq, times scale. A
-// thread per 8 columns of a row (n8 = B H T D / 8): element (query r of a tile, column j of a
-// slice) is accumulator 4 (j / 8) + 2 (r % 16 / 8) + j % 2 of thread 32 (r / 16) + 4 (r % 8) +
-// j % 8 / 2 (wgmma's D fragment), at float4 (j / 8) 128 + thread of the slice, as stage_dq stages it.
+// thread per 8 columns of a row (n8 = B H T D / 8). Row r of a tile, column j lie in slice c =
+// (j / kDqCols) kRowSlices + r / 64 (issue_dq's), where (r' = r % 64, j' = j % kDqCols) is
+// accumulator 4 (j' / 8) + 2 (r' % 16 / 8) + j' % 2 of thread 32 (r' / 16) + 4 (r' % 8) + j' % 8 / 2
+// (wgmma's D fragment), staged at float4 (j' / 8) 128 + thread (stage_dq).
 template <typename T, typename F>
 __global__ void sm90_dq_convert_kernel(const float* __restrict__ dq_accum, T* __restrict__ dq, int64_t n8, float scale,
                                        Dims dims) {
@@ -115,7 +121,8 @@ __global__ void sm90_dq_convert_kernel(const float* __restrict__ dq_accum, T* __
   if (i >= n8) return;
   const int64_t row = i / (dims.D / 8), pair = row / dims.T;  // packed row pair T + pos
   const int col = static_cast<int>(i - row * (dims.D / 8)) * 8, pos = static_cast<int>(row - pair * dims.T);
-  const int nq = (dims.T + F::kBr - 1) / F::kBr, r = pos % F::kBr, c = col / F::kDqCols, j = col % F::kDqCols;
+  const int nq = (dims.T + F::kBr - 1) / F::kBr, r = pos % F::kBr % 64, j = col % F::kDqCols;
+  const int c = col / F::kDqCols * F::kRowSlices + pos % F::kBr / 64;
   const float* slice = dq_accum + ((pair * nq + pos / F::kBr) * F::kConsumers + c) * (F::kDQBytes / 4);
   const float* at = slice + 4 * (j / 8 * 128 + 32 * (r / 16) + 4 * (r % 8)) + 2 * (r % 16 / 8);
   uint32_t out[4];

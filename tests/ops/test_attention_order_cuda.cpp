@@ -25,13 +25,19 @@ TEST_CASE("CUDA attention backward: the ordered dQ gives the same bits whatever 
     int64_t T, D;
     DType dt;
   };
-  const Case cases[] = {{300, 64, DType::bf16}, {300, 64, DType::f16}, {300, 256, DType::bf16}};
+  std::vector<Case> cases{{300, 64, DType::bf16}, {300, 64, DType::f16}, {300, 256, DType::bf16}};
+  // Under a sanitizer (whose tiers look for races, not for this property) one case in three of
+  // the orders.
   using Order = cuda::BlockSchedule::Order;
-  const std::vector<cuda::BlockSchedule> schedules =
-      cuda::is_emulated() ? std::vector<cuda::BlockSchedule>{{Order::index, 0, 1},   {Order::reverse, 0, 1},
-                                                             {Order::shuffle, 5, 1}, {Order::shuffle, 6, 3},
-                                                             {Order::index, 0, 4},   {Order::reverse, 0, 2}}
+  std::vector<cuda::BlockSchedule> schedules =
+      cuda::is_emulated() ? std::vector<cuda::BlockSchedule>{{Order::index, 0, 1},   {Order::shuffle, 6, 3},
+                                                             {Order::reverse, 0, 2}, {Order::reverse, 0, 1},
+                                                             {Order::shuffle, 5, 1}, {Order::index, 0, 4}}
                           : std::vector<cuda::BlockSchedule>(2);
+  if (cuda::is_emulated() && grid_level() == Grid::sanitized) {
+    schedules.resize(3);
+    cases.resize(1);
+  }
   for (const Case& c : cases) {
     CAPTURE(c.D);
     INFO(dtype_name(c.dt));
