@@ -29,6 +29,21 @@ __device__ void every_wgmma(float* out, const uint64_t* desc, const uint32_t* a_
   for (int i = 0; i < N / 2; ++i) out[threadIdx.x * (N / 2) + i] = d[i];
 }
 
+// N = 32 (the Hopper backward's dQ slices with a soft cap at width 64) has the shared-memory forms only.
+template <typename T>
+__device__ void shared_wgmma_n32(float* out, const uint64_t* desc) {
+  float d[16];
+  for (int i = 0; i < 16; ++i) d[i] = out[i];
+  ptx::wgmma_fence();
+  ptx::wgmma_fence_operand(d);
+  ptx::wgmma_m64k16<32, T>(d, desc[0], desc[1], true);
+  ptx::wgmma_m64k16<32, T, true, true>(d, desc[0], desc[1], desc[2] != 0);
+  ptx::wgmma_commit_group();
+  ptx::wgmma_wait_group<0>();
+  ptx::wgmma_fence_operand(d);
+  for (int i = 0; i < 16; ++i) out[threadIdx.x * 16 + i] = d[i];
+}
+
 }  // namespace
 
 __global__ void __launch_bounds__(384, 1) hopper_wgmma(float* out, const uint64_t* desc, const uint32_t* a) {
@@ -41,6 +56,8 @@ __global__ void __launch_bounds__(384, 1) hopper_wgmma(float* out, const uint64_
   every_wgmma<128, __nv_bfloat16>(out, desc, a);
   every_wgmma<64, __half>(out, desc, a);
   every_wgmma<128, __half>(out, desc, a);
+  shared_wgmma_n32<__nv_bfloat16>(out, desc);
+  shared_wgmma_n32<__half>(out, desc);
 }
 
 __global__ void hopper_copies(const __grid_constant__ CUtensorMap map, const float* src, float* out) {

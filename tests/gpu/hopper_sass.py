@@ -6,7 +6,7 @@
 Compiles tests/gpu/hopper_instructions.cu (every form of core/cuda/ptx_sm90.cuh and
 core/cuda/wgmma.cuh once) for three targets and checks the SASS (nvdisasm) of each:
   sm_90a  every wgmma form is an HGMMA of its shape and type (descriptor A, both transposed,
-          register A, register A with B transposed), TMA copies of rank 1 to 5 both ways
+          register A, register A with B transposed; N 32 the first two only), TMA copies of rank 1 to 5 both ways
           (UTMALDG, UTMASTG) and the bulk group's commit (UTMACMDFLUSH), the bulk copy
           (UBLKCP) and reduction (UBLKRED), the mbarrier's init, arrivals and phase test (SYNCS), the proxy fence,
           setmaxnreg's both ways (USETMAXREG), wgmma's fence and wait (WARPGROUP)
@@ -23,6 +23,7 @@ from kernel_report import ROOT, find_tool  # noqa: E402
 
 SOURCE = os.path.join(ROOT, "tests/gpu/hopper_instructions.cu")
 WGMMA = [f"HGMMA.64x{n}x16.F32{t}" for n in (64, 128) for t in (".BF16", "")]
+WGMMA_SHARED = [f"HGMMA.64x32x16.F32{t}" for t in (".BF16", "")]  # descriptor A only: plain and transposed
 COPIES = ["UTMALDG.1D", "UTMALDG.2D", "UTMALDG.3D", "UTMALDG.4D", "UTMALDG.5D", "UTMASTG.1D", "UTMASTG.2D",
           "UTMASTG.3D", "UTMASTG.4D", "UTMASTG.5D", "UTMACMDFLUSH", "UBLKCP.S.G", "UBLKRED.G.S.ADD.F32",
           "SYNCS.EXCH.64", "SYNCS.ARRIVE.TRANS64", "SYNCS.PHASECHK.TRANS64.TRYWAIT", "FENCE.VIEW.ASYNC.S"]
@@ -46,7 +47,7 @@ def has(instrs, name):
 
 def check(arch, instrs):
     bad = []
-    want = {"sm_90a": COPIES + WARPGROUP + WGMMA, "sm_90": COPIES, "sm_80": []}[arch]
+    want = {"sm_90a": COPIES + WARPGROUP + WGMMA + WGMMA_SHARED, "sm_90": COPIES, "sm_80": []}[arch]
     never = [n for n in COPIES + WARPGROUP + ["HGMMA"] if not any(w.startswith(n) for w in want)]
     for n in want:
         if not has(instrs, n):
@@ -62,6 +63,10 @@ def check(arch, instrs):
             regs_a = [a for a in forms if re.match(r"\s*R\d+, R\d+, gdesc", a)]
             if len(forms) != 4 or len(regs_a) != 2 or not any(".tnspA.tnspB" in a for a in forms) or \
                     not any(".tnspB" in a and ".tnspA" not in a for a in regs_a):
+                bad.append(f"sm_90a: {shape}: {forms}")
+        for shape in WGMMA_SHARED:
+            forms = [args for op, args in instrs if op == shape]
+            if len(forms) != 2 or not any(".tnspA.tnspB" in a for a in forms):
                 bad.append(f"sm_90a: {shape}: {forms}")
     return bad
 
