@@ -1,6 +1,7 @@
 // Flash-attention backward (FlashAttention-2 scheme), every head pattern: the entry point, which
-// computes D_i and then runs bf16 and f16 on the tensor-core kernel (attention_mma_backward.cu),
-// and the f32 kernels, plain FMAs (the exact path, as in attention_forward.cu).
+// computes D_i and then runs bf16 and f16 on the tensor-core kernel (attention_mma_backward.cu;
+// on Hopper, when chosen, attention_sm90_backward.cu, which computes D_i itself), and the f32
+// kernels, plain FMAs (the exact path, as in attention_forward.cu).
 //
 // With S the (scaled, capped) logits, P = exp(S - lse) recomputed from q, k and the forward's lse:
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D_i) with D_i = rowsum(dO_i * O_i),
@@ -74,12 +75,8 @@ __global__ void __launch_bounds__(kThreads)
   if (r >= rows) return;  // whole warps leave together: the shuffles below see full warps
   const int lane = threadIdx.x & 31;
   const int bh = static_cast<int>(r / dims.T), i = static_cast<int>(r % dims.T);
-  out += dims.out.pair(bh, dims.H) + static_cast<int64_t>(i) * dims.out.t;
-  dout += dims.dout.pair(bh, dims.H) + static_cast<int64_t>(i) * dims.dout.t;
-  float s = 0.0f;
-  for (int d = lane; d < dims.D; d += 32) s += to_f32(out[d]) * to_f32(dout[d]);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  const float s = row_dvec(out + dims.out.pair(bh, dims.H) + static_cast<int64_t>(i) * dims.out.t,
+                           dout + dims.dout.pair(bh, dims.H) + static_cast<int64_t>(i) * dims.dout.t, dims.D, lane);
   if (lane == 0) dvec[r] = s;
 }
 
@@ -281,6 +278,9 @@ void attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   const int dev = q.device().index;
   KEEL_CHECK_CUDA(cudaSetDevice(dev));
 
+  // The Hopper kernels compute D_i in their own statistics pass, laid out by query tile: where
+  // they take the call, the dvec pass and the kernels below do not run.
+  if (attention_sm90_backward(q, k, v, out, lse, dout, dims, dq, dk, dv)) return;
   const int64_t rows = B * H * T;
   Tensor dvec = empty({B, H, T}, {DType::f32, q.device()});
   auto* dp = static_cast<float*>(dvec.raw_data());
@@ -289,9 +289,7 @@ void attention_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
            static_cast<const E*>(out.raw_data()), static_cast<const E*>(dout.raw_data()), dp, rows, dims);
   });
   if (q.dtype() != DType::f32) {
-    const bool sm90 = attention_kernel() == AttentionKernel::sm90 && dev::runs_sm90a(dev) &&
-                      attention_sm90_backward(q, k, v, lse, dout, dvec, dims, dq, dk, dv);
-    if (!sm90) attention_mma_backward(q, k, v, lse, dout, dvec, dims, dq, dk, dv);  // DTypeError but bf16, f16
+    attention_mma_backward(q, k, v, lse, dout, dvec, dims, dq, dk, dv);  // DTypeError but bf16, f16
     return;
   }
   with_width<32>(kOp, D, [&]<int HD>() {

@@ -82,6 +82,18 @@ __device__ __forceinline__ float dlogit(float p, float dp, float d_i, float s, c
   return ds;
 }
 
+// D_i = dO_i . O_i of row i (out and dout at its first element), summed by a warp with lanes over
+// d; every lane gets it. The backward's preprocessing: attention_backward.cu's dvec pass and the
+// Hopper backward's statistics pass (attention_sm90_backward.cu).
+template <typename T>
+__device__ float row_dvec(const T* __restrict__ out, const T* __restrict__ dout, int D, int lane) {
+  float s = 0.0f;
+  for (int d = lane; d < D; d += 32) s += to_f32(out[d]) * to_f32(dout[d]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  return s;
+}
+
 // ---- shared memory of the f32 kernels ----
 // Row stride of a tile: the products read down columns, and an odd stride puts the 32 rows a warp
 // reads in 32 different banks.

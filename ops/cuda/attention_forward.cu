@@ -226,9 +226,8 @@ void attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   }
   if (B * H * T == 0) return;  // nothing to attend; the statistics are 0, as on the CPU
   if (q.dtype() != DType::f32) {
-    const bool sm90 = attention_kernel() == AttentionKernel::sm90 && dev::runs_sm90a(dev) &&
-                      attention_sm90_forward(q, k, v, dims, out, lse, max_logit, max_range);
-    if (!sm90) attention_mma_forward(q, k, v, dims, out, lse, max_logit, max_range);  // DTypeError but bf16, f16
+    if (!attention_sm90_forward(q, k, v, dims, out, lse, max_logit, max_range))
+      attention_mma_forward(q, k, v, dims, out, lse, max_logit, max_range);  // DTypeError but bf16, f16
     return;
   }
   with_width<32>(kOp, D, [&]<int HD>() {

@@ -239,16 +239,16 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
 void attention_mma_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const Tensor& dout,
                             const Tensor& dvec, const attn::Dims& dims, Tensor& dq, Tensor& dk, Tensor& dv);
 
-// The Hopper forward (attention_sm90_forward.cu, sm_90a only: the caller checks the GPU), same
-// arguments. Returns false, launching nothing, where it does not take the shape: head dims off
-// its widths 64 and 128 (D <= 32 or > 128), or rows TMA cannot read (a start or a stride that is
-// not a multiple of 16 bytes); the mma kernel runs those.
+// The Hopper forward (attention_sm90_forward.cu), same arguments. Returns false, launching
+// nothing, where it does not take the call (attn::sm90::sm90_takes): not chosen, a GPU that does
+// not run sm_90a, head dims off its widths 64 and 128 (D <= 32 or > 128), or rows TMA cannot move
+// (a start or a stride that is not a multiple of 16 bytes); the mma kernel runs those.
 bool attention_sm90_forward(const Tensor& q, const Tensor& k, const Tensor& v, const attn::Dims& dims, Tensor& out,
                             Tensor& lse, Tensor& max_logit, Tensor& max_range);
-// The Hopper backward (attention_sm90_backward.cu), the same way: false, launching nothing, for
-// the shapes the forward does not take (TMA reads q, k, v and dout).
-bool attention_sm90_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const Tensor& dout,
-                             const Tensor& dvec, const attn::Dims& dims, Tensor& dq, Tensor& dk, Tensor& dv);
+// The Hopper backward (attention_sm90_backward.cu), the same way (TMA reads q, k, v and dout). It
+// computes D_i from out and dout itself, in its statistics pass.
+bool attention_sm90_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                             const Tensor& dout, const attn::Dims& dims, Tensor& dq, Tensor& dk, Tensor& dv);
 // The kNoSoftcap kernels (no soft cap) take the running max of raw dot products, so they need scale >
 // 0. A negative scale runs them on -q instead: scale q.k = |scale| (-q).k bit for bit (negation
 // is exact), so the logits, outputs and statistics are those of q, and dK = |scale| dS^T (-q) =

@@ -10,6 +10,7 @@
 #include "core/cuda/ptx_sm90.cuh"
 #include "core/cuda/wgmma.cuh"
 #include "ops/cuda/attention_common.cuh"
+#include "ops/cuda/common.cuh"
 
 namespace keel::cuda::attn::sm90 {
 
@@ -150,6 +151,19 @@ inline CUtensorMap operand_map(const Tensor& x, const attn::Rows& r, int64_t B, 
 inline bool tma_addressable(const Tensor& x, const attn::Rows& r, int64_t B, int64_t H) {
   auto ok = [](int64_t n, int64_t elems) { return n == 1 || elems * 2 % 16 == 0; };
   return reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0 && r.t * 2 % 16 == 0 && ok(H, r.h_) && ok(B, r.b_);
+}
+
+// Whether the warpgroup kernels take a call: chosen (attention_kernel(), ops/cuda/attention.h),
+// on a GPU that runs sm_90a, in bf16 or f16 at kernel widths 64 and 128 (D 40..128), with every
+// operand TMA moves addressable: q, k, v and x (the forward's out, the backward's dO) at rows
+// x_rows. The one rule both entry points apply; where it says no, the mma kernels run the call.
+inline bool sm90_takes(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& x, const attn::Rows& x_rows,
+                       const attn::Dims& dims) {
+  const int64_t B = q.size(0), H = q.size(1), width = attn::kernel_width(q.size(3), 16);
+  return attention_kernel() == AttentionKernel::sm90 && dev::runs_sm90a(q.device().index) &&
+         (q.dtype() == DType::bf16 || q.dtype() == DType::f16) && (width == 64 || width == 128) &&
+         tma_addressable(q, dims.q, B, H) && tma_addressable(k, dims.k, B, H) && tma_addressable(v, dims.v, B, H) &&
+         tma_addressable(x, x_rows, B, H);
 }
 
 }  // namespace keel::cuda::attn::sm90

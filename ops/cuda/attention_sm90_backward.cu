@@ -20,9 +20,9 @@
 // tiles above it that have added theirs (ptx::spin_wait_equal), so every element sums its terms in
 // the same order on every run; keel::set_deterministic(false) skips the wait.
 //
-// Its preprocessing (sm90_stats_kernel) lays lse log2 e and D_i out by query tile, padded with
-// zeros to whole tiles, so that one bulk copy brings a tile's: FlashAttention-3's preprocess
-// does the same. docs/attention-kernels.md, section 6.2, walks the kernel.
+// Its preprocessing (sm90_stats_kernel) computes D_i = dO_i . O_i and lays it out with lse log2 e
+// by query tile, padded with zeros to whole tiles, so that one bulk copy brings a tile's:
+// FlashAttention-3's preprocess does the same. docs/attention-kernels.md, section 6.2, walks the kernel.
 #include "core/determinism.h"
 #include "core/factory.h"
 #include "ops/cuda/attention_dlogits.cuh"
@@ -218,7 +218,7 @@ __device__ void consume(const BwdArgs& args, const Dims& dims, unsigned char* sm
 
 // Shapes: q, k, v, dO (B, H, T, D) through their tensor maps (dims {D, T, H, B}, boxes of 64
 // columns and kBr (q, dO) or kBc (k, v) rows, 128-byte swizzle); stats (B H, nq, 2, kBr) f32 from
-// sm90_stats_kernel; dq_accum (B H, nq, kConsumers, kBr x kDqCols) f32, zeroed; flags int, zeroed:
+// sm90_stats_kernel; dq_accum (B H, nq, kConsumers, 64 x kDqCols) f32, zeroed; flags int, zeroed:
 // B H tickets, then a hand-over flag per dQ slice (null: unordered); dk, dv (B, H, T, D) at their
 // dims Rows. Grid (ceil(T / kBc), H, B) as the mma kernel's: block (i, h, b) owns key tile kt =
 // gridDim.x - 1 - its ticket (i in the unordered kernel). kThreads threads: warpgroup 0 produces,
@@ -271,36 +271,44 @@ __global__ void __launch_bounds__(Sm90Bwd<kWidth, kNoSoftcap>::kThreads, 1)
   }
 }
 
-// Shapes: lse, dvec (B, H, T) f32 -> stats (B H, nq, 2, kBr) f32: per query tile, lse log2 e of
-// its rows, then D_i, zeros past the sequence. A thread per padded row, n = B H nq kBr.
-template <int kBr>
-__global__ void sm90_stats_kernel(const float* __restrict__ lse, const float* __restrict__ dvec,
-                                  float* __restrict__ stats, int T, int nq, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const int64_t pair = i / (static_cast<int64_t>(nq) * kBr);
-  const int row = static_cast<int>(i - pair * nq * kBr), qt = row / kBr, r = row % kBr;
-  const bool inside = row < T;
-  float* tile = stats + (pair * nq + qt) * 2 * kBr;
-  tile[r] = inside ? kLog2e * lse[pair * T + row] : 0.0f;
-  tile[kBr + r] = inside ? dvec[pair * T + row] : 0.0f;
+// Shapes: out, dout (B, H, T, D) at dims.out, dims.dout, lse (B, H, T) f32 -> stats (B H, nq, 2,
+// kBr) f32: per query tile, lse log2 e of its kBr rows, then their D_i = dO_i . O_i (the mma
+// path's dvec pass, attention_backward.cu), zeros past the sequence so that the last tile's bulk
+// copy is whole. A warp per row of the padded sequence (rows = B H nq kBr), lanes over d.
+template <typename T, int kBr>
+__global__ void __launch_bounds__(kThreads)
+    sm90_stats_kernel(const T* __restrict__ out, const T* __restrict__ dout, const float* __restrict__ lse,
+                      float* __restrict__ stats, int nq, int64_t rows, Dims dims) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (r >= rows) return;  // whole warps leave together: row_dvec's shuffles see full warps
+  const int lane = threadIdx.x & 31;
+  const int bh = static_cast<int>(r / (static_cast<int64_t>(nq) * kBr)), i = static_cast<int>(r % (nq * kBr));
+  float l = 0.0f, d_i = 0.0f;
+  if (i < dims.T) {
+    l = kLog2e * lse[static_cast<int64_t>(bh) * dims.T + i];
+    d_i = row_dvec(out + dims.out.pair(bh, dims.H) + static_cast<int64_t>(i) * dims.out.t,
+                   dout + dims.dout.pair(bh, dims.H) + static_cast<int64_t>(i) * dims.dout.t, dims.D, lane);
+  }
+  float* tile = stats + (static_cast<int64_t>(bh) * nq + i / kBr) * 2 * kBr;
+  if (lane == 0) tile[i % kBr] = l, tile[kBr + i % kBr] = d_i;
 }
 
 // One backward on Sm90Bwd<kWidth, kNoSoftcap>'s tiles: the statistics laid out by query tile, the
 // kernel (the ordered dQ or not), dQ's final pass (times dq_scale, the scale's sign restored).
 template <typename E, int kWidth, bool kNoSoftcap>
-void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse, const Tensor& dout,
-                  const Tensor& dvec, const Dims& dims, float dq_scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                  const Tensor& dout, const Dims& dims, float dq_scale, Tensor& dq, Tensor& dk, Tensor& dv) {
   using F = Sm90Bwd<kWidth, kNoSoftcap>;
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int dev = q.device().index;
   const cudaStream_t stream = detail::stream(dev);
   const int64_t nq = (T + F::kBr - 1) / F::kBr, pairs = B * H;
   Tensor stats = empty({pairs * nq * 2 * F::kBr}, {DType::f32, q.device()});
-  const int64_t n = pairs * nq * F::kBr;
-  launch_threads(sm90_stats_kernel<F::kBr>, dim3(static_cast<unsigned>((n + 255) / 256)), 256, 0, dev,
-                 static_cast<const float*>(lse.raw_data()), static_cast<const float*>(dvec.raw_data()),
-                 static_cast<float*>(stats.raw_data()), static_cast<int>(T), static_cast<int>(nq), n);
+  const int64_t rows = pairs * nq * F::kBr;
+  launch(sm90_stats_kernel<E, F::kBr>, dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps)), 0, dev,
+         static_cast<const E*>(out.raw_data()), static_cast<const E*>(dout.raw_data()),
+         static_cast<const float*>(lse.raw_data()), static_cast<float*>(stats.raw_data()), static_cast<int>(nq), rows,
+         dims);
   Tensor dq_accum = empty({pairs * nq * F::kBr * kWidth}, {DType::f32, q.device()});
   detail::count_copy();
   KEEL_CHECK_CUDA(cudaMemsetAsync(dq_accum.raw_data(), 0, dq_accum.numel() * sizeof(float), stream));
@@ -329,25 +337,21 @@ void run_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 
 }  // namespace
 
-bool attention_sm90_backward(const Tensor& q_in, const Tensor& k, const Tensor& v, const Tensor& lse,
-                             const Tensor& dout, const Tensor& dvec, const attn::Dims& dims_in, Tensor& dq, Tensor& dk,
+bool attention_sm90_backward(const Tensor& q_in, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& lse, const Tensor& dout, const attn::Dims& dims_in, Tensor& dq, Tensor& dk,
                              Tensor& dv) {
   constexpr const char* kOp = "attention (CUDA backward, sm90)";
-  const int64_t B = q_in.size(0), H = q_in.size(1), D = q_in.size(3);
-  const int width = attn::kernel_width(D, 16);
-  if (width != 64 && width != 128) return false;
-  if (!tma_addressable(q_in, dims_in.q, B, H) || !tma_addressable(k, dims_in.k, B, H) ||
-      !tma_addressable(v, dims_in.v, B, H) || !tma_addressable(dout, dims_in.dout, B, H))
-    return false;
+  if (!sm90_takes(q_in, k, v, dout, dims_in.dout, dims_in)) return false;
+  const int64_t D = q_in.size(3);
   attn::Dims dims = dims_in;
   const Tensor q = with_positive_scale(q_in, dims);  // dq's sign: dims_in.scale in the final pass
   visit_half(kOp, q.dtype(), [&]<typename E>() {
     with_width<16>(kOp, D, [&]<int kWidth>() {
       if constexpr (kWidth == 64 || kWidth == 128) {
         if (dims.softcap == 0.0f)
-          run_backward<E, kWidth, true>(q, k, v, lse, dout, dvec, dims, dims_in.scale, dq, dk, dv);
+          run_backward<E, kWidth, true>(q, k, v, out, lse, dout, dims, dims_in.scale, dq, dk, dv);
         else
-          run_backward<E, kWidth, false>(q, k, v, lse, dout, dvec, dims, dims_in.scale, dq, dk, dv);
+          run_backward<E, kWidth, false>(q, k, v, out, lse, dout, dims, dims_in.scale, dq, dk, dv);
       }
     });
   });

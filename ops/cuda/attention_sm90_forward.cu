@@ -314,12 +314,8 @@ __global__ void __launch_bounds__(Sm90Fwd<kWidth, kNoSoftcap>::kThreads, 1)
 bool attention_sm90_forward(const Tensor& q_in, const Tensor& k, const Tensor& v, const attn::Dims& dims_in,
                             Tensor& out, Tensor& lse, Tensor& max_logit, Tensor& max_range) {
   constexpr const char* kOp = "attention (CUDA forward, sm90)";
+  if (!sm90_takes(q_in, k, v, out, dims_in.out, dims_in)) return false;
   const int64_t B = q_in.size(0), H = q_in.size(1), T = q_in.size(2), D = q_in.size(3);
-  const int width = attn::kernel_width(D, 16);
-  if (width != 64 && width != 128) return false;
-  if (!tma_addressable(q_in, dims_in.q, B, H) || !tma_addressable(k, dims_in.k, B, H) ||
-      !tma_addressable(v, dims_in.v, B, H) || !tma_addressable(out, dims_in.out, B, H))
-    return false;
   attn::Dims dims = dims_in;
   const Tensor q = with_positive_scale(q_in, dims);  // packed when negated: addressable too
   const int dev = q.device().index;
