@@ -49,7 +49,7 @@ struct Sm90Bwd {
   // are twice as long for the same fixed work a tile. Either way a consumer holds S^T and dP^T
   // of 64 keys x kBr queries and dK, dV of 64 keys x kWidth: 192 f32 registers. A soft cap's
   // tanh does not fit beside them with 128 queries (ptxas spilled 112 bytes): 64 at width 64.
-  static constexpr int kConsumers = 2, kBc = 64 * kConsumers, kStages = 2;
+  static constexpr int kConsumers = kBwdConsumers, kBc = 64 * kConsumers, kStages = 2;
   static constexpr int kBr = kWidth == 64 && kNoSoftcap ? 128 : 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);  // warpgroup 0 produces
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // FlashAttention-3's
@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(Sm90Bwd<kWidth, kNoSoftcap>::kThreads, 1)
     const int ticket = kOrdered ? atomicAdd(flags + pair, 1) : static_cast<int>(blockIdx.x);
     const int kt = gridDim.x - 1 - ticket, w = dims.window[h];
     args = BwdArgs{dq_accum, kOrdered ? flags + gridDim.y * gridDim.z : nullptr, pair, (dims.T + F::kBr - 1) / F::kBr,
-                   w, kt, kt * F::kBc, query_tiles_for_key_tile(kt, F::kBc, F::kBr, dims.T, w)};
+                   w, kt, kt * F::kBc, query_tiles_for_key_tile(kt, F::kBc, F::kBr, dims.T, w), {}};
     for (int c = 0; c < F::kConsumers; ++c) {
       const int first = kt * F::kBc + 64 * c;
       args.mine[c] = first < dims.T ? query_tiles_for_key_tile(first / 64, 64, F::kBr, dims.T, w) : TileRange{0, 0};

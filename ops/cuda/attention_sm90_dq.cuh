@@ -13,18 +13,23 @@
 namespace keel::cuda::attn::sm90 {
 
 // Named barriers (0 is __syncthreads): the consumers' dS^T tile is whole (256 threads); consumer
-// c's dQ slice is staged (kDqFull + c), and its staging buffer b is free again (kDqFree + 2 c +
-// b), each between the consumer's 128 threads and the producer's dQ warp (160).
-constexpr int kDsReady = 1, kDqFull = 2, kDqFree = 4, kDqThreads = 128 + 32;
+// c's staging buffer b holds a slice (kDqFull + 2 c + b), and is free again (kDqFree + 2 c + b),
+// each between the consumer's 128 threads and the producer's dQ warp (160). A barrier a buffer,
+// also for "full": a consumer may stage into its second buffer before the warp has synced on the
+// first, and two phases' arrivals on one barrier would merge (a phase completes at any 160).
+constexpr int kDsReady = 1, kDqFull = 2, kDqFree = 6, kDqThreads = 128 + 32;
+// Consumer warpgroups of 64 keys a block (Sm90Bwd::kConsumers), at every width: the named
+// barriers above are numbered for two.
+constexpr int kBwdConsumers = 2;
 
 // Where a block works and what its dQ slices are added to.
 struct BwdArgs {
   float* dq_accum;  // (B H, nq, kConsumers, 64 x kDqCols) f32, zeroed
   int* flags;       // the ordered kernel's hand-over flags, one per slice; null: unordered
   int pair, nq, w;
-  int kt, k0;        // the block's key tile and first key
+  int kt, k0;        // the block's key tile and first key (kt 64 kBwdConsumers)
   TileRange tiles;   // the query tiles that see its keys
-  TileRange mine[2];  // those that see consumer c's 64 keys
+  TileRange mine[kBwdConsumers];  // those that see consumer c's 64 keys
 };
 
 // Issues the warpgroup's dQ slice (64 queries x kDqCols columns) = dS K over the block's 128 keys,
@@ -67,7 +72,7 @@ __device__ void stage_dq(const float (&dq)[F::kDqCols / 8][4], unsigned char* sm
   for (int m = 0; m < F::kDqCols / 8; ++m)
     *reinterpret_cast<float4*>(stage + 4 * (m * 128 + i)) = make_float4(dq[m][0], dq[m][1], dq[m][2], dq[m][3]);
   ptx::fence_proxy_async();
-  ptx::named_barrier_arrive(kDqFull + c, kDqThreads);
+  ptx::named_barrier_arrive(kDqFull + 2 * c + buf, kDqThreads);
 }
 
 // The producer warpgroup's warp 1 adds the consumers' dQ slices to dq_accum, as FlashAttention-3
@@ -85,7 +90,7 @@ __device__ void add_dq(const BwdArgs& args, unsigned char* smem, int seq_len) {
   for (int i = 0; i < n; ++i) {
     const int qt = args.tiles.begin + i;
     for (int c = 0; c < F::kConsumers; ++c) {
-      ptx::named_barrier_sync(kDqFull + c, kDqThreads);
+      ptx::named_barrier_sync(kDqFull + 2 * c + i % F::kDqBuffers, kDqThreads);
       if (lane == 0) {
         const int64_t slice = (static_cast<int64_t>(args.pair) * args.nq + qt) * F::kConsumers + c;
         const int buf = F::kDqBuffers * c + i % F::kDqBuffers;
