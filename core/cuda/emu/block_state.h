@@ -276,6 +276,10 @@ std::string thread_list(const Block& b, Pred pred) {
 // The running CUDA thread waits: its frames stay on its stack, and the scheduler carries on
 // with other threads. Returns when the scheduler resumes it (block.cpp).
 void wait_here(Block& b);
+// The running CUDA thread lets every other ready thread of its block run first, each until it
+// waits or exits, then goes on (block_sync.cpp): where a GPU's asynchronous unit may act at any
+// moment between two instructions of one thread, the others' work lands in between.
+void let_others_run(Block& b);
 
 // block.cpp: runs block b on this host thread (a fresh one from its first thread, else its ready
 // threads) until it finishes, gives way, blocks on flags (b.exit) or fails (b.error).

@@ -56,6 +56,19 @@ void sync_block(const std::source_location& where) {
   KEEL_TSAN_ACQUIRE(&b.barrier_token[gen & 1]);
 }
 
+// Rounds of the ready queue, each until the others wait again, with spinners whose flag is set
+// woken in between: as far as the block can go without this thread. Bounded, so that two threads
+// letting each other run both go on.
+void detail::let_others_run(Block& b) {
+  const int me = current_index(b);
+  for (int round = 0; round < 64 && !b.error && !b.give_way; ++round) {
+    if (b.ready.empty() && !(b.spinning > 0 && wake_spinners(b))) return;  // nobody else can go on
+    b.threads[me].state = State::runnable;
+    b.ready.push_back(me);
+    wait_here(b);
+  }
+}
+
 void wait_for_flag(const int* flag, int expected, const std::source_location& where) {
   Block& b = block();
   Thread& t = b.threads[current_index(b)];

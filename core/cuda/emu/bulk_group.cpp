@@ -5,9 +5,10 @@
 //
 // A copy joins its thread's open group; commit_group closes it; wait_group N returns once every
 // group but the N most recently committed is done. A GPU reads the shared memory at any moment
-// between the copy and that wait, so the emulator hashes it at both ends and writes the global
-// side at the wait: shared memory that changed in between is an error naming the copy and the
-// wait, and a thread that exits with a copy no wait covered is one too (block.cpp).
+// between the copy and that wait, so the emulator hashes it at both ends, lets the block's other
+// threads run before the wait, and writes the global side then: shared memory that changed in
+// between (this thread's writes, or another's that no barrier held back) is an error naming the
+// copy and the wait, and a thread that exits with a copy no wait covered is one too (block.cpp).
 #include <fmt/format.h>
 
 #include <atomic>
@@ -100,6 +101,10 @@ void bulk_wait_group(int keep, bool read_only, const std::source_location& where
   Block& b = detail::block();
   BulkStores& q = b.bulk[detail::current_index(b)];
   const char* wait = read_only ? "cp.async.bulk.wait_group.read" : "cp.async.bulk.wait_group";
+  // The copies this wait covers read their shared memory at some moment before it returns: the
+  // block's other threads run first, so that one that writes that memory too early (no barrier
+  // held it back until the wait) does so inside the window the hashes check.
+  if (q.count > 0 && q.stores[0].group + keep < q.committed) detail::let_others_run(b);
   int done = 0;
   for (; done < q.count && q.stores[done].group + keep < q.committed; ++done) {
     const BulkStores::Store& s = q.stores[done];

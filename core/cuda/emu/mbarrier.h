@@ -32,10 +32,11 @@
 // .add.f32) take no mbarrier: a thread commits them in bulk groups and waits with
 // cp.async.bulk.wait_group.read until they have read their shared memory, or with
 // cp.async.bulk.wait_group until their writes are done (bulk_group.cpp). The emulator reads the
-// shared memory twice, when the copy is issued and when a wait covers it, and writes the global
-// side then: a GPU may read at any moment in between, so shared memory that changed in between (a
-// writer the copy did not wait for, a buffer reused before the wait) is an error naming both
-// places, as is a thread that exits with a copy no wait covered.
+// shared memory twice, when the copy is issued and when a wait covers it, lets the block's other
+// threads run before that wait, and writes the global side then: a GPU may read at any moment in
+// between, so shared memory that changed in between (a writer the copy did not wait for, a buffer
+// reused before the wait, by this thread or by another that no barrier held back) is an error
+// naming both places, as is a thread that exits with a copy no wait covered.
 //
 // fence.proxy.async orders the generic proxy's shared-memory accesses before the async proxy's
 // (a bulk copy into a buffer just read, a barrier just initialized). The emulator has one proxy
