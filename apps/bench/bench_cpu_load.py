@@ -71,9 +71,9 @@ def torch_decode(a):
     model = GPT2LMHeadModel(cfg).eval()
     if hasattr(transformers, "DynamicCache"):
         sys.path.insert(0, HERE)
-        import bench_sample  # the decode anchor's calling conventions, per transformers version
+        import sample_anchor  # the decode anchor's calling conventions, per transformers version
         versions = {"torch": torch.__version__, "transformers": transformers.__version__}
-        anchor = bench_sample.Anchor(model, torch.device("cpu"), torch.float32, versions, compiled=False)
+        anchor = sample_anchor.Anchor(model, torch.device("cpu"), torch.float32, versions, compiled=False)
         cache = anchor.new_cache(1, a.context + a.decode_steps + 8)
         anchor.fill_random(cache, 1, a.context)
         step = lambda ids: anchor(ids, cache, step=True)  # noqa: E731
