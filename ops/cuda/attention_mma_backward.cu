@@ -25,7 +25,7 @@
 // computes S^T = K_w Q^T and dP^T = V_w dO^T, then P^T and dS^T element by element, then
 // dV_w += P^T dO and dK_w += dS^T Q (accumulators turned into A fragments as in the forward).
 // dS^T also goes to shared memory, where the block's keys meet: each warp then computes a
-// 16 x kShare part of the tile's dQ = dS K and adds it to dq_accum.
+// 16 x kShare part of the tile's dQ = dS K and adds it to dq_accum (attention_mma_dq.cuh).
 //
 // The grid runs the key tiles of one (b, h) next to each other (grid x), as FlashAttention-2's
 // does: the blocks resident at once share their head's Q, dO and dQ sums in L2 (4 MB a head at
@@ -46,6 +46,7 @@
 #include "core/factory.h"
 #include "ops/cuda/attention_dlogits.cuh"
 #include "ops/cuda/attention_mma.cuh"
+#include "ops/cuda/attention_mma_dq.cuh"
 
 namespace keel::cuda {
 
@@ -65,6 +66,7 @@ using namespace attn::mma;
 // and the warps of a row group share its columns, kShare each.
 template <int kWidth>
 struct MmaBwd {
+  static constexpr int kCols = kWidth;
   static constexpr bool kWide = kWidth > 128;
   static constexpr int kWarps = kWide ? 4 : 8, kThreads = 32 * kWarps, kBc = 16 * kWarps, kBr = kWide ? 32 : 64;
   static constexpr int kOut = kWide ? 128 : kWidth, kSplit = kWidth / kOut;
@@ -78,16 +80,6 @@ struct MmaBwd {
   static constexpr int kStaticBytes = 5 * 8 + 4 + kWarps * (2 * 4 + 4);
   static_assert(kBytes + kStaticBytes <= 163 * 1024, "must fit an A100's shared memory");
 };
-
-// The warp's dS^T for queries 16kk..16kk+15 (an A fragment: rows g, g + 8, columns 2t, 2t + 1
-// and those + 8) into the block's swizzled kBc x kBr tile, at constant offsets from the lane's.
-template <int kBr, typename T>
-__device__ __forceinline__ void store_ds(T* dSs, const LaneRow<kBr>& lr, int r0, int kk, const uint32_t (&a)[4]) {
-  *reinterpret_cast<uint32_t*>(dSs + lr.at(r0, 2 * kk)) = a[0];
-  *reinterpret_cast<uint32_t*>(dSs + lr.at(r0 + 8, 2 * kk)) = a[1];
-  *reinterpret_cast<uint32_t*>(dSs + lr.at(r0, 2 * kk + 1)) = a[2];
-  *reinterpret_cast<uint32_t*>(dSs + lr.at(r0 + 8, 2 * kk + 1)) = a[3];
-}
 
 // Shapes: q, k, v, dout, dk, dv (B, H, T, D) in T at their dims Rows, D = dims.D <= kWidth (tile
 // columns D..kWidth-1 are zeros: attention_tiles.h); lse, dvec (B, H, T) f32; dq_accum
@@ -260,26 +252,8 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
     }
     __syncthreads();  // dS^T of all warps is in
 
-    // This warp's share of dQ: queries m0..m0+15, columns d0..d0+kShare, over every warp's keys.
-    float dq[kN][4] = {};
-#pragma unroll
-    for (int kw = 0; kw < F::kWarps; ++kw) {
-      uint32_t a[4];
-      load_a_trans(a, dSs, ds_row, 16 * kw, m0);
-      if constexpr (kN == 1) {  // kWidth = 16: a share of 8 columns, one n-block
-        uint32_t b[2];
-        load_b_col<kWidth>(b, Ks, 16 * kw, d0, lane);
-        ptx::mma_m16n8k16<T>(dq[0], a, b);
-      } else {
-#pragma unroll
-        for (int d = 0; d < kN; d += 2) {
-          uint32_t b0[2], b1[2];
-          load_b_cols(b0, b1, Ks, a_row, 16 * kw, d0 + 8 * d);
-          ptx::mma_m16n8k16<T>(dq[d], a, b0);
-          ptx::mma_m16n8k16<T>(dq[d + 1], a, b1);
-        }
-      }
-    }
+    float dq[kN][4] = {};  // this warp's share of dQ: queries m0.., columns d0.., over every warp's keys
+    dq_share<F>(dq, dSs, Ks, ds_row, a_row, m0, d0, lane);
     // The flag counts the key tiles that have added to this query tile; those above kt that see
     // it are exactly (kt, last key tile of qt], so kt's turn comes at that count.
     int* flag = nullptr;
@@ -289,28 +263,7 @@ __device__ __forceinline__ void backward_tiles(const T* __restrict__ q, const T*
         ptx::spin_wait_equal(flag, key_tiles_for_query_tile(qt, kBr, kBc, seq_len, w).end - gridDim.x + ticket);
       __syncthreads();  // the higher key tiles' shares of this query tile are all in
     }
-    // Row g, columns 2t, 2t + 1 of each n-block of the share (rows g + 8: 8 D further), one
-    // address: fewer live registers than an offset per add, which at D = 256 was a 32-byte spill.
-    // A whole share (its 16 rows inside the sequence, its columns inside the head dim: every tile
-    // but the last, unless D is padded) adds without a test, at constant offsets from two rows, a
-    // lane's two adjacent columns in one instruction (red_add_f32x2: D and 2t are even).
-    float* const dq_row = dq_accum + first_row[4] + static_cast<int64_t>(q0 + m0 + g) * D + d0 + 2 * t;
-    if (q0 + m0 + 16 <= seq_len && d0 + F::kShare <= D) {
-      float* const dq_row8 = dq_row + 8 * D;
-#pragma unroll
-      for (int d = 0; d < kN; ++d) {
-        ptx::red_add_f32x2(dq_row + 8 * d, dq[d][0], dq[d][1]);
-        ptx::red_add_f32x2(dq_row8 + 8 * d, dq[d][2], dq[d][3]);
-      }
-    } else {
-#pragma unroll
-      for (int d = 0; d < kN; ++d) {
-        if (d0 + 8 * d >= D) break;  // padding columns from here on (D is a multiple of 8: whole n-blocks)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (q0 + m0 + g + 8 * (e >> 1) < seq_len) atomicAdd(dq_row + 8 * (e >> 1) * D + 8 * d + (e & 1), dq[d][e]);
-      }
-    }
+    add_dq_share<F>(dq, dq_accum, first_row[4], q0 + m0, d0, g, t, D, seq_len);
     if constexpr (kOrdered) handed = flag;
   }
   __syncthreads();  // the last adds are in, and no warp reads K or V any more
@@ -360,23 +313,6 @@ __global__ void __launch_bounds__(MmaBwd<kWidth>::kThreads, 1)
                                             float* __restrict__ dq_accum, int* __restrict__ flags,
                                             T* __restrict__ dk, T* __restrict__ dv, Dims dims) {
   backward_tiles<T, kWidth, kNoSoftcap, false>(q, k, v, dout, lse, dvec, dq_accum, flags, dk, dv, dims);
-}
-
-// Shapes: dq_accum (B, H, T, D) f32 packed -> dq (B, H, T, D) in T at dims.dq, times scale; 8
-// elements per thread (D % 8 == 0), n8 = B H T D / 8.
-template <typename T>
-__global__ void dq_convert_kernel(const float* __restrict__ dq_accum, T* __restrict__ dq, int64_t n8, float scale,
-                                  Dims dims) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n8) return;
-  const int64_t row = i / (dims.D / 8), bh = row / dims.T;  // packed row (b H + h) T + t
-  const int col = static_cast<int>(i - row * (dims.D / 8)) * 8, pos = static_cast<int>(row - bh * dims.T);
-  const int64_t at = dims.dq.pair(static_cast<int>(bh), dims.H) + static_cast<int64_t>(pos) * dims.dq.t + col;
-  const float4 a = ptx::load_16<float4>(dq_accum + 8 * i);
-  const float4 b = ptx::load_16<float4>(dq_accum + 8 * i + 4);
-  const uint4 out = make_uint4(pack2<T>(a.x * scale, a.y * scale), pack2<T>(a.z * scale, a.w * scale),
-                               pack2<T>(b.x * scale, b.y * scale), pack2<T>(b.z * scale, b.w * scale));
-  ptx::store_16(dq + at, out);
 }
 
 }  // namespace
