@@ -250,7 +250,7 @@ void detail::run_block(Block& b) {
   if (!b.started) {
     b.started = true;
     for (int w = 0; w * 32 < b.n; ++w) b.warps[w].pending.clear();
-    b.at_barrier = b.finished = b.spinning = 0;
+    b.at_barrier = b.finished = b.spinning = b.yielders = 0;
     b.named = {};
     b.give_way = false;
     b.error = nullptr;

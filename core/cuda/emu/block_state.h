@@ -188,6 +188,7 @@ struct Block {
   Exit exit = Exit::finished;
   bool give_way = false;  // a __syncthreads completed and other blocks are resident (GridState::turns)
   int spinning = 0;       // threads in State::spinning
+  int yielders = 0;       // ready threads that wait in let_others_run for the others to go on
   GridState* grid = nullptr;
   StaticShared statics;
   Mbarriers mbarriers;  // reset with the shared memory (shared_memory.cpp)

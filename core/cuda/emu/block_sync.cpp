@@ -57,15 +57,19 @@ void sync_block(const std::source_location& where) {
 }
 
 // Rounds of the ready queue, each until the others wait again, with spinners whose flag is set
-// woken in between: as far as the block can go without this thread. Bounded, so that two threads
-// letting each other run both go on.
+// woken in between: as far as the block can go without this thread. Threads that let the others
+// run themselves (a warpgroup's 128 at a wgmma wait) do not count as others, so that they go on
+// once only they are left; and the rounds are bounded, whatever the others do.
 void detail::let_others_run(Block& b) {
   const int me = current_index(b);
   for (int round = 0; round < 64 && !b.error && !b.give_way; ++round) {
-    if (b.ready.empty() && !(b.spinning > 0 && wake_spinners(b))) return;  // nobody else can go on
+    const bool others = b.ready.count > b.yielders || (b.spinning > 0 && wake_spinners(b));
+    if (!others) return;  // nobody else can go on
     b.threads[me].state = State::runnable;
     b.ready.push_back(me);
+    ++b.yielders;
     wait_here(b);
+    --b.yielders;
   }
 }
 

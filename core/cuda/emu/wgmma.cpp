@@ -39,6 +39,7 @@ struct WgmmaThread {
   int64_t issued = 0;
   uint32_t committed = 0;  // groups committed so far; the open group has this number
   bool fenced = false;
+  bool in_wait = false;  // completing the wgmmas of a wait, after the others ran
   int setmaxnreg = 0;  // setmaxnreg instructions it has executed
 };
 
@@ -168,7 +169,17 @@ bool wgmma_next_due(int keep, WgmmaDue* due, const std::source_location& where) 
   const int me = warpgroup_member(b, "wgmma.wait_group", where);
   WgmmaThread& t = state(b).threads[me];
   t.fenced = false;
-  if (t.pending.empty() || int64_t(t.pending.front().group) >= int64_t(t.committed) - keep) return false;
+  if (t.pending.empty() || int64_t(t.pending.front().group) >= int64_t(t.committed) - keep) {
+    t.in_wait = false;
+    return false;
+  }
+  // A GPU reads the operands at any moment up to the wait: the rest of the block runs first (once
+  // a wait), so that a tile another thread overwrites too early (a slot released before this
+  // wait, a buffer rewritten without a barrier) is overwritten before the read.
+  if (!t.in_wait) {
+    t.in_wait = true;
+    detail::let_others_run(b);
+  }
   const WgmmaPending& p = t.pending.front();
   WgmmaRecord& r = b.wgmma->groups[me / kWarpgroup][p.seq % kRing];
   // Its warpgroup's other threads issue it while this one sleeps.
