@@ -51,6 +51,10 @@ struct Sm90Bwd {
   // tanh does not fit beside them with 128 queries (ptxas spilled 112 bytes): 64 at width 64.
   static constexpr int kConsumers = kBwdConsumers, kBc = 64 * kConsumers, kStages = 2;
   static constexpr int kBr = kWidth == 64 && kNoSoftcap ? 128 : 64;
+  // S^T and dP^T in two commit groups, so that P^T's exponentials run while dP^T's products do
+  // (FlashAttention-3's order). Not with a soft cap: its pass of tanh, then one of exponentials
+  // after the wait, spills at width 128 (32 bytes); soft-capped kernels do both after it.
+  static constexpr bool kSplitSdp = kNoSoftcap;
   static constexpr int kThreads = 128 * (1 + kConsumers);  // warpgroup 0 produces
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // FlashAttention-3's
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the SM's register file");
@@ -96,18 +100,29 @@ __device__ void produce(const CUtensorMap* qm, const CUtensorMap* km, const CUte
   }
 }
 
-// Issues S^T (this warp's 16 keys x the tile's kBr queries) = K Q^T and dP^T = V dO^T, one commit
-// group: k and v describe the warpgroup's 64 keys, q and d_o the slot's tiles (all K-major).
+// Issues S^T (this warp's 16 keys x the tile's kBr queries) = K Q^T and dP^T = V dO^T: k and v
+// describe the warpgroup's 64 keys, q and d_o the slot's tiles (all K-major). Two commit groups,
+// S^T's first, when F::kSplitSdp; else one, the two products' k-steps interleaved.
 template <typename T, typename F>
 __device__ __forceinline__ void issue_sdp(float (&s)[F::kBr / 8][4], float (&dp)[F::kBr / 8][4], uint64_t k,
                                           uint64_t v, uint64_t q, uint64_t d_o) {
   auto& ds = reinterpret_cast<float(&)[F::kBr / 2]>(s);
   auto& ddp = reinterpret_cast<float(&)[F::kBr / 2]>(dp);
   ptx::wgmma_fence();
+  if constexpr (F::kSplitSdp) {
 #pragma unroll
-  for (int kk = 0; kk < F::kCols / 16; ++kk) {
-    ptx::wgmma_m64k16<F::kBr, T>(ds, k_major(k, F::kBc, kk), k_major(q, F::kBr, kk), kk > 0);
-    ptx::wgmma_m64k16<F::kBr, T>(ddp, k_major(v, F::kBc, kk), k_major(d_o, F::kBr, kk), kk > 0);
+    for (int kk = 0; kk < F::kCols / 16; ++kk)
+      ptx::wgmma_m64k16<F::kBr, T>(ds, k_major(k, F::kBc, kk), k_major(q, F::kBr, kk), kk > 0);
+    ptx::wgmma_commit_group();
+#pragma unroll
+    for (int kk = 0; kk < F::kCols / 16; ++kk)
+      ptx::wgmma_m64k16<F::kBr, T>(ddp, k_major(v, F::kBc, kk), k_major(d_o, F::kBr, kk), kk > 0);
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < F::kCols / 16; ++kk) {
+      ptx::wgmma_m64k16<F::kBr, T>(ds, k_major(k, F::kBc, kk), k_major(q, F::kBr, kk), kk > 0);
+      ptx::wgmma_m64k16<F::kBr, T>(ddp, k_major(v, F::kBc, kk), k_major(d_o, F::kBr, kk), kk > 0);
+    }
   }
   ptx::wgmma_commit_group();
 }
@@ -188,15 +203,28 @@ __device__ void consume(const BwdArgs& args, const Dims& dims, unsigned char* sm
     if (args.mine[c].contains(qt)) {
       float s[F::kBr / 8][4], dp[F::kBr / 8][4];
       issue_sdp<T, F>(s, dp, k_desc, v_desc, slot(q_desc, at.slot), slot(do_desc, at.slot));
-      ptx::wgmma_wait_group<0>();
-      ptx::wgmma_fence_operand(reinterpret_cast<float(&)[F::kBr / 2]>(s));
-      ptx::wgmma_fence_operand(reinterpret_cast<float(&)[F::kBr / 2]>(dp));
       const float* lse2 = reinterpret_cast<const float*>(smem + F::kStats + at.slot * F::kStatBytes);
       const int q0 = qt * F::kBr;
-      if (all_allowed(q0, F::kBr, key0, 16, w, seq_len))
-        probs_and_dlogits<false, kNoSoftcap>(s, dp, lse2, lse2 + F::kBr, log2_scale, cap, keys, q0, t, w, seq_len);
-      else
-        probs_and_dlogits<true, kNoSoftcap>(s, dp, lse2, lse2 + F::kBr, log2_scale, cap, keys, q0, t, w, seq_len);
+      const bool whole = all_allowed(q0, F::kBr, key0, 16, w, seq_len);
+      if constexpr (F::kSplitSdp) {
+        ptx::wgmma_wait_group<1>();  // S^T; dP^T's products run under the exponentials
+        ptx::wgmma_fence_operand(reinterpret_cast<float(&)[F::kBr / 2]>(s));
+        probs_before_dp(s, lse2, log2_scale, t);
+        ptx::wgmma_wait_group<0>();
+        ptx::wgmma_fence_operand(reinterpret_cast<float(&)[F::kBr / 2]>(dp));
+        if (whole)
+          dlogits_after_dp<false>(s, dp, lse2 + F::kBr, keys, q0, t, w, seq_len);
+        else
+          dlogits_after_dp<true>(s, dp, lse2 + F::kBr, keys, q0, t, w, seq_len);
+      } else {
+        ptx::wgmma_wait_group<0>();
+        ptx::wgmma_fence_operand(reinterpret_cast<float(&)[F::kBr / 2]>(s));
+        ptx::wgmma_fence_operand(reinterpret_cast<float(&)[F::kBr / 2]>(dp));
+        if (whole)
+          probs_and_dlogits<false, kNoSoftcap>(s, dp, lse2, lse2 + F::kBr, log2_scale, cap, keys, q0, t, w, seq_len);
+        else
+          probs_and_dlogits<true, kNoSoftcap>(s, dp, lse2, lse2 + F::kBr, log2_scale, cap, keys, q0, t, w, seq_len);
+      }
       to_a_fragments<T>(pa, s);
       to_a_fragments<T>(da, dp);
       issue_dkdv<T, F>(dv_acc, dk_acc, pa, da, slot(q_desc, at.slot), slot(do_desc, at.slot));
