@@ -87,7 +87,7 @@ void place(std::vector<unsigned char>& image, uint32_t at, const Tile& tile, con
     }
 }
 
-enum class Bug { none, read_early, no_fence, other_desc, warp_skips, out_of_range };
+enum class Bug { none, read_early, no_fence, other_desc, warp_skips, out_of_range, a_changed };
 
 // 128 threads: copy the image into shared memory, multiply (A from shared memory or from
 // registers), write D by the ISA's fragment figure.
@@ -121,14 +121,15 @@ __global__ void wgmma_kernel(const unsigned char* image, int bytes, uint64_t da,
   if (bug != Bug::no_fence) ptx::wgmma_fence();
   const uint64_t a_desc = da + base + (bug == Bug::other_desc && tid == 64 ? 2 : 0);
   const uint64_t b_desc = db + base + (bug == Bug::out_of_range ? uint64_t(bytes) >> 4 : 0);
+  uint32_t a[4];  // the register form's A: unchanged until the wait
   if constexpr (ARegs) {
-    uint32_t a[4];
     for (int i = 0; i < 4; ++i) a[i] = a_frag[tid * 4 + i];
     ptx::wgmma_m64k16_rs<N, __nv_bfloat16, TransB>(d, a, b_desc, false);
   } else {
     ptx::wgmma_m64k16<N, __nv_bfloat16, TransA, TransB>(d, a_desc, b_desc, false);
   }
   ptx::wgmma_commit_group();
+  if (bug == Bug::a_changed && tid == 37) a[2] = 0;  // the next fragment, written before the wait
   if (bug != Bug::read_early) ptx::wgmma_wait_group<0>();
   store_d<N>(d, out);
   if (bug == Bug::read_early) ptx::wgmma_wait_group<0>();
@@ -290,6 +291,13 @@ TEST_CASE("emulated PTX: wgmma with A from registers takes the fragment of the I
     CHECK(r.error == "(no error)");
     CHECK(r.got == r.want);
   }
+}
+
+TEST_CASE("emulated PTX: A registers changed before the wgmma's wait are an error naming the thread") {
+  const std::string e = run<128, false, true, true>(k_major(Swizzle::b128, 64), mn_major(Swizzle::b128, 128),
+                                                    Bug::a_changed).error;
+  CHECK(e.find("thread 37 changed the A registers of its wgmma number 0") != std::string::npos);
+  CHECK(e.find("test_wgmma.cu") != std::string::npos);
 }
 
 TEST_CASE("emulated PTX: accumulators read before wgmma.wait_group are NaN, and a tile in another swizzle multiplies wrong") {

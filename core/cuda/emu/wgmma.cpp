@@ -32,6 +32,8 @@ struct WgmmaPending {
   float* d;
   uint32_t group;
   std::array<float, 128> base;  // the accumulators it adds to, once known
+  const uint32_t* a;            // the register form's A registers, and what they held at the issue
+  std::array<uint32_t, 4> a_at_issue;
 };
 
 struct WgmmaThread {
@@ -152,7 +154,8 @@ void wgmma_issue(const WgmmaOp& op, float* d, const uint32_t* a, const std::sour
   WgmmaRecord& r = record_for(b, me, seq, op, a != nullptr, where);
   if (a) std::copy(a, a + 4, r.a[me % kWarpgroup].begin());
   ++r.issued;
-  WgmmaPending p{seq, d, t.committed, {}};
+  WgmmaPending p{seq, d, t.committed, {}, a, {}};
+  if (a) std::copy(a, a + 4, p.a_at_issue.begin());
   const bool chained = std::any_of(t.pending.begin(), t.pending.end(), [&](const WgmmaPending& q) { return q.d == d; });
   if (!chained) std::copy(d, d + op.n / 2, p.base.begin());
   t.pending.push_back(p);
@@ -182,6 +185,13 @@ bool wgmma_next_due(int keep, WgmmaDue* due, const std::source_location& where) 
   }
   const WgmmaPending& p = t.pending.front();
   WgmmaRecord& r = b.wgmma->groups[me / kWarpgroup][p.seq % kRing];
+  // A GPU reads the register form's A at any moment up to the wait too: registers the thread
+  // rewrote in between (the next tile's fragments written too early) are not what it multiplies.
+  if (p.a && !std::equal(p.a_at_issue.begin(), p.a_at_issue.end(), p.a))
+    detail::fail(b, fmt::format("thread {} changed the A registers of its wgmma number {} ({}) before the "
+                                "wgmma.wait_group that completes it ({})", me, p.seq, at(r.where), at(where)),
+                 "leave a wgmma's A fragment unchanged until a wait covers its group: a GPU may read the "
+                 "registers at any moment until then");
   // Its warpgroup's other threads issue it while this one sleeps.
   while (__atomic_load_n(&r.issued, __ATOMIC_RELAXED) != kWarpgroup) wait_for_flag(&r.issued, kWarpgroup, where);
   due->op = r.op;
