@@ -14,12 +14,14 @@ namespace keel::cuda::attn::mma {
 // so P = 2^(log2_scale v - lse2) is one FFMA and an ex2: v the raw dot product and log2_scale =
 // scale log2 e when kNoSoftcap (scale > 0: with_positive_scale), else v the soft-capped logit
 // cap th (th = tanh(scale dot / cap), SoftCap) and log2_scale = log2 e, whose dS takes the cap's
-// derivative 1 - th^2 (dlogit in attention_common.cuh). kMasked gives the pairs outside the band P = 0 (a select,
-// never a NaN); a tile where every pair is allowed skips the test.
+// derivative 1 - th^2 (dlogit in attention_common.cuh). kMasked gives the pairs outside the band
+// P = 0 (a select, never a NaN); a tile where every pair is allowed skips the test.
 //
 // probs_and_dlogits does it in one pass. A kernel whose dP^T is still being computed when S^T is
 // ready (the Hopper one's wgmma) can do the usual logit's in two, the same arithmetic:
 // probs_before_dp needs only S^T and leaves P^T before the band in s, dlogits_after_dp the rest.
+// The one pass stays a loop of its own: written as the two, ptxas allocates the mma kernel's
+// registers differently (8 bytes spilled at D 128 on sm_90a).
 __device__ __forceinline__ int tile_query(int n, int t, int e) { return 8 * n + 2 * t + (e & 1); }
 
 // P of query j (before the band) from v: the dot product, or cap th.

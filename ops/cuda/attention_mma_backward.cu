@@ -66,7 +66,6 @@ using namespace attn::mma;
 // and the warps of a row group share its columns, kShare each.
 template <int kWidth>
 struct MmaBwd {
-  static constexpr int kCols = kWidth;
   static constexpr bool kWide = kWidth > 128;
   static constexpr int kWarps = kWide ? 4 : 8, kThreads = 32 * kWarps, kBc = 16 * kWarps, kBr = kWide ? 32 : 64;
   static constexpr int kOut = kWide ? 128 : kWidth, kSplit = kWidth / kOut;

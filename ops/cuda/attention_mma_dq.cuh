@@ -30,9 +30,9 @@ __device__ __forceinline__ void dq_share(float (&dq)[kN][4], const T* dSs, const
   for (int kw = 0; kw < F::kWarps; ++kw) {
     uint32_t a[4];
     load_a_trans(a, dSs, ds_row, 16 * kw, m0);
-    if constexpr (kN == 1) {  // width 16: a share of 8 columns, one n-block
+    if constexpr (kN == 1) {  // width 16 (K's rows are 16 columns): a share of 8 columns, one n-block
       uint32_t b[2];
-      load_b_col<F::kCols>(b, Ks, 16 * kw, d0, lane);
+      load_b_col<16>(b, Ks, 16 * kw, d0, lane);
       ptx::mma_m16n8k16<T>(dq[0], a, b);
     } else {
 #pragma unroll

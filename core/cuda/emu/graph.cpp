@@ -106,7 +106,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
   Captures& c = captures();
   std::lock_guard<std::mutex> lock(c.mu);
   if (c.by_stream.count(stream)) return set_error(cudaErrorIllegalState, "the stream is capturing already");
-  c.by_stream.emplace(stream, Capture{mode, std::this_thread::get_id()});
+  c.by_stream.emplace(stream, Capture{mode, std::this_thread::get_id(), false, {}, {}});
   g_active.fetch_add(1, std::memory_order_release);
   return cudaSuccess;
 }
