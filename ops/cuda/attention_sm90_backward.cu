@@ -55,6 +55,7 @@ struct Sm90Bwd {
   // (FlashAttention-3's order). Not with a soft cap: its pass of tanh, then one of exponentials
   // after the wait, spills at width 128 (32 bytes); soft-capped kernels do both after it.
   static constexpr bool kSplitSdp = kNoSoftcap;
+  static_assert(kNoSoftcap || !kSplitSdp, "probs_before_dp and dlogits_after_dp are the usual logit's");
   static constexpr int kThreads = 128 * (1 + kConsumers);  // warpgroup 0 produces
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // FlashAttention-3's
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the SM's register file");
